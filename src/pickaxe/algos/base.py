@@ -1,0 +1,43 @@
+"""The ``Algorithm`` interface: owns networks and optimizers, learns from Batches."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from torch import nn
+
+from pickaxe.data.batch import Batch
+from pickaxe.models.policy import Policy
+
+
+class Algorithm(ABC):
+    """Base class of every learner.
+
+    ``policy`` is what the collector acts with (exploration included) and what evaluation calls with
+    ``deterministic=True``. ``update`` takes the freshly collected ``Batch`` and returns scalar metrics;
+    on-policy algorithms learn from it directly, off-policy ones store it in their replay buffer first,
+    so the Trainer's loop is the same for both.
+    """
+
+    policy: Policy
+
+    def set_progress(self, step: int, total_steps: int) -> None:  # noqa: B027 - optional hook
+        """Called before each collect with env steps so far, for schedules (learning rate, epsilon, ...)."""
+
+    @abstractmethod
+    def update(self, batch: Batch) -> dict[str, float]:
+        """Learn from one collected batch; return metrics (namespaced, e.g. ``loss/policy``)."""
+
+    @abstractmethod
+    def networks(self) -> dict[str, nn.Module]:
+        """The modules whose weights make the model checkpoint, by name."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue learning exactly (networks, optimizers, buffers, counters)."""
+        return {name: net.state_dict() for name, net in self.networks().items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+        for name, net in self.networks().items():
+            net.load_state_dict(state[name])

@@ -1,0 +1,134 @@
+"""Deep Q-Network with a target network, double-DQN targets and a linear epsilon schedule."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pickaxe.algos.base import Algorithm
+from pickaxe.algos.core import adam, huber, linear_schedule, td_target
+from pickaxe.data.batch import Batch
+from pickaxe.data.buffers import ReplayBuffer
+from pickaxe.models.q_network import EpsilonGreedy, QNetwork
+
+_REPLAY_KEYS = ("obs", "action", "reward", "terminated", "next_obs")
+
+
+@dataclass
+class DQNConfig:
+    """DQN hyper-parameters."""
+
+    lr: float = 1e-4
+    gamma: float = 0.99
+    buffer_size: int = 100_000
+    batch_size: int = 64
+    learning_starts: int = 1_000
+    """Env steps stored before the first gradient step."""
+    gradient_steps: int = 1
+    """Gradient steps per collected batch."""
+    target_update_every: int = 1_000
+    """Gradient steps between target-network updates."""
+    tau: float = 1.0
+    """Target update rate: 1.0 copies the online network, < 1 is a Polyak average."""
+    double: bool = True
+    eps_start: float = 1.0
+    eps_end: float = 0.05
+    eps_fraction: float = 0.1
+    """Fraction of the total env steps over which epsilon decays linearly."""
+    max_grad_norm: float = 10.0
+    loss: Literal["huber", "mse"] = "huber"
+
+
+def dqn_loss(
+    qnet: QNetwork, target: QNetwork, mb: Batch, cfg: DQNConfig
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """TD loss on a replay minibatch; the target bootstraps unless ``terminated`` (truncation bootstraps)."""
+    with torch.no_grad():
+        next_q_target = target(mb["next_obs"])
+        if cfg.double:  # online net picks the action, target net scores it
+            next_action = qnet(mb["next_obs"]).argmax(-1, keepdim=True)
+        else:
+            next_action = next_q_target.argmax(-1, keepdim=True)
+        next_value = next_q_target.gather(-1, next_action).squeeze(-1)
+        y = td_target(mb["reward"], next_value, mb["terminated"], cfg.gamma)
+    q = qnet(mb["obs"]).gather(-1, mb["action"].long().unsqueeze(-1)).squeeze(-1)
+    loss = huber(q, y) if cfg.loss == "huber" else F.mse_loss(q, y)
+    return loss, {"loss/q": loss.detach(), "dqn/q_mean": q.detach().mean()}
+
+
+class DQN(Algorithm):
+    """DQN: stores each collected batch in a uniform replay buffer, then takes ``gradient_steps`` steps."""
+
+    def __init__(self, qnet: QNetwork, config: DQNConfig | None = None, seed: int = 0) -> None:
+        self.config = cfg = config or DQNConfig()
+        self.qnet = qnet
+        self.target = copy.deepcopy(qnet).requires_grad_(False)
+        self.policy = EpsilonGreedy(qnet, cfg.eps_start)
+        self.optimizer = adam(qnet.parameters(), lr=cfg.lr)
+        device = next(qnet.parameters()).device
+        self.buffer = ReplayBuffer(cfg.buffer_size, seed=seed, device=device)
+        self.num_updates = 0
+
+    def set_progress(self, step: int, total_steps: int) -> None:
+        """Decay epsilon linearly over the first ``eps_fraction`` of training."""
+        cfg = self.config
+        progress = step / max(cfg.eps_fraction * total_steps, 1)
+        self.policy.epsilon = linear_schedule(cfg.eps_start, cfg.eps_end, progress)
+
+    def update(self, batch: Batch) -> dict[str, float]:
+        """Store ``batch``; once ``learning_starts`` steps are stored, take ``gradient_steps`` TD steps."""
+        cfg = self.config
+        self.buffer.extend(batch.select(*_REPLAY_KEYS))
+        metrics: dict[str, float] = {"dqn/epsilon": self.policy.epsilon}
+        if len(self.buffer) < cfg.learning_starts:
+            return metrics
+        history = []
+        for _ in range(cfg.gradient_steps):
+            loss, stats = dqn_loss(self.qnet, self.target, self.buffer.sample(cfg.batch_size), cfg)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(self.qnet.parameters(), cfg.max_grad_norm)
+            self.optimizer.step()
+            self.num_updates += 1
+            if self.num_updates % cfg.target_update_every == 0:
+                self._update_target()
+            history.append(stats)
+        metrics.update({k: float(torch.stack([h[k] for h in history]).mean()) for k in history[0]})
+        return metrics
+
+    @torch.no_grad()
+    def _update_target(self) -> None:
+        if self.config.tau >= 1.0:
+            self.target.load_state_dict(self.qnet.state_dict())
+            return
+        for t, p in zip(self.target.parameters(), self.qnet.parameters(), strict=False):
+            t.lerp_(p, self.config.tau)
+
+    def networks(self) -> dict[str, nn.Module]:
+        """Online and target Q-networks."""
+        return {"q": self.qnet, "q_target": self.target}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Networks, optimizer, replay buffer, update counter and epsilon."""
+        return {
+            "q": self.qnet.state_dict(),
+            "q_target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "buffer": self.buffer.state_dict(),
+            "num_updates": self.num_updates,
+            "epsilon": self.policy.epsilon,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+        self.qnet.load_state_dict(state["q"])
+        self.target.load_state_dict(state["q_target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.buffer.load_state_dict(state["buffer"])
+        self.num_updates = int(state["num_updates"])
+        self.policy.epsilon = float(state["epsilon"])

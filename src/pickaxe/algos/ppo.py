@@ -1,0 +1,126 @@
+"""Proximal Policy Optimization (clipped surrogate) for discrete and Gaussian continuous actions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from pickaxe.algos.base import Algorithm
+from pickaxe.algos.core import (
+    adam,
+    approx_kl,
+    clipped_surrogate,
+    explained_variance,
+    linear_schedule,
+    normalize,
+    value_loss,
+)
+from pickaxe.data.batch import Batch
+from pickaxe.data.buffers import RolloutBuffer
+from pickaxe.models.actor_critic import ActorCritic
+
+
+@dataclass
+class PPOConfig:
+    """PPO hyper-parameters."""
+
+    lr: float = 3e-4
+    lr_schedule: Literal["constant", "linear"] = "constant"
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip: float = 0.2
+    clip_schedule: Literal["constant", "linear"] = "constant"
+    value_clip: float | None = None
+    """Clip the value update around the old value by this much (None: no value clipping)."""
+    vf_coef: float = 0.5
+    ent_coef: float = 0.0
+    epochs: int = 10
+    minibatch_size: int = 64
+    max_grad_norm: float = 0.5
+    normalize_advantage: bool = True
+    target_kl: float | None = None
+    """Stop the epochs of an update early once the approximate KL exceeds this."""
+    adam_eps: float = 1e-5
+
+
+def ppo_loss(
+    policy: ActorCritic, mb: Batch, cfg: PPOConfig, clip: float
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO loss on a minibatch with ``obs, action, logprob, value, advantage, return``."""
+    logprob, entropy, value = policy.evaluate_actions(mb["obs"], mb["action"])
+    advantage = normalize(mb["advantage"]) if cfg.normalize_advantage else mb["advantage"]
+    pg, _, clipped = clipped_surrogate(logprob, mb["logprob"], advantage, clip, clip)
+    pg_loss = pg.mean()
+    v_loss = value_loss(value, mb["value"], mb["return"], cfg.value_clip).mean()
+    ent = entropy.mean()
+    loss = pg_loss + cfg.vf_coef * v_loss - cfg.ent_coef * ent
+    stats = {
+        "loss/policy": pg_loss.detach(),
+        "loss/value": v_loss.detach(),
+        "loss/entropy": ent.detach(),
+        "ppo/approx_kl": approx_kl(logprob.detach(), mb["logprob"]),
+        "ppo/clip_fraction": clipped.float().mean(),
+    }
+    return loss, stats
+
+
+class PPO(Algorithm):
+    """PPO on an ``ActorCritic``: GAE over each rollout, then ``epochs`` passes of shuffled minibatches."""
+
+    def __init__(self, policy: ActorCritic, config: PPOConfig | None = None) -> None:
+        self.policy = policy
+        self.config = cfg = config or PPOConfig()
+        self.optimizer = adam(policy.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+        self.rollout = RolloutBuffer(cfg.gamma, cfg.gae_lambda)
+        self.progress = 0.0
+
+    def set_progress(self, step: int, total_steps: int) -> None:
+        """Anneal learning rate and clip range when their schedules are linear."""
+        self.progress = step / max(total_steps, 1)
+
+    def _scheduled(self, value: float, schedule: str) -> float:
+        return linear_schedule(value, 0.0, self.progress) if schedule == "linear" else value
+
+    def update(self, batch: Batch) -> dict[str, float]:
+        """GAE on the ``[T, N]`` rollout (bootstrapping from V(next_obs) unless terminated), then PPO epochs."""
+        cfg = self.config
+        with torch.no_grad():
+            next_value = self.policy.value(batch["next_obs"].flatten(0, 1)).view(batch.batch_size)
+        data = self.rollout.add(batch, next_value)
+        lr = self._scheduled(cfg.lr, cfg.lr_schedule)
+        clip = self._scheduled(cfg.clip, cfg.clip_schedule)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        history: list[dict[str, torch.Tensor]] = []
+        for _ in range(cfg.epochs):
+            for mb in self.rollout.minibatches(cfg.minibatch_size):
+                loss, stats = ppo_loss(self.policy, mb, cfg, clip)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                stats["grad_norm"] = nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+                self.optimizer.step()
+                history.append(stats)
+            if cfg.target_kl is not None and float(history[-1]["ppo/approx_kl"]) > cfg.target_kl:
+                break
+        metrics = {k: float(torch.stack([h[k] for h in history]).mean()) for k in history[0]}
+        metrics["ppo/explained_variance"] = explained_variance(data["value"], data["return"])
+        metrics["ppo/lr"] = lr
+        metrics["ppo/clip"] = clip
+        return metrics
+
+    def networks(self) -> dict[str, nn.Module]:
+        """The actor-critic."""
+        return {"policy": self.policy}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Policy, optimizer and schedule position."""
+        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(), "progress": self.progress}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.progress = float(state["progress"])

@@ -1,0 +1,213 @@
+"""The ``pickaxe`` command: ``train``, ``recipes``, ``eval``.
+
+User errors (unknown recipe, config key, value type, env id) exit with status 2 and one line on stderr
+that names the problem and the closest valid choice; there is no traceback for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import io
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import tyro
+
+from pickaxe.errors import ConfigError, PickaxeError
+
+T = TypeVar("T")
+
+USAGE = """usage: pickaxe COMMAND ...
+
+commands:
+  train RECIPE [--key.sub VALUE ...] [--run-dir DIR] [--seed N] [--device auto|cpu|cuda] [--no-progress]
+  recipes                              list the recipes
+  eval RUN_DIR [--episodes N]          evaluate a finished run's model
+
+`pickaxe train RECIPE --help` lists every config key of a recipe."""
+
+COMMANDS = ("train", "recipes", "eval")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    try:
+        if command == "train":
+            return _train(rest)
+        if command == "recipes":
+            return _recipes()
+        if command == "eval":
+            return _eval(rest)
+        close = difflib.get_close_matches(command, COMMANDS, n=1, cutoff=0.0)
+        raise PickaxeError(f"unknown command {command!r}; did you mean {close[0]!r}? (pickaxe --help)")
+    except PickaxeError as e:
+        print(f"pickaxe: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("pickaxe: interrupted", file=sys.stderr)
+        return 130
+
+
+def _pop_option(args: list[str], name: str, takes_value: bool = True) -> tuple[list[str], str | None]:
+    """Remove ``--name VALUE`` / ``--name=VALUE`` (or a flag) from ``args``; return the rest and the value."""
+    out, value, i = [], None, 0
+    while i < len(args):
+        a = args[i]
+        if a == name:
+            if not takes_value:
+                value = "true"
+            elif i + 1 >= len(args):
+                raise ConfigError(f"{name} needs a value")
+            else:
+                value, i = args[i + 1], i + 1
+        elif takes_value and a.startswith(name + "="):
+            value = a.split("=", 1)[1]
+        else:
+            out.append(a)
+        i += 1
+    return out, value
+
+
+def _validate_overrides(cfg: Any, args: list[str], prog: str) -> None:
+    """One-line errors for unknown keys and badly typed scalar values, before tyro sees the arguments."""
+    from pickaxe.train.config import check_value, flat_fields
+
+    fields = flat_fields(cfg)
+    by_flag = {k.replace("_", "-"): k for k in fields}
+    for i, arg in enumerate(args):
+        if not arg.startswith("--") or arg in ("--help",):
+            continue
+        flag, _, inline = arg[2:].partition("=")
+        key = by_flag.get(flag.replace("_", "-"))
+        if key is None:
+            close = difflib.get_close_matches(flag.replace("_", "-"), list(by_flag), n=1, cutoff=0.4)
+            hint = f"; did you mean --{close[0]}?" if close else ""
+            raise ConfigError(f"unknown config key --{flag}{hint} ({prog} --help lists all keys)")
+        hint_type, _ = fields[key]
+        value = inline or (args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else None)
+        if value is None:
+            if hint_type is not bool:
+                raise ConfigError(f"--{flag} needs a value")
+            continue
+        if not isinstance(fields[key][1], tuple):
+            check_value(flag, hint_type, value)
+
+
+def _tyro(fn: Callable[..., T] | type[T], args: list[str], prog: str, default: Any = None) -> T:
+    """Run tyro, turning its boxed error report into one ``ConfigError`` line."""
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(buf):
+            return tyro.cli(fn, args=args, prog=prog, default=default)
+    except SystemExit as e:
+        if e.code in (0, None):
+            raise
+        lines = [re.sub(r"[│╭╮╰╯─]", "", ln).strip() for ln in buf.getvalue().splitlines()]
+        text = " ".join(ln for ln in lines if ln and not ln.lower().startswith(("for full helptext", "argument help")))
+        raise ConfigError(text or f"could not parse arguments {' '.join(args)}") from None
+
+
+def _train(args: list[str]) -> int:
+    from pickaxe.recipes import get_recipe
+    from pickaxe.train.build import train
+    from pickaxe.train.config import TrainConfig
+
+    if not args or args[0].startswith("-"):
+        if args and args[0] in ("-h", "--help"):
+            print(USAGE)
+            return 0
+        raise PickaxeError("pickaxe train needs a recipe name, e.g. `pickaxe train cartpole-ppo` (`pickaxe recipes`)")
+    name, rest = args[0], args[1:]
+    cfg = get_recipe(name)
+    rest, run_dir = _pop_option(rest, "--run-dir")
+    rest, no_progress = _pop_option(rest, "--no-progress", takes_value=False)
+    prog = f"pickaxe train {name}"
+    _validate_overrides(cfg, rest, prog)
+    # tyro needs the concrete algorithm config type to expose its keys as --algo.* flags.
+    cli_type = dataclasses.make_dataclass(
+        "TrainConfig",
+        [("algo", type(cfg.algo), dataclasses.field(default_factory=type(cfg.algo)))],
+        bases=(TrainConfig,),
+    )
+    parsed = _tyro(
+        cli_type, rest, prog, default=cli_type(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
+    )
+    cfg = TrainConfig(**{f.name: getattr(parsed, f.name) for f in dataclasses.fields(TrainConfig)})
+    result, run = train(cfg, run_dir=run_dir, progress=not no_progress)
+    if no_progress:
+        summary = {
+            "run_dir": str(run.path),
+            "steps": result.steps,
+            "wall_s": round(result.wall_s, 2),
+            "eval_return": result.eval_return,
+        }
+        print(json.dumps(summary))
+    return 0
+
+
+def _recipes() -> int:
+    from pickaxe.recipes import RECIPES
+
+    width = max(len(name) for name in RECIPES)
+    for recipe in RECIPES.values():
+        print(f"{recipe.name:<{width}}  {recipe.description}")
+    return 0
+
+
+def _eval(args: list[str]) -> int:
+    def eval_command(run_dir: tyro.conf.Positional[str], episodes: int = 10, device: str | None = None) -> None:
+        """Evaluate the deterministic policy of a finished run on fresh eval envs."""
+
+    if not args or (args[0].startswith("-") and args[0] not in ("-h", "--help")):
+        raise PickaxeError("pickaxe eval needs a run directory, e.g. `pickaxe eval runs/cartpole-ppo-...`")
+    _tyro(eval_command, args, "pickaxe eval")  # validates and serves --help
+    rest, episodes_text = _pop_option(args[1:], "--episodes")
+    rest, device = _pop_option(rest, "--device")
+    return _evaluate_run(Path(args[0]), int(episodes_text or 10), device)
+
+
+def _evaluate_run(run_dir: Path, episodes: int, device: str | None) -> int:
+    import numpy as np
+
+    from pickaxe.train.build import evaluate_run
+    from pickaxe.train.config import TrainConfig
+
+    config_path = run_dir / "config.json"
+    if not config_path.is_file():
+        raise PickaxeError(f"{run_dir} is not a run directory: {config_path} is missing")
+    try:
+        cfg = TrainConfig.from_dict(json.loads(config_path.read_text()))
+    except json.JSONDecodeError as e:
+        raise PickaxeError(f"{config_path} is not valid JSON ({e}); the run's config is damaged") from None
+    if device is not None:
+        cfg.device = device
+    if episodes < 1:
+        raise ConfigError(f"--episodes must be >= 1, got {episodes}")
+    try:
+        returns, lengths = evaluate_run(cfg, run_dir, episodes)
+    except FileNotFoundError as e:
+        raise PickaxeError(str(e)) from None
+    out = {
+        "run_dir": str(run_dir),
+        "episodes": episodes,
+        "return_mean": float(np.mean(returns)),
+        "return_std": float(np.std(returns)),
+        "length_mean": float(np.mean(lengths)),
+    }
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,81 @@
+"""Gymnasium vector environments by id, seeded from the run seed."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Literal
+
+import gymnasium as gym
+from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
+
+from pickaxe.errors import PickaxeError
+
+
+class EnvError(PickaxeError, ValueError):
+    """A user-facing problem with an environment id or its dependencies."""
+
+
+class SeededVectorEnv(VectorWrapper):
+    """A vector env that remembers its seed.
+
+    The first ``reset()`` without a seed uses ``seed`` (sub-env ``i`` gets ``seed + i``); later resets
+    continue each sub-env's own generator. Evaluation re-seeds with ``seed`` so every evaluation starts
+    from the same states and is a pure function of the policy's weights.
+    """
+
+    def __init__(self, env: VectorEnv, seed: int) -> None:
+        super().__init__(env)
+        self.seed = seed
+        self._seeded = False
+
+    def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None):  # type: ignore[override]
+        """Reset; the very first call defaults to the stored seed (actions spaces are seeded with it too)."""
+        if seed is None and not self._seeded:
+            seed = self.seed
+            self.env.action_space.seed(self.seed)
+        if seed is not None and not (options and "reset_mask" in options):
+            self._seeded = True
+        return self.env.reset(seed=seed, options=options)
+
+
+def check_env_id(env_id: str) -> None:
+    """Raise ``EnvError`` naming the closest registered ids when ``env_id`` is unknown."""
+    if env_id in gym.registry:
+        return
+    close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else "; see gymnasium.pprint_registry()"
+    raise EnvError(f"unknown environment id {env_id!r}{hint}")
+
+
+def make(
+    env_id: str,
+    n: int = 1,
+    seed: int = 0,
+    vectorization: Literal["sync", "async"] = "sync",
+    **env_kwargs: Any,
+) -> SeededVectorEnv:
+    """Make ``n`` copies of gymnasium env ``env_id`` as one vector env seeded from ``seed``.
+
+    ``sync`` steps the copies in this process (best for cheap envs such as CartPole); ``async`` runs each
+    in a subprocess (for expensive envs). Episodes reset in the same step they end (gymnasium's
+    ``SAME_STEP`` mode): the final observation is in ``info["final_obs"]`` and no reset step is ever
+    returned as a transition.
+    """
+    check_env_id(env_id)
+    if n < 1:
+        raise EnvError(f"need at least one environment, got n={n}")
+    if vectorization not in ("sync", "async"):
+        raise EnvError(f"unknown vectorization {vectorization!r}; use 'sync' or 'async'")
+    try:
+        envs = gym.make_vec(
+            env_id,
+            num_envs=n,
+            vectorization_mode=vectorization,
+            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+            **env_kwargs,
+        )
+    except gym.error.DependencyNotInstalled as e:
+        extra = "mujoco" if "mujoco" in str(e).lower() else "atari" if "ale" in str(e).lower() else None
+        fix = f"pip install 'pickaxe[{extra}]'" if extra else "install the package the message names"
+        raise EnvError(f"environment {env_id!r} needs a missing dependency ({e}); fix: {fix}") from e
+    return SeededVectorEnv(envs, seed)

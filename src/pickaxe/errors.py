@@ -1,0 +1,9 @@
+"""User-facing errors: the CLI prints these as one line, without a traceback."""
+
+
+class PickaxeError(Exception):
+    """A problem with the user's input (config, recipe, env id, run directory); the message names the fix."""
+
+
+class ConfigError(PickaxeError, ValueError):
+    """An unknown config key or a value of the wrong type."""

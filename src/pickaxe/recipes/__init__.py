@@ -1,0 +1,110 @@
+"""Named, complete training configs. ``pickaxe recipes`` lists them."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pickaxe.algos.dqn import DQNConfig
+from pickaxe.algos.ppo import PPOConfig
+from pickaxe.errors import PickaxeError
+from pickaxe.train.config import CollectorConfig, EnvConfig, ModelConfig, TrainConfig
+from pickaxe.train.trainer import TrainerConfig
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A recipe: its name, one line of description and a factory for its config."""
+
+    name: str
+    description: str
+    make: Callable[[], TrainConfig]
+
+
+def _cartpole_ppo() -> TrainConfig:
+    # Short rollouts, many epochs, low gamma/lambda: the tuned CartPole settings of the RL zoo family.
+    return TrainConfig(
+        recipe="cartpole-ppo",
+        algo=PPOConfig(
+            lr=1e-3,
+            lr_schedule="linear",
+            gamma=0.98,
+            gae_lambda=0.8,
+            clip=0.2,
+            clip_schedule="linear",
+            ent_coef=0.0,
+            epochs=20,
+            minibatch_size=256,
+        ),
+        env=EnvConfig(id="CartPole-v1", num_envs=8),
+        model=ModelConfig(hidden=(64, 64), activation="tanh"),
+        collector=CollectorConfig(steps=256),
+        trainer=TrainerConfig(total_steps=100_000, eval_every=6_000),
+    )
+
+
+def _cartpole_dqn() -> TrainConfig:
+    return TrainConfig(
+        recipe="cartpole-dqn",
+        algo=DQNConfig(
+            lr=2.3e-3,
+            gamma=0.99,
+            buffer_size=100_000,
+            batch_size=64,
+            learning_starts=1_000,
+            gradient_steps=128,
+            target_update_every=128,
+            eps_start=1.0,
+            eps_end=0.04,
+            eps_fraction=0.16,
+        ),
+        env=EnvConfig(id="CartPole-v1", num_envs=8),
+        model=ModelConfig(hidden=(256, 256), activation="relu"),
+        collector=CollectorConfig(steps=256),
+        trainer=TrainerConfig(total_steps=100_000, eval_every=6_000),
+    )
+
+
+def _pendulum_ppo() -> TrainConfig:
+    return TrainConfig(
+        recipe="pendulum-ppo",
+        algo=PPOConfig(
+            lr=1e-3,
+            gamma=0.9,
+            gae_lambda=0.95,
+            clip=0.2,
+            ent_coef=0.0,
+            epochs=10,
+            minibatch_size=256,
+        ),
+        env=EnvConfig(id="Pendulum-v1", num_envs=8),
+        model=ModelConfig(hidden=(64, 64), activation="tanh"),
+        collector=CollectorConfig(steps=4096),
+        trainer=TrainerConfig(total_steps=300_000, eval_every=20_000),
+    )
+
+
+RECIPES: dict[str, Recipe] = {
+    r.name: r
+    for r in (
+        Recipe("cartpole-ppo", "PPO on CartPole-v1, discrete actions; solves (>=475) in ~25k steps", _cartpole_ppo),
+        Recipe("cartpole-dqn", "Double DQN on CartPole-v1 with a target network and epsilon decay", _cartpole_dqn),
+        Recipe("pendulum-ppo", "PPO with Gaussian actions on Pendulum-v1 (continuous control)", _pendulum_ppo),
+    )
+}
+
+
+class RecipeError(PickaxeError, KeyError):
+    """An unknown recipe name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def get_recipe(name: str) -> TrainConfig:
+    """A fresh config of recipe ``name``; unknown names raise ``RecipeError`` with the closest ones."""
+    if name not in RECIPES:
+        close = difflib.get_close_matches(name, list(RECIPES), n=1, cutoff=0.0)
+        raise RecipeError(f"unknown recipe {name!r}; did you mean {close[0]!r}? (`pickaxe recipes` lists all)")
+    return RECIPES[name].make()

@@ -1,0 +1,5 @@
+"""Rollout: the Collector that turns a policy and envs into Batches."""
+
+from pickaxe.rollout.collector import Collector
+
+__all__ = ["Collector"]

@@ -1,0 +1,141 @@
+"""The Collector: runs a policy in a vector of gymnasium envs and returns a time-major ``Batch``."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+from tensordict import TensorDict
+
+from pickaxe.data.batch import Batch
+from pickaxe.models.policy import Policy
+
+
+class Collector:
+    """Steps ``envs`` with ``policy`` and returns ``[T, N]`` batches of real transitions.
+
+    Keys: ``obs``, ``action``, ``reward``, ``terminated``, ``truncated``, ``next_obs`` and whatever
+    extras the policy reports (``logprob``, ``value``). ``next_obs`` is always the observation the
+    action led to, the true final one where an episode ended, so learners can bootstrap truncated
+    episodes. Reset steps are never transitions: with gymnasium's ``SAME_STEP`` autoreset the final
+    observation comes from ``info["final_obs"]``; with ``NEXT_STEP`` or ``DISABLED`` the collector resets
+    finished sub-envs itself (``reset_mask``) before the next step.
+
+    The hot loop writes env outputs into preallocated numpy arrays and keeps policy outputs in a list
+    stacked once per collect; no per-step ``TensorDict`` is built.
+    """
+
+    def __init__(
+        self,
+        envs: gym.vector.VectorEnv,
+        policy: Policy,
+        steps: int = 1024,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        n = envs.num_envs
+        if steps < n or steps % n:
+            raise ValueError(f"collector steps ({steps}) must be a positive multiple of the number of envs ({n})")
+        self.envs = envs
+        self.policy = policy
+        self.steps = steps
+        self.device = torch.device(device)
+        self.num_envs = n
+        obs_space = envs.single_observation_space
+        self._obs_shape = obs_space.shape
+        self._obs_dtype = np.float32 if np.issubdtype(obs_space.dtype, np.floating) else obs_space.dtype
+        act_space = envs.single_action_space
+        self._clip = (act_space.low, act_space.high) if isinstance(act_space, gym.spaces.Box) else None
+        self._mode = envs.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        self._obs: np.ndarray | None = None
+        self._ep_return = np.zeros(n)
+        self._ep_length = np.zeros(n, dtype=np.int64)
+        self.total_steps = 0
+        self.total_episodes = 0
+        self.episodes: list[tuple[float, int]] = []  # (return, length) of episodes ended in the last collect
+        self.steps_per_s = 0.0
+
+    def collect(self, steps: int | None = None) -> Batch:
+        """Collect ``steps`` transitions (default: the constructor's) as a ``[steps // N, N]`` Batch."""
+        steps = self.steps if steps is None else steps
+        if steps % self.num_envs:
+            raise ValueError(f"steps ({steps}) must be a multiple of the number of envs ({self.num_envs})")
+        T, N = steps // self.num_envs, self.num_envs
+        if self._obs is None:
+            obs0, _ = self.envs.reset()
+            self._obs = np.asarray(obs0, dtype=self._obs_dtype)
+        obs_buf = np.empty((T + 1, N, *self._obs_shape), dtype=self._obs_dtype)
+        next_obs_buf = np.empty((T, N, *self._obs_shape), dtype=self._obs_dtype)
+        reward_buf = np.empty((T, N), dtype=np.float32)
+        term_buf = np.empty((T, N), dtype=bool)
+        trunc_buf = np.empty((T, N), dtype=bool)
+        actions: list[torch.Tensor] = []
+        extras: list[dict[str, torch.Tensor]] = []
+        self.episodes = []
+        obs_buf[0] = self._obs
+        on_cpu = self.device.type == "cpu"
+        start = time.perf_counter()
+        with torch.no_grad():
+            for t in range(T):
+                obs_t = torch.from_numpy(obs_buf[t])
+                action, extra = self.policy.act(obs_t if on_cpu else obs_t.to(self.device, non_blocking=True))
+                actions.append(action)
+                extras.append(extra)
+                act_np = action.numpy() if on_cpu else action.cpu().numpy()
+                if self._clip is not None:
+                    act_np = np.clip(act_np, *self._clip)
+                nxt, reward, term, trunc, info = self.envs.step(act_np)
+                next_obs_buf[t] = nxt
+                obs_buf[t + 1] = nxt
+                reward_buf[t] = reward
+                term_buf[t] = term
+                trunc_buf[t] = trunc
+                self._ep_return += reward
+                self._ep_length += 1
+                done = term | trunc
+                if done.any():
+                    self._end_episodes(done, info, next_obs_buf[t], obs_buf[t + 1])
+        self._obs = obs_buf[T].copy()
+        elapsed = time.perf_counter() - start
+        self.steps_per_s = steps / max(elapsed, 1e-9)
+        self.total_steps += steps
+        data: dict[str, Any] = {
+            "obs": torch.from_numpy(obs_buf[:T]),
+            "action": torch.stack(actions),
+            "reward": torch.from_numpy(reward_buf),
+            "terminated": torch.from_numpy(term_buf),
+            "truncated": torch.from_numpy(trunc_buf),
+            "next_obs": torch.from_numpy(next_obs_buf),
+        }
+        for key in extras[0]:
+            data[key] = torch.stack([e[key] for e in extras])
+        return TensorDict(data, batch_size=[T, N]).to(self.device)
+
+    def _end_episodes(self, done: np.ndarray, info: dict, final_row: np.ndarray, obs_row: np.ndarray) -> None:
+        """Record finished episodes, then make ``final_row`` hold the true final observations and ``obs_row``
+        the first observations of the new episodes (SAME_STEP: from ``info``; other modes: by resetting)."""
+        idx = np.flatnonzero(done)
+        for i in idx:
+            self.episodes.append((float(self._ep_return[i]), int(self._ep_length[i])))
+        self.total_episodes += len(idx)
+        self._ep_return[idx] = 0.0
+        self._ep_length[idx] = 0
+        if self._mode == AutoresetMode.SAME_STEP:
+            for i in idx:  # returned obs is already the reset one; the real final one is in info
+                final_row[i] = info["final_obs"][i]
+        else:
+            reset_obs, _ = self.envs.reset(options={"reset_mask": done})
+            obs_row[idx] = np.asarray(reset_obs)[idx]
+
+    def metrics(self) -> dict[str, float]:
+        """Episode statistics of the last collect and collection speed."""
+        out: dict[str, float] = {"time/collect_steps_per_s": self.steps_per_s}
+        if self.episodes:
+            returns = np.array([r for r, _ in self.episodes])
+            out["rollout/return_mean"] = float(returns.mean())
+            out["rollout/length_mean"] = float(np.mean([n for _, n in self.episodes]))
+            out["rollout/episodes"] = float(len(self.episodes))
+        return out

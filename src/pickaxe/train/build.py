@@ -1,0 +1,88 @@
+"""Build a runnable experiment (envs, model, algorithm, collector, trainer) from a ``TrainConfig``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from pickaxe.algos.base import Algorithm
+from pickaxe.algos.dqn import DQN, DQNConfig
+from pickaxe.algos.ppo import PPO, PPOConfig
+from pickaxe.envs.make import check_env_id, make
+from pickaxe.models.actor_critic import ActorCritic
+from pickaxe.models.q_network import QNetwork
+from pickaxe.rollout.collector import Collector
+from pickaxe.runs.run import Run, default_run_dir, load_model
+from pickaxe.train.config import TrainConfig
+from pickaxe.train.evaluate import evaluate
+from pickaxe.train.trainer import FitResult, Trainer
+from pickaxe.utils import resolve_device, seed_everything, set_torch_threads
+
+
+def derive_seeds(seed: int) -> dict[str, int]:
+    """Independent seeds for each consumer of randomness, derived from the run seed."""
+    env, eval_env, buffer = np.random.SeedSequence(seed).generate_state(3)
+    return {"env": int(env), "eval_env": int(eval_env), "buffer": int(buffer)}
+
+
+def build_algorithm(cfg: TrainConfig, envs) -> Algorithm:
+    """The algorithm named by the type of ``cfg.algo``, with networks sized from ``envs``."""
+    device = resolve_device(cfg.device)
+    hidden, act = tuple(cfg.model.hidden), cfg.model.activation
+    if isinstance(cfg.algo, PPOConfig):
+        return PPO(ActorCritic.for_env(envs, hidden=hidden, activation=act).to(device), cfg.algo)
+    if isinstance(cfg.algo, DQNConfig):
+        qnet = QNetwork.for_env(envs, hidden=hidden, activation=act).to(device)
+        return DQN(qnet, cfg.algo, seed=derive_seeds(cfg.seed)["buffer"])
+    raise TypeError(f"no algorithm for config type {type(cfg.algo).__name__}")
+
+
+def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = False) -> Trainer:
+    """Seed everything, make envs, networks, algorithm, collector, and the Trainer that runs them."""
+    set_torch_threads(cfg.torch_threads)
+    seed_everything(cfg.seed)
+    seeds = derive_seeds(cfg.seed)
+    device = resolve_device(cfg.device)
+    envs = make(cfg.env.id, cfg.env.num_envs, seeds["env"], cfg.env.vectorization)
+    eval_envs = make(cfg.env.id, cfg.env.eval_envs, seeds["eval_env"]) if cfg.env.eval_envs > 0 else None
+    algo = build_algorithm(cfg, envs)
+    collector = Collector(envs, algo.policy, steps=cfg.collector.steps, device=device)
+    return Trainer(
+        algo,
+        collector,
+        eval_envs=eval_envs,
+        run=run,
+        config=cfg.trainer,
+        progress=progress,
+        torch_threads=cfg.torch_threads,
+    )
+
+
+def train(cfg: TrainConfig, run_dir: str | Path | None = None, progress: bool = False) -> tuple[FitResult, Run]:
+    """Train ``cfg`` into ``run_dir`` (default ``runs/<recipe>-<timestamp>``)."""
+    check_env_id(cfg.env.id)  # fail before creating the run directory
+    resolve_device(cfg.device)
+    run = Run(run_dir or default_run_dir(cfg.recipe), config=cfg.to_dict(), seed=cfg.seed)
+    trainer = build_trainer(cfg, run=run, progress=progress)
+    try:
+        result = trainer.fit()
+    finally:
+        run.close()
+        trainer.collector.envs.close()
+        if trainer.eval_envs is not None:
+            trainer.eval_envs.close()
+    return result, run
+
+
+def evaluate_run(cfg: TrainConfig, run_dir: str | Path, episodes: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """Rebuild a finished run's policy from its config and ``model.safetensors`` and evaluate it."""
+    set_torch_threads(cfg.torch_threads)
+    device = resolve_device(cfg.device)
+    envs = make(cfg.env.id, max(1, min(episodes, cfg.env.eval_envs or 1)), derive_seeds(cfg.seed)["eval_env"])
+    try:
+        algo = build_algorithm(cfg, envs)
+        load_model(run_dir, algo.networks(), device)
+        return evaluate(algo.policy, envs, episodes, device)
+    finally:
+        envs.close()

@@ -1,0 +1,157 @@
+"""The typed config of a training run; a recipe is a named, complete ``TrainConfig``."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pickaxe.algos.dqn import DQNConfig
+from pickaxe.algos.ppo import PPOConfig
+from pickaxe.errors import ConfigError
+from pickaxe.train.trainer import TrainerConfig
+
+
+@dataclass
+class EnvConfig:
+    """Which environment and how many copies."""
+
+    id: str = "CartPole-v1"
+    num_envs: int = 8
+    vectorization: Literal["sync", "async"] = "sync"
+    """sync: step copies in this process (cheap envs); async: one subprocess per copy (expensive envs)."""
+    eval_envs: int = 10
+
+
+@dataclass
+class ModelConfig:
+    """Network shape."""
+
+    hidden: tuple[int, ...] = (64, 64)
+    activation: Literal["tanh", "relu", "elu", "gelu"] = "tanh"
+
+
+@dataclass
+class CollectorConfig:
+    """Collection settings."""
+
+    steps: int = 2048
+    """Env steps per collect, all envs together (a multiple of env.num_envs)."""
+
+
+@dataclass
+class TrainConfig:
+    """Everything that decides a run's numbers."""
+
+    algo: Any = field(default_factory=PPOConfig)
+    """The algorithm's config; its type picks the algorithm (PPOConfig, DQNConfig)."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    collector: CollectorConfig = field(default_factory=CollectorConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    seed: int = 0
+    device: str = "auto"
+    """auto (CUDA when available), cpu, cuda or cuda:N."""
+    torch_threads: int = 1
+    """Torch intra-op threads; 1 is fastest for small models on shared CPUs."""
+    recipe: str = "custom"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types, with ``algo_name`` recording which algorithm ``algo`` configures."""
+        out = _to_plain(self)
+        out["algo_name"] = algo_name(self.algo)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """Inverse of ``to_dict`` (e.g. a run's ``config.json``); unknown keys raise ``ConfigError``."""
+        data = dict(data)
+        name = data.pop("algo_name", None)
+        if name not in ALGO_CONFIGS:
+            raise ConfigError(f"config names algorithm {name!r}; known: {sorted(ALGO_CONFIGS)}")
+        cfg = _from_plain(cls, {k: v for k, v in data.items() if k != "algo"}, "")
+        cfg.algo = _from_plain(ALGO_CONFIGS[name], data.get("algo", {}), "algo.")
+        return cfg
+
+
+ALGO_CONFIGS: dict[str, type] = {"ppo": PPOConfig, "dqn": DQNConfig}
+
+
+def algo_name(algo_config: Any) -> str:
+    """The registry name of an algorithm config instance."""
+    for name, typ in ALGO_CONFIGS.items():
+        if type(algo_config) is typ:
+            return name
+    raise ConfigError(f"unknown algorithm config type {type(algo_config).__name__}")
+
+
+def _to_plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple | list):
+        return [_to_plain(v) for v in obj]
+    return obj
+
+
+def _from_plain(typ: type, data: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(typ)
+    known = {f.name for f in dataclasses.fields(typ)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in known:
+            raise ConfigError(f"unknown config key {prefix + key!r}{_suggest(key, known, prefix)}")
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+            value = _from_plain(hint, value, f"{prefix}{key}.")
+        elif typing.get_origin(hint) is tuple and isinstance(value, list):
+            value = tuple(value)
+        kwargs[key] = value
+    return typ(**kwargs)
+
+
+def _suggest(key: str, choices: typing.Iterable[str], prefix: str = "") -> str:
+    close = difflib.get_close_matches(key, list(choices), n=1, cutoff=0.5)
+    return f"; did you mean {prefix + close[0]!r}?" if close else ""
+
+
+def flat_fields(cfg: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
+    """Every leaf config key as ``dotted.name -> (type hint, current value)``."""
+    out: dict[str, tuple[Any, Any]] = {}
+    hints = typing.get_type_hints(type(cfg))
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            out.update(flat_fields(value, f"{prefix}{f.name}."))
+        else:
+            out[prefix + f.name] = (hints[f.name], value)
+    return out
+
+
+def check_value(key: str, hint: Any, text: str) -> None:
+    """Raise ``ConfigError`` if command-line ``text`` cannot be a value of type ``hint`` for ``key``."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if text == "None" and type(None) in args:
+            return
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return check_value(key, arg, text)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0] if errors else f"bad value {text!r} for {key}")
+    if origin is Literal:
+        if text not in [str(a) for a in args]:
+            raise ConfigError(f"--{key} must be one of {', '.join(map(str, args))}, got {text!r}")
+        return
+    converters = {int: int, float: float}
+    if hint in converters:
+        try:
+            converters[hint](text)
+        except ValueError:
+            raise ConfigError(f"--{key} takes {hint.__name__}, got {text!r} (e.g. --{key} 3)") from None
+    elif hint is bool and text.lower() not in ("true", "false"):
+        raise ConfigError(f"--{key} takes True or False, got {text!r}")
