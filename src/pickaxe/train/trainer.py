@@ -129,6 +129,7 @@ class Trainer:
         result.steps, result.wall_s = self.step, time.perf_counter() - start
         if self.run is not None:
             self.run.save_model(self.algo.networks())
+            self.run.flush()
         if self.progress:
             print_summary(result, self.run)
         return result

@@ -1,0 +1,10 @@
+"""Shared test setup: one torch thread (see README: small models on shared CPUs)."""
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+    yield
