@@ -1,0 +1,94 @@
+"""``Run``: one directory holding a run's config, manifest, metrics and model."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from pickaxe.runs.manifest import build_manifest, to_jsonable
+from pickaxe.runs.tracking import JsonlLogger, TensorBoardLogger
+
+MODEL_FILE = "model.safetensors"
+
+
+def default_run_dir(name: str, root: str | Path = "runs") -> Path:
+    """``runs/<name>-<timestamp>``, made unique if that folder exists."""
+    base = Path(root) / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, i = base, 1
+    while path.exists():
+        path, i = Path(f"{base}-{i}"), i + 1
+    return path
+
+
+class Run:
+    """A run directory: ``config.json``, ``manifest.json``, ``metrics.jsonl``, TensorBoard events and the model.
+
+    Every log record carries ``step`` (env steps so far); wall-clock fields are namespaced ``time/``.
+    """
+
+    def __init__(self, path: str | Path, config: Any = None, seed: int | None = None, tensorboard: bool = True) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        if config is not None:
+            self._write_json("config.json", to_jsonable(config))
+        self._write_json("manifest.json", build_manifest(config, seed))
+        self._sinks: list[JsonlLogger | TensorBoardLogger] = [JsonlLogger(self.path / "metrics.jsonl")]
+        if tensorboard:
+            self._sinks.append(TensorBoardLogger(self.path / "tensorboard"))
+
+    def _write_json(self, name: str, obj: Any) -> None:
+        tmp = self.path / f".{name}.tmp"
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        tmp.replace(self.path / name)
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        """Record ``metrics`` at env step ``step`` in every sink."""
+        record = {"step": int(step), **metrics}
+        for sink in self._sinks:
+            sink.log(record)
+
+    def save_model(self, networks: dict[str, nn.Module]) -> Path:
+        """Write the networks' weights to ``model.safetensors`` (keys ``<network>.<param>``)."""
+        tensors = {
+            f"{name}.{key}": t.detach().cpu().contiguous()
+            for name, net in networks.items()
+            for key, t in net.state_dict().items()
+        }
+        path = self.path / MODEL_FILE
+        tmp = path.with_suffix(".tmp")
+        save_file(tensors, str(tmp))
+        tmp.replace(path)
+        return path
+
+    def flush(self) -> None:
+        """Push buffered metrics (TensorBoard events) to disk."""
+        for sink in self._sinks:
+            sink.flush()
+
+    def close(self) -> None:
+        """Flush and close every sink."""
+        for sink in self._sinks:
+            sink.close()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def load_model(run_dir: str | Path, networks: dict[str, nn.Module], device: str | torch.device = "cpu") -> None:
+    """Load ``model.safetensors`` of a run into ``networks`` (the names it was saved with)."""
+    path = Path(run_dir) / MODEL_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no model in {run_dir}: {path} is missing (did the run finish?)")
+    tensors = load_file(str(path), device=str(device))
+    for name, net in networks.items():
+        prefix = f"{name}."
+        net.load_state_dict({k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)})
