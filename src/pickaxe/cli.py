@@ -13,6 +13,7 @@ import io
 import json
 import re
 import sys
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -118,10 +119,23 @@ def _tyro(fn: Callable[..., T] | type[T], args: list[str], prog: str, default: A
         raise ConfigError(text or f"could not parse arguments {' '.join(args)}") from None
 
 
+def _concrete_type(cfg: Any) -> type:
+    """A subclass of ``type(cfg)`` whose ``Any``-typed dataclass fields (e.g. ``algo``) carry their value's type.
+
+    tyro builds ``--algo.*`` flags from type hints, so the concrete algorithm config type must be visible.
+    """
+    hints = typing.get_type_hints(type(cfg))
+    special = [
+        (f.name, type(v), dataclasses.field(default_factory=type(v)))
+        for f in dataclasses.fields(cfg)
+        if hints[f.name] is Any and dataclasses.is_dataclass(v := getattr(cfg, f.name))
+    ]
+    return dataclasses.make_dataclass(type(cfg).__name__, special, bases=(type(cfg),)) if special else type(cfg)
+
+
 def _train(args: list[str]) -> int:
     from pickaxe.recipes import get_recipe
     from pickaxe.train.build import train
-    from pickaxe.train.config import TrainConfig
 
     if not args or args[0].startswith("-"):
         if args and args[0] in ("-h", "--help"):
@@ -134,16 +148,10 @@ def _train(args: list[str]) -> int:
     rest, no_progress = _pop_option(rest, "--no-progress", takes_value=False)
     prog = f"pickaxe train {name}"
     _validate_overrides(cfg, rest, prog)
-    # tyro needs the concrete algorithm config type to expose its keys as --algo.* flags.
-    cli_type = dataclasses.make_dataclass(
-        "TrainConfig",
-        [("algo", type(cfg.algo), dataclasses.field(default_factory=type(cfg.algo)))],
-        bases=(TrainConfig,),
-    )
-    parsed = _tyro(
-        cli_type, rest, prog, default=cli_type(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
-    )
-    cfg = TrainConfig(**{f.name: getattr(parsed, f.name) for f in dataclasses.fields(TrainConfig)})
+    cli_type = _concrete_type(cfg)
+    default = cli_type(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
+    parsed = _tyro(cli_type, rest, prog, default=default)
+    cfg = type(cfg)(**{f.name: getattr(parsed, f.name) for f in dataclasses.fields(cfg)})
     result, run = train(cfg, run_dir=run_dir, progress=not no_progress)
     if no_progress:
         summary = {

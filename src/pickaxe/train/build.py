@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -59,19 +61,38 @@ def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = Fal
     )
 
 
-def train(cfg: TrainConfig, run_dir: str | Path | None = None, progress: bool = False) -> tuple[FitResult, Run]:
-    """Train ``cfg`` into ``run_dir`` (default ``runs/<recipe>-<timestamp>``)."""
-    check_env_id(cfg.env.id)  # fail before creating the run directory
-    resolve_device(cfg.device)
+Builder = Callable[[Any, Run | None, bool], Trainer]
+BUILDERS: dict[type, Builder] = {}
+
+
+def register_builder(config_type: type, builder: Builder) -> None:
+    """Make ``train`` accept ``config_type`` configs (e.g. the LLM one), built by ``builder(cfg, run, progress)``."""
+    BUILDERS[config_type] = builder
+
+
+register_builder(TrainConfig, lambda cfg, run, progress: build_trainer(cfg, run=run, progress=progress))
+
+
+def train(cfg: Any, run_dir: str | Path | None = None, progress: bool = False) -> tuple[FitResult, Run]:
+    """Train any registered config (``TrainConfig`` and others) into ``run_dir`` (default ``runs/<recipe>-<time>``).
+
+    The config is validated by building envs' ids and devices before the run directory is created.
+    """
+    builder = BUILDERS.get(type(cfg))
+    if builder is None:
+        raise TypeError(f"no builder registered for {type(cfg).__name__}; see pickaxe.train.build.register_builder")
+    if isinstance(cfg, TrainConfig):  # fail on a bad env id or device before creating the run directory
+        check_env_id(cfg.env.id)
+        resolve_device(cfg.device)
     run = Run(run_dir or default_run_dir(cfg.recipe), config=cfg.to_dict(), seed=cfg.seed)
-    trainer = build_trainer(cfg, run=run, progress=progress)
     try:
-        result = trainer.fit()
+        trainer = builder(cfg, run, progress)
+        try:
+            result = trainer.fit()
+        finally:
+            trainer.close()
     finally:
         run.close()
-        trainer.collector.envs.close()
-        if trainer.eval_envs is not None:
-            trainer.eval_envs.close()
     return result, run
 
 

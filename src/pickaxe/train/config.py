@@ -63,12 +63,14 @@ class TrainConfig:
         """Plain JSON types, with ``algo_name`` recording which algorithm ``algo`` configures."""
         out = _to_plain(self)
         out["algo_name"] = algo_name(self.algo)
+        out["kind"] = "classic"
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         """Inverse of ``to_dict`` (e.g. a run's ``config.json``); unknown keys raise ``ConfigError``."""
         data = dict(data)
+        data.pop("kind", None)
         name = data.pop("algo_name", None)
         if name not in ALGO_CONFIGS:
             raise ConfigError(f"config names algorithm {name!r}; known: {sorted(ALGO_CONFIGS)}")

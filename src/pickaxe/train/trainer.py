@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
+import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -46,8 +48,35 @@ class FitResult:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
+Evaluator = Callable[[Algorithm], dict[str, float]]
+"""Anything that scores an algorithm's current policy, returning metrics named ``eval/...``."""
+
+
+class EnvEvaluator:
+    """Deterministic-policy evaluation on separate eval envs (``eval/return_mean``, ``_std``, ``length_mean``)."""
+
+    def __init__(self, envs: gym.vector.VectorEnv, episodes: int = 10, device: str | torch.device = "cpu") -> None:
+        self.envs = envs
+        self.episodes = episodes
+        self.device = device
+
+    def __call__(self, algo: Algorithm) -> dict[str, float]:
+        """Evaluate ``algo.policy`` with ``deterministic=True``."""
+        returns, lengths = evaluate(algo.policy, self.envs, self.episodes, self.device)
+        return {
+            "eval/return_mean": float(returns.mean()),
+            "eval/return_std": float(returns.std()),
+            "eval/length_mean": float(lengths.mean()),
+        }
+
+
 class Trainer:
-    """Runs ``algo`` with ``collector`` until ``total_steps`` env steps, evaluating on ``eval_envs``."""
+    """Runs ``algo`` with ``collector`` until ``total_steps`` env steps, evaluating periodically.
+
+    ``collector`` is anything with ``collect() -> Batch`` and ``metrics() -> dict``; every element of a
+    collected batch counts as one env step. Evaluation uses ``evaluator`` or, given ``eval_envs``, an
+    ``EnvEvaluator`` on them.
+    """
 
     def __init__(
         self,
@@ -58,25 +87,25 @@ class Trainer:
         config: TrainerConfig | None = None,
         progress: bool = False,
         torch_threads: int = 1,
+        evaluator: Evaluator | None = None,
     ) -> None:
         self.algo = algo
         self.collector = collector
         self.eval_envs = eval_envs
         self.run = run
         self.config = config or TrainerConfig()
+        if evaluator is None and eval_envs is not None:
+            evaluator = EnvEvaluator(eval_envs, self.config.eval_episodes, getattr(collector, "device", "cpu"))
+        self.evaluator = evaluator
         self.progress = progress
         self.step = 0
         set_torch_threads(torch_threads)
 
     def evaluate(self) -> dict[str, float]:
-        """Evaluate the deterministic policy; metrics under ``eval/``."""
-        assert self.eval_envs is not None
-        returns, lengths = evaluate(self.algo.policy, self.eval_envs, self.config.eval_episodes, self.collector.device)
-        return {
-            "eval/return_mean": float(returns.mean()),
-            "eval/return_std": float(returns.std()),
-            "eval/length_mean": float(lengths.mean()),
-        }
+        """Run the evaluator on the current policy; metrics under ``eval/``."""
+        if self.evaluator is None:
+            raise RuntimeError("this Trainer has no eval_envs or evaluator")
+        return self.evaluator(self.algo)
 
     def fit(self, total_steps: int | None = None) -> FitResult:
         """Train; returns a summary. ``total_steps`` overrides the config's."""
@@ -99,7 +128,7 @@ class Trainer:
                 record = {**self.collector.metrics(), **metrics}
                 record["time/collect_s"], record["time/update_s"] = t1 - t0, t2 - t1
                 evaluated = False
-                if self.eval_envs is not None and (self.step >= next_eval or self.step >= total):
+                if self.evaluator is not None and (self.step >= next_eval or self.step >= total):
                     while next_eval <= self.step:
                         next_eval += cfg.eval_every if cfg.eval_every > 0 else total
                     record.update(self.evaluate())
@@ -113,7 +142,7 @@ class Trainer:
                     if self.run is not None:
                         self.run.log(record, self.step)
                     result.history.append({"step": self.step, **record})
-                if evaluated:
+                if evaluated and "eval/return_mean" in record:
                     ret = record["eval/return_mean"]
                     result.eval_return = ret
                     result.best_eval_return = max(ret, result.best_eval_return or -float("inf"))
@@ -133,6 +162,13 @@ class Trainer:
         if self.progress:
             print_summary(result, self.run)
         return result
+
+    def close(self) -> None:
+        """Close the collector's and evaluator's environments (if they have any)."""
+        for owner in (self.collector, self.evaluator):
+            envs = getattr(owner, "envs", None)
+            if envs is not None and hasattr(envs, "close"):
+                envs.close()
 
     def _progress_bar(self, total: int) -> Progress | _NoBar:
         if not self.progress:
