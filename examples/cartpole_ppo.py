@@ -7,8 +7,8 @@ import pickaxe as px
 total_steps = int(sys.argv[1]) if len(sys.argv) > 1 else 50_000
 px.seed_everything(0)
 envs = px.envs.make("CartPole-v1", n=8, seed=0)
-policy = px.models.ActorCritic.for_env(envs)
-algo = px.algos.PPO(policy, px.algos.PPOConfig(lr=1e-3, gamma=0.98, gae_lambda=0.8, epochs=20, minibatch_size=256))
+policy = px.models.ActorCritic.for_env(envs, activation="relu")
+algo = px.algos.PPO(policy, px.algos.PPOConfig(lr=3e-3, gamma=0.98, gae_lambda=0.8, epochs=10, minibatch_size=256))
 collector = px.Collector(envs, policy, steps=256)
 trainer = px.Trainer(
     algo,

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import tyro
 
 from pickaxe.errors import ConfigError, PickaxeError
+from pickaxe.train.config import check_value, flat_fields
 
 T = TypeVar("T")
 
@@ -28,12 +29,14 @@ USAGE = """usage: pickaxe COMMAND ...
 
 commands:
   train RECIPE [--key.sub VALUE ...] [--run-dir DIR] [--seed N] [--device auto|cpu|cuda] [--no-progress]
+               [--save-every N] [--max-restarts N]
+  resume RUN_DIR [--no-progress]       continue a run from its newest good checkpoint to its original budget
   recipes                              list the recipes
   eval RUN_DIR [--episodes N]          evaluate a finished run's model
 
 `pickaxe train RECIPE --help` lists every config key of a recipe."""
 
-COMMANDS = ("train", "recipes", "eval")
+COMMANDS = ("train", "resume", "recipes", "eval")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if command == "train":
             return _train(rest)
+        if command == "resume":
+            return _resume(rest)
         if command == "recipes":
             return _recipes()
         if command == "eval":
@@ -82,8 +87,6 @@ def _pop_option(args: list[str], name: str, takes_value: bool = True) -> tuple[l
 
 def _validate_overrides(cfg: Any, args: list[str], prog: str) -> None:
     """One-line errors for unknown keys and badly typed scalar values, before tyro sees the arguments."""
-    from pickaxe.train.config import check_value, flat_fields
-
     fields = flat_fields(cfg)
     by_flag = {k.replace("_", "-"): k for k in fields}
     for i, arg in enumerate(args):
@@ -146,14 +149,31 @@ def _train(args: list[str]) -> int:
     cfg = get_recipe(name)
     rest, run_dir = _pop_option(rest, "--run-dir")
     rest, no_progress = _pop_option(rest, "--no-progress", takes_value=False)
+    rest, max_restarts = _pop_option(rest, "--max-restarts")
+    rest = [
+        "--trainer.save-every" if a == "--save-every" else a.replace("--save-every=", "--trainer.save-every=")
+        for a in rest
+    ]
     prog = f"pickaxe train {name}"
     _validate_overrides(cfg, rest, prog)
     cli_type = _concrete_type(cfg)
     default = cli_type(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
     parsed = _tyro(cli_type, rest, prog, default=default)
     cfg = type(cfg)(**{f.name: getattr(parsed, f.name) for f in dataclasses.fields(cfg)})
+    if max_restarts is not None:
+        check_value("max-restarts", int, max_restarts)
+        from pickaxe.runs.run import default_run_dir
+
+        run_dir = run_dir or str(default_run_dir(name))
+        child = [a for a in args if a not in ("--max-restarts", max_restarts) and not a.startswith("--max-restarts=")]
+        return _supervise([*child, "--run-dir", run_dir], Path(run_dir), int(max_restarts))
     result, run = train(cfg, run_dir=run_dir, progress=not no_progress)
-    if no_progress:
+    _print_result(result, run, no_progress)
+    return 0
+
+
+def _print_result(result: Any, run: Any, quiet: bool) -> None:
+    if quiet:  # machine-readable summary; the progress view prints a table instead
         summary = {
             "run_dir": str(run.path),
             "steps": result.steps,
@@ -161,7 +181,56 @@ def _train(args: list[str]) -> int:
             "eval_return": result.eval_return,
         }
         print(json.dumps(summary))
+
+
+def _resume(args: list[str]) -> int:
+    from pickaxe.train.build import resume
+
+    rest, no_progress = _pop_option(args, "--no-progress", takes_value=False)
+    if len(rest) != 1 or rest[0].startswith("-"):
+        raise PickaxeError("usage: pickaxe resume RUN_DIR [--no-progress]")
+    result, run = resume(rest[0], progress=not no_progress)
+    _print_result(result, run, no_progress)
     return 0
+
+
+def _supervise(train_args: list[str], run_dir: Path, max_restarts: int) -> int:
+    """Run training in a child process; restart it from its newest good checkpoint when it crashes.
+
+    Exit status 0 (done) and 2 (a user error, or a deliberate stop) end supervision; any other status,
+    a signal included, is a crash and costs one of ``max_restarts`` restarts.
+    """
+    import subprocess
+
+    from pickaxe.runs.run import Run
+
+    command = [sys.executable, "-m", "pickaxe.cli", "train", *train_args]
+    restarts = 0
+    while True:
+        code = subprocess.call(command)
+        if code in (0, 2):
+            return code
+        if restarts >= max_restarts:
+            print(
+                f"pickaxe: error: training crashed (exit {code}) and {max_restarts} restarts are used up; "
+                f"`pickaxe resume {run_dir}` continues it",
+                file=sys.stderr,
+            )
+            return 1
+        restarts += 1
+        message = f"restart {restarts}/{max_restarts} after exit status {code}: resuming from the newest checkpoint"
+        if (run_dir / "config.json").is_file():
+            Run.open(run_dir).event(message, restart=restarts, exit_status=code)
+        else:
+            print(f"pickaxe: {message}", file=sys.stderr)
+        command = [
+            sys.executable,
+            "-m",
+            "pickaxe.cli",
+            "resume",
+            str(run_dir),
+            *(["--no-progress"] if "--no-progress" in train_args else []),
+        ]
 
 
 def _recipes() -> int:

@@ -7,3 +7,11 @@ class PickaxeError(Exception):
 
 class ConfigError(PickaxeError, ValueError):
     """An unknown config key or a value of the wrong type."""
+
+
+class NonFiniteError(RuntimeError):
+    """A NaN or Inf in a loss, a gradient or a parameter; raised before the bad update is applied."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what

@@ -42,3 +42,25 @@ def set_torch_threads(n: int) -> None:
         raise ValueError(f"torch_threads must be >= 1, got {n}")
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
+
+
+def get_rng_state() -> dict:
+    """The global generators' states: python, numpy (legacy global), torch CPU and every CUDA device."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore what ``get_rng_state`` returned. Call it last when resuming: building objects consumes randomness."""
+    random.setstate(_as_tuple(state["python"]))
+    np.random.set_state(_as_tuple(state["numpy"]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _as_tuple(x):
+    """Nested lists back to the nested tuples ``random.setstate`` expects."""
+    return tuple(_as_tuple(v) for v in x) if isinstance(x, list | tuple) else x

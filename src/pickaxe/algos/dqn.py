@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pickaxe.algos.base import Algorithm
+from pickaxe.algos.base import Algorithm, guarded_step
 from pickaxe.algos.core import adam, huber, linear_schedule, td_target
 from pickaxe.data.batch import Batch
 from pickaxe.data.buffers import ReplayBuffer
@@ -90,10 +90,7 @@ class DQN(Algorithm):
         history = []
         for _ in range(cfg.gradient_steps):
             loss, stats = dqn_loss(self.qnet, self.target, self.buffer.sample(cfg.batch_size), cfg)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            nn.utils.clip_grad_norm_(self.qnet.parameters(), cfg.max_grad_norm)
-            self.optimizer.step()
+            guarded_step(loss, self.qnet, self.optimizer, cfg.max_grad_norm, "td loss")
             self.num_updates += 1
             if self.num_updates % cfg.target_update_every == 0:
                 self._update_target()

@@ -8,7 +8,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from pickaxe.algos.base import Algorithm
+from pickaxe.algos.base import Algorithm, guarded_step
 from pickaxe.algos.core import (
     adam,
     approx_kl,
@@ -98,10 +98,7 @@ class PPO(Algorithm):
         for _ in range(cfg.epochs):
             for mb in self.rollout.minibatches(cfg.minibatch_size):
                 loss, stats = ppo_loss(self.policy, mb, cfg, clip)
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                stats["grad_norm"] = nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
-                self.optimizer.step()
+                stats["grad_norm"] = guarded_step(loss, self.policy, self.optimizer, cfg.max_grad_norm, "ppo loss")
                 history.append(stats)
             if cfg.target_kl is not None and float(history[-1]["ppo/approx_kl"]) > cfg.target_kl:
                 break

@@ -8,6 +8,7 @@ from typing import Any, Literal
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
+from pickaxe.envs.state import Snapshot
 from pickaxe.errors import PickaxeError
 
 
@@ -37,6 +38,18 @@ class SeededVectorEnv(VectorWrapper):
             self._seeded = True
         return self.env.reset(seed=seed, options=options)
 
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """An attribute of every sub-env (gymnasium's ``VectorWrapper`` does not forward this)."""
+        return self.env.get_attr(name)
+
+    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
+        """Set an attribute on every sub-env, one value each when ``values`` is a list or tuple."""
+        self.env.set_attr(name, values)
+
+    def mark_seeded(self) -> None:
+        """Record that the envs are past their first reset (used when state is restored from a checkpoint)."""
+        self._seeded = True
+
 
 def check_env_id(env_id: str) -> None:
     """Raise ``EnvError`` naming the closest registered ids when ``env_id`` is unknown."""
@@ -59,7 +72,7 @@ def make(
     ``sync`` steps the copies in this process (best for cheap envs such as CartPole); ``async`` runs each
     in a subprocess (for expensive envs). Episodes reset in the same step they end (gymnasium's
     ``SAME_STEP`` mode): the final observation is in ``info["final_obs"]`` and no reset step is ever
-    returned as a transition.
+    returned as a transition. Each sub-env is wrapped in ``Snapshot`` so checkpoints can capture it.
     """
     check_env_id(env_id)
     if n < 1:
@@ -72,6 +85,7 @@ def make(
             num_envs=n,
             vectorization_mode=vectorization,
             vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+            wrappers=[Snapshot],
             **env_kwargs,
         )
     except gym.error.DependencyNotInstalled as e:

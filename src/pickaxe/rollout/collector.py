@@ -130,6 +130,47 @@ class Collector:
             reset_obs, _ = self.envs.reset(options={"reset_mask": done})
             obs_row[idx] = np.asarray(reset_obs)[idx]
 
+    def state_dict(self) -> dict[str, Any]:
+        """Position in the env stream: current observations, partial-episode counters, env states.
+
+        Env states are captured when every sub-env supports it (``envs.state``); otherwise
+        ``envs`` is None and ``load_state_dict`` restarts episodes from a seed derived from ``reseed``.
+        """
+        support = self.state_support()
+        return {
+            "obs": None if self._obs is None else self._obs.copy(),
+            "ep_return": self._ep_return.copy(),
+            "ep_length": self._ep_length.copy(),
+            "total_steps": self.total_steps,
+            "total_episodes": self.total_episodes,
+            "envs": list(self.envs.get_attr("pickaxe_state")) if support == "exact" else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any], reseed: int | None = None) -> None:
+        """Restore ``state_dict()``. Without env states, reset every env with seed ``reseed`` instead."""
+        self.total_steps = int(state["total_steps"])
+        self.total_episodes = int(state["total_episodes"])
+        if state["envs"] is not None and state["obs"] is not None:
+            self.envs.set_attr("pickaxe_state", list(state["envs"]))
+            self._obs = np.asarray(state["obs"], dtype=self._obs_dtype).copy()
+            self._ep_return = np.asarray(state["ep_return"], dtype=np.float64).copy()
+            self._ep_length = np.asarray(state["ep_length"], dtype=np.int64).copy()
+        else:  # deterministic restart: fresh episodes from a known seed
+            obs, _ = self.envs.reset(seed=reseed)
+            self._obs = np.asarray(obs, dtype=self._obs_dtype)
+            self._ep_return[:] = 0.0
+            self._ep_length[:] = 0
+        if hasattr(self.envs, "mark_seeded"):
+            self.envs.mark_seeded()
+
+    def state_support(self) -> str:
+        """``exact`` when every sub-env's state can be captured (``pickaxe.envs.state``), else ``deterministic``."""
+        try:
+            support = set(self.envs.get_attr("pickaxe_state_support"))
+        except AttributeError:
+            return "deterministic"
+        return "exact" if support == {"exact"} else "deterministic"
+
     def metrics(self) -> dict[str, float]:
         """Episode statistics of the last collect and collection speed."""
         out: dict[str, float] = {"time/collect_steps_per_s": self.steps_per_s}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from pickaxe.errors import PickaxeError
 from pickaxe.runs.manifest import build_manifest, to_jsonable
 from pickaxe.runs.tracking import JsonlLogger, TensorBoardLogger
 
@@ -27,20 +29,74 @@ def default_run_dir(name: str, root: str | Path = "runs") -> Path:
 
 
 class Run:
-    """A run directory: ``config.json``, ``manifest.json``, ``metrics.jsonl``, TensorBoard events and the model.
+    """A run directory: ``config.json``, ``manifest.json``, ``metrics.jsonl``, ``events.jsonl``, TensorBoard
+    events, ``checkpoints/`` and the final ``model.safetensors``.
 
     Every log record carries ``step`` (env steps so far); wall-clock fields are namespaced ``time/``.
+    ``Run.open`` reattaches to an existing directory (for resuming) without rewriting its config.
     """
 
     def __init__(self, path: str | Path, config: Any = None, seed: int | None = None, tensorboard: bool = True) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
+        self._tensorboard = tensorboard
+        self._sinks: list[JsonlLogger | TensorBoardLogger] = []
         if config is not None:
             self._write_json("config.json", to_jsonable(config))
         self._write_json("manifest.json", build_manifest(config, seed))
-        self._sinks: list[JsonlLogger | TensorBoardLogger] = [JsonlLogger(self.path / "metrics.jsonl")]
-        if tensorboard:
-            self._sinks.append(TensorBoardLogger(self.path / "tensorboard"))
+        self._open_sinks(purge_step=None)
+
+    @classmethod
+    def open(cls, path: str | Path, tensorboard: bool = True) -> Run:
+        """Reattach to an existing run directory; call ``rewind(step)`` before logging."""
+        run = cls.__new__(cls)
+        run.path = Path(path)
+        if not (run.path / "config.json").is_file():
+            raise PickaxeError(f"{run.path} is not a run directory: config.json is missing")
+        run._tensorboard = tensorboard
+        run._sinks = []
+        return run
+
+    def config(self) -> dict[str, Any]:
+        """The run's ``config.json``."""
+        try:
+            return json.loads((self.path / "config.json").read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as e:
+            raise PickaxeError(f"cannot read {self.path / 'config.json'}: {e}") from None
+
+    def _open_sinks(self, purge_step: int | None) -> None:
+        self._sinks = [JsonlLogger(self.path / "metrics.jsonl")]
+        if self._tensorboard:
+            self._sinks.append(TensorBoardLogger(self.path / "tensorboard", purge_step=purge_step))
+
+    def rewind(self, step: int) -> None:
+        """Drop every metric logged after ``step`` (and a torn last line), then reopen the sinks.
+
+        A resumed run calls this with its checkpoint's step, so ``metrics.jsonl`` ends up with each
+        step exactly once. The file is rewritten atomically.
+        """
+        self.close()
+        path = self.path / "metrics.jsonl"
+        kept: list[str] = []
+        if path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a write torn by a kill
+                if record.get("step", 0) <= step:
+                    kept.append(line)
+        tmp = path.with_name(".metrics.jsonl.tmp")
+        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        tmp.replace(path)
+        self._open_sinks(purge_step=step + 1)
+
+    def event(self, message: str, **fields: Any) -> None:
+        """Append a lifecycle event (resume, restart, rollback) to ``events.jsonl`` and echo it on stderr."""
+        record = {"time": time.time(), "message": message, **fields}
+        with open(self.path / "events.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        print(f"pickaxe: {message}", file=sys.stderr)
 
     def _write_json(self, name: str, obj: Any) -> None:
         tmp = self.path / f".{name}.tmp"
@@ -75,6 +131,7 @@ class Run:
         """Flush and close every sink."""
         for sink in self._sinks:
             sink.close()
+        self._sinks = []
 
     def __enter__(self) -> Run:
         return self

@@ -32,10 +32,11 @@ class JsonlLogger:
 class TensorBoardLogger:
     """Scalars to TensorBoard event files under the run directory (``tensorboard --logdir RUN_DIR``)."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, purge_step: int | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter  # imported lazily: it is slow to import
 
-        self._writer = SummaryWriter(log_dir=str(log_dir))
+        # purge_step hides events a killed run wrote past its last checkpoint
+        self._writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
 
     def log(self, record: dict[str, Any]) -> None:
         """Write every numeric value of ``record`` at ``record['step']``."""

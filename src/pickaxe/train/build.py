@@ -12,6 +12,7 @@ from pickaxe.algos.base import Algorithm
 from pickaxe.algos.dqn import DQN, DQNConfig
 from pickaxe.algos.ppo import PPO, PPOConfig
 from pickaxe.envs.make import check_env_id, make
+from pickaxe.errors import ConfigError
 from pickaxe.models.actor_critic import ActorCritic
 from pickaxe.models.q_network import QNetwork
 from pickaxe.rollout.collector import Collector
@@ -63,14 +64,30 @@ def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = Fal
 
 Builder = Callable[[Any, Run | None, bool], Trainer]
 BUILDERS: dict[type, Builder] = {}
+CONFIG_KINDS: dict[str, type] = {}
 
 
-def register_builder(config_type: type, builder: Builder) -> None:
-    """Make ``train`` accept ``config_type`` configs (e.g. the LLM one), built by ``builder(cfg, run, progress)``."""
+def register_builder(config_type: type, builder: Builder, kind: str | None = None) -> None:
+    """Make ``train`` accept ``config_type`` configs (e.g. the LLM one), built by ``builder(cfg, run, progress)``.
+
+    ``kind`` is the value of ``"kind"`` in that config's ``to_dict()``, so a run directory can be rebuilt.
+    """
     BUILDERS[config_type] = builder
+    if kind is not None:
+        CONFIG_KINDS[kind] = config_type
 
 
-register_builder(TrainConfig, lambda cfg, run, progress: build_trainer(cfg, run=run, progress=progress))
+register_builder(TrainConfig, lambda cfg, run, progress: build_trainer(cfg, run=run, progress=progress), "classic")
+
+
+def config_from_dict(data: dict[str, Any]) -> Any:
+    """Rebuild a run's config from its ``config.json`` content, whatever its kind."""
+    kind = data.get("kind", "classic")
+    if kind not in CONFIG_KINDS and kind == "llm":
+        import pickaxe.train.llm  # noqa: F401 - registers the LLM config kind
+    if kind not in CONFIG_KINDS:
+        raise ConfigError(f"unknown config kind {kind!r} in config.json; known: {sorted(CONFIG_KINDS)}")
+    return CONFIG_KINDS[kind].from_dict(data)
 
 
 def train(cfg: Any, run_dir: str | Path | None = None, progress: bool = False) -> tuple[FitResult, Run]:
@@ -85,15 +102,27 @@ def train(cfg: Any, run_dir: str | Path | None = None, progress: bool = False) -
         check_env_id(cfg.env.id)
         resolve_device(cfg.device)
     run = Run(run_dir or default_run_dir(cfg.recipe), config=cfg.to_dict(), seed=cfg.seed)
+    return _fit(builder, cfg, run, progress, resume=False), run
+
+
+def resume(run_dir: str | Path, progress: bool = False) -> tuple[FitResult, Run]:
+    """Continue a run from its newest good checkpoint to its original budget (from scratch if it has none)."""
+    run = Run.open(run_dir)
+    cfg = config_from_dict(run.config())
+    return _fit(BUILDERS[type(cfg)], cfg, run, progress, resume=True), run
+
+
+def _fit(builder: Builder, cfg: Any, run: Run, progress: bool, resume: bool) -> FitResult:
     try:
         trainer = builder(cfg, run, progress)
         try:
-            result = trainer.fit()
+            if resume:
+                trainer.resume()
+            return trainer.fit()
         finally:
             trainer.close()
     finally:
         run.close()
-    return result, run
 
 
 def evaluate_run(cfg: TrainConfig, run_dir: str | Path, episodes: int = 10) -> tuple[np.ndarray, np.ndarray]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import gymnasium as gym
 import torch
@@ -13,11 +14,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pickaxe.algos.base import Algorithm
+from pickaxe.algos.base import Algorithm, first_nonfinite
+from pickaxe.errors import NonFiniteError, PickaxeError
+from pickaxe.faults import fault_point
 from pickaxe.rollout.collector import Collector
+from pickaxe.runs.checkpoint import CheckpointInfo, CheckpointManager
 from pickaxe.runs.run import Run
 from pickaxe.train.evaluate import evaluate
-from pickaxe.utils import set_torch_threads
+from pickaxe.utils import get_rng_state, seed_everything, set_rng_state, set_torch_threads
 
 
 @dataclass
@@ -33,6 +37,16 @@ class TrainerConfig:
     """Stop as soon as the eval mean return reaches this."""
     log_every: int = 0
     """Env steps between log records (0: every update). Evaluations are always logged."""
+    save_every: int = 0
+    """Env steps between checkpoints (0: only the final one). Needs a Run."""
+    keep_last: int = 3
+    """Checkpoints kept by recency."""
+    keep_best: int = 1
+    """Checkpoints kept by eval return (on top of keep_last)."""
+    on_nonfinite: Literal["rollback", "stop"] = "rollback"
+    """On a NaN/Inf loss, gradient or parameter: reload the last good checkpoint, or stop."""
+    max_rollbacks: int = 3
+    """Rollbacks allowed before a non-finite value stops the run."""
 
 
 @dataclass
@@ -46,6 +60,10 @@ class FitResult:
     solved_step: int | None = None
     solved_wall_s: float | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
+
+
+class TrainingStopped(PickaxeError):
+    """Training stopped on purpose (e.g. the non-finite guard); the message says why and what to do."""
 
 
 Evaluator = Callable[[Algorithm], dict[str, float]]
@@ -71,11 +89,12 @@ class EnvEvaluator:
 
 
 class Trainer:
-    """Runs ``algo`` with ``collector`` until ``total_steps`` env steps, evaluating periodically.
+    """Runs ``algo`` with ``collector`` until ``total_steps`` env steps, evaluating and checkpointing.
 
     ``collector`` is anything with ``collect() -> Batch`` and ``metrics() -> dict``; every element of a
     collected batch counts as one env step. Evaluation uses ``evaluator`` or, given ``eval_envs``, an
-    ``EnvEvaluator`` on them.
+    ``EnvEvaluator`` on them. With a ``run``, checkpoints go to ``run.path / "checkpoints"`` and
+    ``resume()`` continues from the newest good one exactly where it left off.
     """
 
     def __init__(
@@ -93,12 +112,16 @@ class Trainer:
         self.collector = collector
         self.eval_envs = eval_envs
         self.run = run
-        self.config = config or TrainerConfig()
+        self.config = cfg = config or TrainerConfig()
         if evaluator is None and eval_envs is not None:
-            evaluator = EnvEvaluator(eval_envs, self.config.eval_episodes, getattr(collector, "device", "cpu"))
+            evaluator = EnvEvaluator(eval_envs, cfg.eval_episodes, getattr(collector, "device", "cpu"))
         self.evaluator = evaluator
         self.progress = progress
+        self.checkpoints = CheckpointManager(run.path, cfg.keep_last, cfg.keep_best) if run is not None else None
         self.step = 0
+        self._next_eval = self._next_log = self._next_save = 0
+        self._rollbacks = 0
+        self.result = FitResult(steps=0, wall_s=0.0)
         set_torch_threads(torch_threads)
 
     def evaluate(self) -> dict[str, float]:
@@ -107,61 +130,174 @@ class Trainer:
             raise RuntimeError("this Trainer has no eval_envs or evaluator")
         return self.evaluator(self.algo)
 
+    # ------------------------------------------------------------------------------------------ loop
     def fit(self, total_steps: int | None = None) -> FitResult:
-        """Train; returns a summary. ``total_steps`` overrides the config's."""
+        """Train until ``total_steps`` env steps (default: the config's); returns a summary."""
         cfg = self.config
         total = cfg.total_steps if total_steps is None else total_steps
-        result = FitResult(steps=0, wall_s=0.0)
+        result = self.result
         start = time.perf_counter()
-        next_eval = cfg.eval_every if cfg.eval_every > 0 else total
-        next_log = 0
+        if self.step == 0:
+            self._next_eval = cfg.eval_every if cfg.eval_every > 0 else total
+            self._next_save = cfg.save_every if cfg.save_every > 0 else total
         with self._progress_bar(total) as bar:
-            task = bar.add_task("train", total=total, eval="-", sps="-") if bar else None
-            while self.step < total:
-                self.algo.set_progress(self.step, total)
-                t0 = time.perf_counter()
-                batch = self.collector.collect()
-                t1 = time.perf_counter()
-                self.step += batch.numel()
-                metrics = self.algo.update(batch)
-                t2 = time.perf_counter()
-                record = {**self.collector.metrics(), **metrics}
-                record["time/collect_s"], record["time/update_s"] = t1 - t0, t2 - t1
-                evaluated = False
-                if self.evaluator is not None and (self.step >= next_eval or self.step >= total):
-                    while next_eval <= self.step:
-                        next_eval += cfg.eval_every if cfg.eval_every > 0 else total
-                    record.update(self.evaluate())
-                    record["time/eval_s"] = time.perf_counter() - t2
-                    evaluated = True
-                elapsed = time.perf_counter() - start
-                record["time/elapsed_s"] = elapsed
-                record["time/steps_per_s"] = self.step / max(elapsed, 1e-9)
-                if evaluated or self.step >= next_log or self.step >= total:
-                    next_log = self.step + cfg.log_every
-                    if self.run is not None:
-                        self.run.log(record, self.step)
-                    result.history.append({"step": self.step, **record})
-                if evaluated and "eval/return_mean" in record:
-                    ret = record["eval/return_mean"]
-                    result.eval_return = ret
-                    result.best_eval_return = max(ret, result.best_eval_return or -float("inf"))
-                    if task is not None:
-                        bar.update(task, eval=f"{ret:.1f}")
-                    if cfg.target_return is not None and ret >= cfg.target_return:
-                        result.solved_step, result.solved_wall_s = self.step, elapsed
-                        if bar:
-                            bar.update(task, completed=self.step)
-                        break
-                if bar:
+            task = bar.add_task("train", total=total, completed=self.step, eval="-", sps="-") if bar else None
+            while self.step < total and result.solved_step is None:
+                try:
+                    record = self._iteration(total, start)
+                except NonFiniteError as e:
+                    self._handle_nonfinite(e)
+                    continue
+                fault_point("iteration")
+                if task is not None:
+                    if "eval/return_mean" in record:
+                        bar.update(task, eval=f"{record['eval/return_mean']:.1f}")
                     bar.update(task, completed=self.step, sps=f"{record['time/steps_per_s']:,.0f}")
         result.steps, result.wall_s = self.step, time.perf_counter() - start
         if self.run is not None:
             self.run.save_model(self.algo.networks())
+            self.save_checkpoint()
             self.run.flush()
         if self.progress:
             print_summary(result, self.run)
         return result
+
+    def _iteration(self, total: int, start: float) -> dict[str, Any]:
+        """One collect + update (+ eval, log, checkpoint when due); returns the iteration's record."""
+        cfg, result = self.config, self.result
+        self.algo.set_progress(self.step, total)
+        t0 = time.perf_counter()
+        batch = self.collector.collect()
+        t1 = time.perf_counter()
+        metrics = self.algo.update(batch)
+        self._check_parameters()
+        self.step += batch.numel()
+        t2 = time.perf_counter()
+        record = {**self.collector.metrics(), **metrics, "time/collect_s": t1 - t0, "time/update_s": t2 - t1}
+        evaluated = self.evaluator is not None and (self.step >= self._next_eval or self.step >= total)
+        if evaluated:
+            while self._next_eval <= self.step:
+                self._next_eval += cfg.eval_every if cfg.eval_every > 0 else total
+            record.update(self.evaluate())
+            record["time/eval_s"] = time.perf_counter() - t2
+        elapsed = time.perf_counter() - start
+        record["time/elapsed_s"] = elapsed
+        record["time/steps_per_s"] = self.step / max(elapsed, 1e-9)
+        if evaluated or self.step >= self._next_log or self.step >= total:
+            self._next_log = self.step + cfg.log_every
+            if self.run is not None:
+                self.run.log(record, self.step)
+            result.history.append({"step": self.step, **record})
+        metric = record.get("eval/return_mean") if evaluated else None
+        if metric is not None:
+            result.eval_return = metric
+            result.best_eval_return = max(metric, result.best_eval_return or -float("inf"))
+            if cfg.target_return is not None and metric >= cfg.target_return:
+                result.solved_step, result.solved_wall_s = self.step, elapsed
+        if self.run is not None and cfg.save_every > 0 and self.step >= self._next_save and self.step < total:
+            while self._next_save <= self.step:
+                self._next_save += cfg.save_every
+            if result.solved_step is None:  # the final checkpoint follows at once otherwise
+                self.save_checkpoint(metric)
+        return record
+
+    def _check_parameters(self) -> None:
+        for net_name, net in self.algo.networks().items():
+            bad = first_nonfinite(net.named_parameters())
+            if bad is not None:
+                raise NonFiniteError(f"{net_name} {bad}")
+
+    def _handle_nonfinite(self, error: NonFiniteError) -> None:
+        """Roll back to the newest good checkpoint (then take a different random path) or stop."""
+        cfg, step = self.config, self.step
+        can_roll_back = self.checkpoints is not None and self.checkpoints.latest() is not None
+        if cfg.on_nonfinite == "stop" or not can_roll_back or self._rollbacks >= cfg.max_rollbacks:
+            why = (
+                "trainer.on_nonfinite=stop"
+                if cfg.on_nonfinite == "stop"
+                else "no checkpoint to roll back to"
+                if not can_roll_back
+                else f"{self._rollbacks} rollbacks already (trainer.max_rollbacks)"
+            )
+            self._event(f"non-finite {error.what} at step {step}; stopping ({why})")
+            raise TrainingStopped(
+                f"non-finite {error.what} in the update after env step {step}; that optimizer step was not applied and "
+                f"training stopped ({why}). Lower the learning rate or check the reward scale; "
+                "`pickaxe resume RUN_DIR` continues from the last checkpoint."
+            ) from error
+        rollbacks = self._rollbacks + 1
+        info = self.resume()
+        self._rollbacks = rollbacks
+        # The restored RNG would replay the same batch into the same NaN: branch to a new, still
+        # reproducible, random stream.
+        seed_everything(self.step * 7919 + rollbacks)
+        self._event(
+            f"non-finite {error.what} at step {step}; rolled back to checkpoint {info.path.name} "
+            f"(rollback {rollbacks}/{cfg.max_rollbacks}), reseeded"
+        )
+
+    # ------------------------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run needs: algorithm, collector (env states), loop counters, RNGs."""
+        r = self.result
+        return {
+            "trainer": {
+                "step": self.step,
+                "next_eval": self._next_eval,
+                "next_log": self._next_log,
+                "next_save": self._next_save,
+                "rollbacks": self._rollbacks,
+                "eval_return": r.eval_return,
+                "best_eval_return": r.best_eval_return,
+                "solved_step": r.solved_step,
+            },
+            "algo": self.algo.state_dict(),
+            "collector": self.collector.state_dict(),
+            "rng": get_rng_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict()``; random generators are restored last."""
+        t = state["trainer"]
+        self.step = int(t["step"])
+        self._next_eval, self._next_log, self._next_save = int(t["next_eval"]), int(t["next_log"]), int(t["next_save"])
+        self._rollbacks = int(t["rollbacks"])
+        self.result.eval_return, self.result.best_eval_return = t["eval_return"], t["best_eval_return"]
+        self.result.solved_step = t["solved_step"]
+        self.algo.load_state_dict(state["algo"])
+        # envs whose state cannot be captured restart from a seed fixed by the step: deterministic resume
+        self.collector.load_state_dict(state["collector"], reseed=self.step * 1_000_003 % 2**31)
+        set_rng_state(state["rng"])
+
+    def save_checkpoint(self, metric: float | None = None) -> Path | None:
+        """Write a checkpoint of the current state (needs a Run)."""
+        if self.checkpoints is None:
+            return None
+        support = self.collector.state_support() if hasattr(self.collector, "state_support") else "deterministic"
+        return self.checkpoints.save(self.step, self.state_dict(), metric=metric, meta={"env_state": support})
+
+    def resume(self) -> CheckpointInfo | None:
+        """Continue from the newest good checkpoint of the run; returns it, or None if there is none.
+
+        Bad checkpoints are reported and skipped. ``metrics.jsonl`` is cut back to the checkpoint's step so
+        the resumed run appends no duplicated and no missing steps.
+        """
+        if self.checkpoints is None or self.run is None:
+            raise RuntimeError("resume needs a Trainer with a Run")
+        if not self.checkpoints.list():
+            self.run.rewind(0)
+            return None
+        state, info = self.checkpoints.load()
+        self.load_state_dict(state)
+        self.run.rewind(self.step)
+        support = info.meta.get("env_state", "deterministic")
+        how = "exact" if support == "exact" else "deterministic (env state not capturable: episodes restart)"
+        self._event(f"resumed from {info.path.name} at step {self.step}; resume is {how}")
+        return info
+
+    def _event(self, message: str) -> None:
+        if self.run is not None:
+            self.run.event(message, step=self.step)
 
     def close(self) -> None:
         """Close the collector's and evaluator's environments (if they have any)."""

@@ -1,0 +1,273 @@
+"""GRPO and its variants (Dr. GRPO, DAPO, GSPO) as options of one algorithm, with KL to a frozen reference,
+truncated importance sampling and built-in on-policy checks.
+
+Per batch of groups (``G`` completions per prompt): advantages are group-normalised rewards; the loss is PPO's
+clipped surrogate per token (or per sequence, GSPO), aggregated over the generated tokens with the chosen mode,
+normalised by the counts of the whole optimizer step so micro-batching does not change the update.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from pickaxe.algos.core import clipped_surrogate
+from pickaxe.algos.llm_core import (
+    Aggregation,
+    KLEstimator,
+    LMAlgorithm,
+    aggregate,
+    group_advantages,
+    kl_estimate,
+    masked_max,
+    micro_batches,
+    sequence_log_ratio,
+    sequence_sum,
+    token_log_ratio,
+    truncated_is_weight,
+    zero_variance_groups,
+)
+from pickaxe.data.batch import Batch
+from pickaxe.models.lm import chunked_logprobs, sequence_logprobs
+from pickaxe.rollout.engines.base import SamplingParams
+
+
+@dataclass
+class GRPOConfig:
+    """GRPO hyper-parameters; the defaults are DeepSeekMath's GRPO. Variants are a few flags away (see
+    ``GRPOConfig.variant``): Dr. GRPO ``scale_rewards=False, aggregation=seq-mean-token-sum-norm``; DAPO
+    ``clip_high=0.28, dynamic_sampling=True``; GSPO ``ratio_level=sequence``."""
+
+    lr: float = 1e-5
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_updates: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    epochs: int = 1
+    """Passes over each batch."""
+    mini_batches: int = 1
+    """Optimizer steps per pass (1: fully on-policy)."""
+    micro_batch_size: int = 64
+    """Sequences per forward/backward (gradient accumulation; does not change the update)."""
+    clip_low: float = 0.2
+    """Ratio clipped below at 1 - clip_low."""
+    clip_high: float = 0.2
+    """Ratio clipped above at 1 + clip_high (DAPO's clip-higher: 0.28)."""
+    scale_rewards: bool = True
+    """Divide group-centred rewards by the group std (False: Dr. GRPO)."""
+    aggregation: Aggregation = "token-mean"
+    """token-mean | seq-mean-token-mean (original GRPO) | seq-mean-token-sum-norm (Dr. GRPO)."""
+    loss_norm: int = 0
+    """Constant divisor of seq-mean-token-sum-norm (0: the generation budget, max_new_tokens)."""
+    dynamic_sampling: bool = False
+    """Drop groups whose rewards are all equal (no signal) before the update (DAPO)."""
+    ratio_level: Literal["token", "sequence"] = "token"
+    """token: PPO ratio per token; sequence: GSPO's length-normalised sequence ratio."""
+    kl_coef: float = 0.0
+    """Weight of KL(policy || reference) (0: no reference model is kept)."""
+    kl_estimator: KLEstimator = "k3"
+    kl_in: Literal["loss", "reward"] = "loss"
+    """loss: a loss term; reward: subtracted from each sequence's reward before advantages."""
+    tis_cap: float | None = None
+    """Truncated importance sampling: recompute old log-probs with the learner and weight each token's loss by
+    min(pi_learner / pi_sampler, tis_cap) (for engines whose numerics differ from the learner's, e.g. vLLM)."""
+    ratio_tolerance: float = 1e-3
+    """Warn when the first on-policy micro-batch has max |learner - sampler log-prob| above this."""
+
+    @classmethod
+    def variant(cls, name: Literal["grpo", "dr-grpo", "dapo", "gspo"], **overrides) -> GRPOConfig:
+        """A config preset for a named variant, with ``overrides`` applied."""
+        presets = {
+            "grpo": {},
+            "dr-grpo": {"scale_rewards": False, "aggregation": "seq-mean-token-sum-norm"},
+            "dapo": {"clip_high": 0.28, "dynamic_sampling": True, "aggregation": "token-mean"},
+            "gspo": {
+                "ratio_level": "sequence",
+                "clip_low": 3e-4,
+                "clip_high": 4e-4,
+                "aggregation": "seq-mean-token-mean",
+            },
+        }
+        if name not in presets:
+            raise ValueError(f"unknown GRPO variant {name!r}; choose one of {sorted(presets)}")
+        return cls(**{**presets[name], **overrides})
+
+
+def grpo_loss(
+    logprob: torch.Tensor,
+    mb: Batch,
+    cfg: GRPOConfig,
+    total_tokens: float,
+    total_seqs: float,
+    norm: float,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The GRPO loss of one micro-batch, given the learner's per-token ``logprob`` of its tokens.
+
+    ``mb`` holds ``loss_mask``, ``advantage`` (per sequence), ``old_logprob`` (the behaviour policy's), optionally
+    ``tis_weight`` and ``ref_logprob``. Returns the loss (already divided by the whole step's counts) and
+    per-micro-batch sums for metrics.
+    """
+    mask = mb["loss_mask"]
+    # 1. importance ratio of the current policy to the one that sampled: per token, or GSPO's per sequence
+    if cfg.ratio_level == "sequence":
+        log_ratio = sequence_log_ratio(logprob, mb["old_logprob"], mask)
+    else:
+        log_ratio = token_log_ratio(logprob, mb["old_logprob"])
+    # 2. PPO's clipped surrogate with the sequence's advantage on each of its tokens
+    advantage = mb["advantage"].unsqueeze(-1).expand_as(logprob)
+    pg, ratio, clipped = clipped_surrogate(
+        log_ratio, torch.zeros_like(log_ratio), advantage, cfg.clip_low, cfg.clip_high
+    )
+    # 3. truncated importance sampling corrects a sampler whose probabilities differ from the learner's
+    tis_weight = mb.get("tis_weight", None)
+    if tis_weight is not None:
+        pg = pg * tis_weight
+    # 4. aggregate over generated tokens, normalised by the whole optimizer step's counts
+    loss = aggregate(pg, mask, cfg.aggregation, total_tokens, total_seqs, norm)
+    # 5. KL to the frozen reference, as a loss term
+    kl_sum = logprob.new_zeros(())
+    if cfg.kl_coef > 0 and cfg.kl_in == "loss":
+        kl = kl_estimate(logprob, mb["ref_logprob"], cfg.kl_estimator)
+        loss = loss + cfg.kl_coef * aggregate(kl, mask, cfg.aggregation, total_tokens, total_seqs, norm)
+        kl_sum = sequence_sum(kl.detach(), mask).sum()
+    m = mask.bool()
+    stats = {
+        "tokens": m.sum(),
+        "clipped": (clipped & m).sum(),
+        "ratio_sum": torch.where(m, ratio.detach(), 0.0).sum(),
+        "kl_sum": kl_sum,
+    }
+    return loss, stats
+
+
+class GRPO(LMAlgorithm):
+    """Group Relative Policy Optimization on a causal LM.
+
+    ``sampling`` must be the collector's sampling params: learner log-probs use the same temperature/top-k/top-p
+    processing as the sampler, and ``max_new_tokens`` is the default ``loss_norm``. Batches come from a
+    ``TextCollector`` (``ref_logprob`` needed when ``kl_coef > 0``).
+    """
+
+    def __init__(
+        self, model: nn.Module, config: GRPOConfig | None = None, sampling: SamplingParams | None = None, seed: int = 0
+    ) -> None:
+        self.config = cfg = config or GRPOConfig()
+        super().__init__(model, cfg.lr, cfg.weight_decay, cfg.max_grad_norm, cfg.lr_schedule, cfg.warmup_updates)
+        self.sampling = sampling or SamplingParams()
+        t = self.sampling.temperature
+        self._processing = (t if t > 0 else 1.0, self.sampling.top_k, self.sampling.top_p)
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def learner_logprobs(self, mb: Batch) -> torch.Tensor:
+        """Per-token log-probs of ``mb`` under the current weights, processed like the sampler's."""
+        return sequence_logprobs(self.model, mb["input_ids"], mb["attention_mask"], *self._processing)
+
+    def update(self, batch: Batch) -> dict[str, float]:
+        """Advantages, optional dynamic sampling and TIS, then ``epochs x mini_batches`` optimizer steps."""
+        cfg = self.config
+        batch = batch.to(next(self.model.parameters()).device)
+        mask = batch["loss_mask"]
+        metrics: dict[str, float] = {}
+        # rewards (minus the KL penalty when it is a reward term) -> group advantages
+        reward = batch["reward"]
+        if cfg.kl_coef > 0 and cfg.kl_in == "reward":
+            kl_seq = sequence_sum(kl_estimate(batch["logprob"], batch["ref_logprob"], cfg.kl_estimator), mask)
+            reward = reward - cfg.kl_coef * kl_seq
+            metrics["kl/reward_penalty"] = float(kl_seq.mean())
+        batch["advantage"] = group_advantages(reward, batch["group"], cfg.scale_rewards)
+        data = batch
+        if cfg.dynamic_sampling:
+            keep = ~zero_variance_groups(batch["reward"], batch["group"])
+            metrics["grpo/kept_fraction"] = float(keep.float().mean())
+            data = batch[keep]
+        n = data.batch_size[0]
+        if n == 0:  # every group was uniform: nothing to learn from
+            self.version += 1
+            return {**metrics, "grpo/skipped": 1.0}
+        stale = bool((data["policy_version"] != self.version).any())
+        # behaviour log-probs: the sampler's, or (TIS) the learner's recomputed ones with capped sampler weights
+        if cfg.tis_cap is not None:
+            old = chunked_logprobs(
+                self.model, data["input_ids"], data["attention_mask"], cfg.micro_batch_size, *self._processing
+            )
+            data["old_logprob"] = old
+            data["tis_weight"] = truncated_is_weight(old, data["logprob"], cfg.tis_cap)
+            diff = (old - data["logprob"]).abs()
+            metrics["tis/weight_mean"] = float(data["tis_weight"][data["loss_mask"]].mean())
+        else:
+            data["old_logprob"] = data["logprob"]
+            diff = None
+        norm = float(cfg.loss_norm or self.sampling.max_new_tokens)
+        totals = {"tokens": 0.0, "clipped": 0.0, "ratio_sum": 0.0, "kl_sum": 0.0}
+        losses, grad_norms, lr = [], [], 0.0
+        first_diffs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.model.train()
+        for epoch in range(cfg.epochs):
+            order = torch.randperm(n, generator=self.generator) if cfg.mini_batches > 1 else torch.arange(n)
+            for k, idx in enumerate(order.chunk(cfg.mini_batches)):
+                mini = data[idx.to(data.device)]
+                step_tokens, step_seqs = float(mini["loss_mask"].sum()), float(mini.batch_size[0])
+                loss_total = 0.0
+                for j, mb in enumerate(micro_batches(mini, cfg.micro_batch_size)):
+                    logprob = self.learner_logprobs(mb)
+                    if epoch == 0 and k == 0:  # weights not yet stepped: learner and sampler should agree
+                        d = (logprob.detach() - mb["logprob"]).abs()
+                        first_diffs.append((d[mb["loss_mask"]], mb["loss_mask"]))
+                        if j == 0:
+                            self._check_on_policy(d, mb, stale)
+                    loss, stats = grpo_loss(logprob, mb, cfg, step_tokens, step_seqs, norm)
+                    loss.backward()
+                    loss_total += loss.item()
+                    for key, value in stats.items():
+                        totals[key] += float(value)
+                grad_norm, lr = self.optimizer_step()
+                losses.append(loss_total)
+                grad_norms.append(grad_norm)
+        self.model.eval()
+        self.version += 1
+        all_d = torch.cat([d for d, _ in first_diffs]) if diff is None else diff[data["loss_mask"]]
+        tokens = max(totals["tokens"], 1.0)
+        metrics.update(
+            {
+                "loss/policy": sum(losses) / len(losses),
+                "grad_norm": sum(grad_norms) / len(grad_norms),
+                "grpo/lr": lr,
+                "grpo/advantage_abs_mean": float(data["advantage"].abs().mean()),
+                "grpo/clip_fraction": totals["clipped"] / tokens,
+                "grpo/ratio_mean": totals["ratio_sum"] / tokens,
+                "check/logprob_diff_mean": float(all_d.mean()) if all_d.numel() else 0.0,
+                "check/logprob_diff_max": float(all_d.max()) if all_d.numel() else 0.0,
+                "grpo/sequences": float(n),
+            }
+        )
+        if cfg.kl_coef > 0 and cfg.kl_in == "loss":
+            metrics["kl/mean"] = totals["kl_sum"] / max(float(cfg.epochs * n), 1.0)
+        return metrics
+
+    def _check_on_policy(self, diff: torch.Tensor, mb: Batch, stale: bool) -> None:
+        """Warn when the first micro-batch's ratio is not 1: learner and sampler disagree on the same weights."""
+        worst = float(masked_max(diff, mb["loss_mask"]))
+        if worst <= self.config.ratio_tolerance:
+            return
+        if stale:
+            reason = (
+                f"the batch was sampled with policy version {int(mb['policy_version'].min())} but the learner is at "
+                f"version {self.version} (stale weights in the engine: is sync_weights called?)"
+            )
+        elif self.config.tis_cap is None:
+            reason = (
+                "same policy version, so the engine's numerics or logits processing differ from the learner's "
+                "(temperature/top-k/top-p, dtype, attention kernel); set --algo.tis-cap to correct for it"
+            )
+        else:
+            reason = "engine and learner numerics differ; TIS is correcting for it"
+        warnings.warn(
+            f"GRPO on-policy check: on the first micro-batch the ratio should be 1 but max |learner - sampler "
+            f"log-prob| = {worst:.2e} > {self.config.ratio_tolerance:.0e}: {reason}",
+            RuntimeWarning,
+            stacklevel=3,
+        )

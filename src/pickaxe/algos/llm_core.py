@@ -1,0 +1,222 @@
+"""Pieces shared by the LLM algorithms (SFT, GRPO and its variants): loss functions (pure functions of tensors,
+tested against hand-computed values), micro-batching and the ``LMAlgorithm`` optimizer plumbing.
+
+Shapes: per-sequence tensors are ``[B]``; per-token tensors are ``[B, L]`` aligned with ``input_ids`` (column ``j``
+is about token ``j``), and ``mask`` (the Batch's ``loss_mask``) selects the generated tokens. Masked-out
+entries are removed with ``torch.where``, never multiplied by 0, so a non-finite value on padding cannot leak.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from pickaxe.algos.base import Algorithm
+from pickaxe.data.batch import Batch
+
+Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+KLEstimator = Literal["k1", "k2", "k3"]
+AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def group_advantages(reward: torch.Tensor, group: torch.Tensor, scale: bool = True, eps: float = 1e-6) -> torch.Tensor:
+    """GRPO's group-normalised advantages ``(r - mean_g) / (std_g + eps)``; ``scale=False`` gives Dr. GRPO's
+    ``r - mean_g``. ``group`` holds any integer id per sequence; std is the unbiased (n - 1) one, 0 for a group
+    of one."""
+    ids, inverse = torch.unique(group, return_inverse=True)
+    r = reward.float()
+    count = torch.zeros(len(ids), device=r.device).index_add_(0, inverse, torch.ones_like(r))
+    mean = torch.zeros(len(ids), device=r.device).index_add_(0, inverse, r) / count
+    centered = r - mean[inverse]
+    if not scale:
+        return centered
+    sq = torch.zeros(len(ids), device=r.device).index_add_(0, inverse, centered.pow(2))
+    std = (sq / (count - 1).clamp(min=1)).sqrt()
+    return centered / (std[inverse] + eps)
+
+
+def zero_variance_groups(reward: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """``[B]`` bool: True for sequences whose group's rewards are all equal (they carry no GRPO signal; DAPO's
+    dynamic sampling drops them)."""
+    ids, inverse = torch.unique(group, return_inverse=True)
+    r = reward.float()
+    high = torch.full((len(ids),), -torch.inf, device=r.device).scatter_reduce(0, inverse, r, "amax")
+    low = torch.full((len(ids),), torch.inf, device=r.device).scatter_reduce(0, inverse, r, "amin")
+    return (high == low)[inverse]
+
+
+def aggregate(
+    loss: torch.Tensor,
+    mask: torch.Tensor,
+    mode: Aggregation = "token-mean",
+    total_tokens: float | torch.Tensor | None = None,
+    total_seqs: float | None = None,
+    norm: float = 1.0,
+) -> torch.Tensor:
+    """Reduce a per-token ``loss`` over ``mask`` to a scalar.
+
+    * ``token-mean``: sum over every token / ``total_tokens`` (all sequences weigh by their length);
+    * ``seq-mean-token-mean``: mean over tokens in each sequence, then sum / ``total_seqs``;
+    * ``seq-mean-token-sum-norm``: sum over tokens in each sequence / ``norm`` (a constant, e.g. the generation
+      budget: Dr. GRPO's length-unbiased form), then sum / ``total_seqs``.
+
+    ``total_tokens`` and ``total_seqs`` are the counts of the whole optimizer step (all micro-batches), so the sum
+    of the micro-batch losses equals the loss of the full batch (gradient accumulation is exact); they default to
+    this call's own counts.
+    """
+    m = mask.bool()
+    masked = torch.where(m, loss, torch.zeros_like(loss))
+    if mode == "token-mean":
+        denom = m.sum() if total_tokens is None else total_tokens
+        return masked.sum() / denom
+    seqs = float(loss.shape[0]) if total_seqs is None else total_seqs
+    if mode == "seq-mean-token-mean":
+        per_seq = masked.sum(-1) / m.sum(-1).clamp(min=1)
+    elif mode == "seq-mean-token-sum-norm":
+        per_seq = masked.sum(-1) / norm
+    else:
+        raise ValueError(f"unknown aggregation {mode!r}; choose one of {AGGREGATIONS}")
+    return per_seq.sum() / seqs
+
+
+def kl_estimate(logprob: torch.Tensor, ref_logprob: torch.Tensor, estimator: KLEstimator = "k3") -> torch.Tensor:
+    """Per-token estimate of KL(policy || reference) from tokens sampled by the policy (Schulman's k1/k2/k3):
+    with ``log_r = ref_logprob - logprob``: k1 ``-log_r``, k2 ``log_r**2 / 2``, k3 ``exp(log_r) - 1 - log_r``."""
+    log_r = ref_logprob - logprob
+    if estimator == "k1":
+        return -log_r
+    if estimator == "k2":
+        return 0.5 * log_r.pow(2)
+    if estimator == "k3":
+        return log_r.exp() - 1.0 - log_r
+    raise ValueError(f"unknown KL estimator {estimator!r}; choose k1, k2 or k3")
+
+
+def sequence_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[B]`` sum of per-token ``values`` over ``mask``."""
+    return torch.where(mask.bool(), values, torch.zeros_like(values)).sum(-1)
+
+
+def token_log_ratio(logprob: torch.Tensor, old_logprob: torch.Tensor) -> torch.Tensor:
+    """PPO/GRPO's per-token log importance ratio ``log pi(y_t) - log pi_old(y_t)``."""
+    return logprob - old_logprob
+
+
+def sequence_log_ratio(logprob: torch.Tensor, old_logprob: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """GSPO's sequence-level log ratio, per token: ``sg[s_i] + log pi(y_t) - sg[log pi(y_t)]`` where ``s_i`` is
+    the length-normalised sequence log ratio ``mean_t (log pi - log pi_old)``. Every token of a sequence shares the
+    value ``s_i`` (so they are clipped together) and receives the gradient of its own log-prob scaled by it."""
+    m = mask.bool()
+    diff = torch.where(m, logprob - old_logprob, torch.zeros_like(logprob))
+    seq = diff.sum(-1) / m.sum(-1).clamp(min=1)
+    return seq.detach().unsqueeze(-1) + logprob - logprob.detach()
+
+
+def truncated_is_weight(learner_logprob: torch.Tensor, sampler_logprob: torch.Tensor, cap: float) -> torch.Tensor:
+    """Truncated importance sampling: per-token ``min(pi_learner / pi_sampler, cap)`` (no gradient), the
+    correction for an engine whose probabilities differ from the learner's (e.g. vLLM in bf16)."""
+    return (learner_logprob - sampler_logprob).detach().exp().clamp(max=cap)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` over ``mask`` (0 for an empty mask)."""
+    m = mask.bool()
+    return torch.where(m, values, torch.zeros_like(values)).sum() / m.sum().clamp(min=1)
+
+
+def masked_max(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Max of ``values`` over ``mask`` (0 for an empty mask)."""
+    m = mask.bool()
+    if not m.any():
+        return values.new_zeros(())
+    return values[m].max()
+
+
+def micro_batches(batch: Batch, size: int) -> Iterator[Batch]:
+    """Consecutive slices of ``size`` sequences, each trimmed to the columns where it has real tokens (padding
+    every row shares costs nothing to drop: positions come from the attention mask)."""
+    for s in range(0, batch.batch_size[0], size):
+        mb = batch[s : s + size]
+        cols = mb["attention_mask"].any(0).nonzero().squeeze(-1)
+        lo, hi = int(cols[0]), int(cols[-1]) + 1
+        if lo > 0 or hi < mb["attention_mask"].shape[1]:
+            mb = mb.apply(lambda x, lo=lo, hi=hi: x[:, lo:hi] if x.ndim == 2 else x)
+        yield mb
+
+
+class LMAlgorithm(Algorithm):
+    """Plumbing shared by the LLM learners: the model (``policy``), AdamW, a learning-rate schedule with warmup,
+    gradient clipping, the update counter ``version`` (the policy version of the current weights) and state.
+
+    Subclasses implement ``update`` using ``optimizer_step`` after accumulating gradients.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        lr: float,
+        weight_decay: float = 0.0,
+        max_grad_norm: float = 1.0,
+        lr_schedule: str = "constant",
+        warmup_updates: int = 0,
+    ) -> None:
+        self.policy = model
+        self.model = model
+        self.base_lr = lr
+        self.max_grad_norm = max_grad_norm
+        self.lr_schedule = lr_schedule
+        self.warmup_updates = warmup_updates
+        fused = next(model.parameters()).dtype == torch.float32
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=fused or None)
+        self.version = 0
+        self.progress = 0.0
+
+    def set_progress(self, step: int, total_steps: int) -> None:
+        """Record training progress for the learning-rate schedule."""
+        self.progress = step / max(total_steps, 1)
+
+    def current_lr(self) -> float:
+        """Learning rate of the next step: linear warmup over ``warmup_updates``, then the schedule."""
+        if self.warmup_updates and self.version < self.warmup_updates:
+            return self.base_lr * (self.version + 1) / self.warmup_updates
+        p = min(max(self.progress, 0.0), 1.0)
+        if self.lr_schedule == "linear":
+            return self.base_lr * (1.0 - p)
+        if self.lr_schedule == "cosine":
+            return self.base_lr * 0.5 * (1.0 + math.cos(math.pi * p))
+        return self.base_lr
+
+    def optimizer_step(self) -> tuple[float, float]:
+        """Clip the accumulated gradients, step, zero them; returns ``(grad_norm, lr)``."""
+        lr = self.current_lr()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return grad_norm, lr
+
+    def networks(self) -> dict[str, nn.Module]:
+        """The language model."""
+        return {"policy": self.model}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Model, optimizer, update counter, schedule position."""
+        return {
+            "policy": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "version": self.version,
+            "progress": self.progress,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+        self.model.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.version = int(state["version"])
+        self.progress = float(state["progress"])

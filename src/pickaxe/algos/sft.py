@@ -1,0 +1,70 @@
+"""Supervised fine-tuning: cross-entropy on the ``loss_mask`` tokens (the answers) of a Batch of demonstrations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from pickaxe.algos.llm_core import Aggregation, LMAlgorithm, aggregate, micro_batches
+from pickaxe.data.batch import Batch
+from pickaxe.models.lm import sequence_logprobs
+
+
+@dataclass
+class SFTConfig:
+    """SFT hyper-parameters."""
+
+    lr: float = 1e-3
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """Decay over the run's total steps after the warmup."""
+    warmup_updates: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    micro_batch_size: int = 64
+    """Sequences per forward/backward; gradients accumulate over the batch (one optimizer step per batch)."""
+    aggregation: Aggregation = "token-mean"
+
+
+def sft_loss(
+    logprob: torch.Tensor, loss_mask: torch.Tensor, mode: Aggregation, total_tokens: float, total_seqs: float
+) -> torch.Tensor:
+    """Negative log-likelihood of the target tokens, aggregated with ``mode`` over the whole batch's counts."""
+    return aggregate(-logprob, loss_mask, mode, total_tokens, total_seqs, norm=float(loss_mask.shape[-1]))
+
+
+class SFT(LMAlgorithm):
+    """SFT on a causal LM: one optimizer step per batch, gradients accumulated over micro-batches."""
+
+    def __init__(self, model: nn.Module, config: SFTConfig | None = None) -> None:
+        self.config = cfg = config or SFTConfig()
+        super().__init__(model, cfg.lr, cfg.weight_decay, cfg.max_grad_norm, cfg.lr_schedule, cfg.warmup_updates)
+
+    def update(self, batch: Batch) -> dict[str, float]:
+        """One step on ``input_ids``/``attention_mask``/``loss_mask``; reports the mean token NLL."""
+        cfg = self.config
+        batch = batch.to(next(self.model.parameters()).device)
+        total_tokens = float(batch["loss_mask"].sum())
+        total_seqs = float(batch.batch_size[0])
+        self.model.train()
+        loss_sum, nll_sum = 0.0, 0.0
+        for mb in micro_batches(batch, cfg.micro_batch_size):
+            logprob = sequence_logprobs(self.model, mb["input_ids"], mb["attention_mask"])
+            loss = sft_loss(logprob, mb["loss_mask"], cfg.aggregation, total_tokens, total_seqs)
+            loss.backward()
+            loss_sum += loss.item()
+            nll_sum += float(-logprob.detach()[mb["loss_mask"]].sum())
+        grad_norm, lr = self.optimizer_step()
+        self.model.eval()
+        self.version += 1
+        nll = nll_sum / max(total_tokens, 1.0)
+        return {
+            "loss/sft": loss_sum,
+            "sft/token_nll": nll,
+            "sft/perplexity": float(torch.tensor(nll).exp()),
+            "grad_norm": grad_norm,
+            "sft/lr": lr,
+            "sft/tokens": total_tokens,
+        }

@@ -1,0 +1,106 @@
+"""Capturing and restoring an environment's full state, so a resumed run continues mid-episode exactly.
+
+Supported exactly: gymnasium's classic-control and toy-text envs (their dynamics state is a handful of
+plain attributes) and MuJoCo envs (``mj_getState`` with the full integration state). For every other
+env the capture reports ``deterministic``: a resumed run restarts its episodes from a seed derived from
+the run seed and the checkpoint step, so resuming the same checkpoint always gives the same numbers,
+but not the numbers of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+
+Support = Literal["exact", "deterministic"]
+_PLAIN = (bool, int, float, str, type(None), np.ndarray, np.generic)
+_CLASSIC_MODULES = ("gymnasium.envs.classic_control", "gymnasium.envs.toy_text")
+# attributes that are configuration or rendering, never dynamics
+_SKIP = {"render_mode", "screen", "clock", "isopen", "spec", "metadata", "_saved_kwargs", "_cached_spec"}
+
+
+def _is_mujoco(env: gym.Env) -> bool:
+    return hasattr(env, "model") and hasattr(env, "data") and type(env).__module__.startswith("gymnasium.envs.mujoco")
+
+
+def state_support(env: gym.Env) -> Support:
+    """Whether ``env``'s state can be captured exactly."""
+    u = env.unwrapped
+    if type(u).__module__.startswith(_CLASSIC_MODULES) or _is_mujoco(u):
+        return "exact"
+    return "deterministic"
+
+
+def _is_plain(v: Any) -> bool:
+    if isinstance(v, tuple | list):
+        return all(_is_plain(x) for x in v)
+    return isinstance(v, _PLAIN)
+
+
+def _plain_attrs(obj: Any) -> dict[str, Any]:
+    """Copies of an object's attributes that are plain data (numbers, arrays, tuples of them)."""
+    return {
+        k: (v.copy() if isinstance(v, np.ndarray) else v)
+        for k, v in vars(obj).items()
+        if k not in _SKIP and _is_plain(v)
+    }
+
+
+def get_env_state(env: gym.Env) -> dict[str, Any]:
+    """Everything that decides the env's next steps: dynamics state, its RNG, wrapper counters."""
+    u = env.unwrapped
+    state: dict[str, Any] = {"rng": u.np_random.bit_generator.state, "wrappers": []}
+    if _is_mujoco(u):
+        import mujoco
+
+        spec = mujoco.mjtState.mjSTATE_INTEGRATION
+        buf = np.empty(mujoco.mj_stateSize(u.model, spec), dtype=np.float64)
+        mujoco.mj_getState(u.model, u.data, buf, spec)
+        state["mujoco"] = buf
+    state["attrs"] = _plain_attrs(u)
+    w = env
+    while isinstance(w, gym.Wrapper):
+        state["wrappers"].append(_plain_attrs(w))
+        w = w.env
+    return state
+
+
+def set_env_state(env: gym.Env, state: dict[str, Any]) -> None:
+    """Restore what ``get_env_state`` returned (on an env made the same way)."""
+    u = env.unwrapped
+    for k, v in state["attrs"].items():
+        setattr(u, k, v.copy() if isinstance(v, np.ndarray) else v)
+    if "mujoco" in state:
+        import mujoco
+
+        mujoco.mj_setState(u.model, u.data, np.asarray(state["mujoco"]), mujoco.mjtState.mjSTATE_INTEGRATION)
+        mujoco.mj_forward(u.model, u.data)
+    u.np_random.bit_generator.state = state["rng"]
+    w, i = env, 0
+    while isinstance(w, gym.Wrapper):
+        for k, v in state["wrappers"][i].items():
+            setattr(w, k, v)
+        w, i = w.env, i + 1
+
+
+class Snapshot(gym.Wrapper):
+    """Exposes ``pickaxe_state`` (read/write) so vector envs can capture sub-envs with ``get_attr``/``set_attr``.
+
+    Works the same in-process and across subprocesses (``AsyncVectorEnv`` forwards attribute access).
+    """
+
+    @property
+    def pickaxe_state_support(self) -> Support:
+        """``exact`` or ``deterministic``."""
+        return state_support(self.env)
+
+    @property
+    def pickaxe_state(self) -> dict[str, Any] | None:
+        """The wrapped env's state, or None when it cannot be captured exactly."""
+        return get_env_state(self.env) if state_support(self.env) == "exact" else None
+
+    @pickaxe_state.setter
+    def pickaxe_state(self, state: dict[str, Any]) -> None:
+        set_env_state(self.env, state)

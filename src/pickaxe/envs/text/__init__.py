@@ -1,0 +1,36 @@
+"""Text environments: ``PromptEnv`` (prompts + weighted rewards), generated verifiable tasks, reward functions."""
+
+from pickaxe.envs.text.prompt_env import DatasetError, Example, PromptEnv, load_examples
+from pickaxe.envs.text.rewards import REWARDS, exact_match, format_reward, length_penalty, numeric_match
+from pickaxe.envs.text.tasks import (
+    TASKS,
+    Arithmetic,
+    Countdown,
+    DigitTask,
+    GeneratedTask,
+    Reverse,
+    SortDigits,
+    evaluate_expression,
+    make_task,
+)
+
+__all__ = [
+    "REWARDS",
+    "TASKS",
+    "Arithmetic",
+    "Countdown",
+    "DatasetError",
+    "DigitTask",
+    "Example",
+    "GeneratedTask",
+    "PromptEnv",
+    "Reverse",
+    "SortDigits",
+    "evaluate_expression",
+    "exact_match",
+    "format_reward",
+    "length_penalty",
+    "load_examples",
+    "make_task",
+    "numeric_match",
+]

@@ -1,0 +1,218 @@
+"""``PromptEnv``: the LLM environment is a set of prompts plus weighted reward functions.
+
+Prompts come from a generated task (``pickaxe.envs.text.tasks``), a local JSONL/JSON/Parquet file or a
+``datasets.Dataset``. Loading validates every row; a bad one raises ``DatasetError`` naming the file, the row
+and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pickaxe.envs.text.rewards import RewardFn, exact_match, reward_name
+from pickaxe.errors import PickaxeError
+
+if TYPE_CHECKING:
+    from pickaxe.envs.text.tasks import GeneratedTask
+
+
+class DatasetError(PickaxeError):
+    """A prompt dataset that cannot be used: missing file, unreadable row, missing or empty field."""
+
+
+@dataclass
+class Example:
+    """One prompt with its reference answer (may be ``None`` when rewards need none) and metadata."""
+
+    prompt: str
+    answer: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def reward_metadata(self) -> dict[str, Any]:
+        """What reward functions receive: the metadata plus ``answer``."""
+        return {**self.metadata, "answer": self.answer}
+
+
+def load_examples(
+    source: str | Path | Any,
+    prompt_key: str = "prompt",
+    answer_key: str | None = "answer",
+) -> list[Example]:
+    """Read and validate prompts from a ``.jsonl``/``.json``/``.parquet`` file or a ``datasets.Dataset``.
+
+    Each row needs a non-empty string under ``prompt_key`` and, unless ``answer_key`` is None, a value under
+    ``answer_key`` (stored as a string); the other fields become the example's metadata. Any bad row raises
+    ``DatasetError`` with the file, the row number (0-based) and what to fix.
+    """
+    if isinstance(source, str | Path):
+        path = Path(source)
+        name = str(path)
+        if not path.is_file():
+            raise DatasetError(f"prompt file {name!r} does not exist; pass a .jsonl, .json or .parquet file")
+        suffix = path.suffix.lower()
+        if suffix == ".jsonl":
+            rows: Sequence[Any] = list(_read_jsonl(path))
+        elif suffix == ".json":
+            rows = _read_json(path)
+        elif suffix == ".parquet":
+            import datasets
+
+            rows = datasets.Dataset.from_parquet(str(path))
+        else:
+            raise DatasetError(f"{name}: unsupported file type {suffix!r}; use .jsonl, .json or .parquet")
+    else:
+        name, rows = f"<{type(source).__name__}>", source
+    examples = [_validate(row, i, name, prompt_key, answer_key) for i, row in enumerate(rows)]
+    if not examples:
+        raise DatasetError(f"{name} holds no rows; a prompt dataset needs at least one")
+    return examples
+
+
+def _read_jsonl(path: Path):
+    for i, raw in enumerate(line for line in path.read_bytes().splitlines() if line.strip()):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DatasetError(
+                f"{path}: row {i} is not valid UTF-8 (byte {e.start}: {raw[e.start : e.start + 1]!r}); "
+                "re-encode the file as UTF-8"
+            ) from None
+        try:
+            yield json.loads(text)
+        except json.JSONDecodeError as e:
+            raise DatasetError(
+                f"{path}: row {i} is not valid JSON ({e.msg} at column {e.colno}); fix that line"
+            ) from None
+
+
+def _read_json(path: Path) -> list[Any]:
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise DatasetError(f"{path} is not valid UTF-8 (byte {e.start}); re-encode the file as UTF-8") from None
+    except json.JSONDecodeError as e:
+        raise DatasetError(f"{path} is not valid JSON ({e.msg}, line {e.lineno}); fix it or use .jsonl") from None
+    if not isinstance(data, list):
+        raise DatasetError(f"{path} must hold a JSON list of objects (one per prompt)")
+    return data
+
+
+def _text(value: Any, where: str, key: str) -> str:
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DatasetError(f"{where}: field {key!r} is not valid UTF-8 (byte {e.start}); re-encode it") from None
+    if not isinstance(value, str):
+        raise DatasetError(f"{where}: field {key!r} must be a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise DatasetError(f"{where}: field {key!r} holds invalid Unicode (lone surrogates); clean the data") from None
+    return value
+
+
+def _validate(row: Any, i: int, name: str, prompt_key: str, answer_key: str | None) -> Example:
+    where = f"{name}: row {i}"
+    if not isinstance(row, dict):
+        raise DatasetError(f"{where} is a {type(row).__name__}, not an object with a {prompt_key!r} field")
+    if prompt_key not in row or row[prompt_key] is None:
+        raise DatasetError(f"{where} has no {prompt_key!r} field (fields: {sorted(row)}); add it or set the prompt key")
+    prompt = _text(row[prompt_key], where, prompt_key)
+    if not prompt.strip():
+        raise DatasetError(f"{where}: the prompt is empty; remove the row or fill it in")
+    answer = None
+    if answer_key is not None:
+        if answer_key not in row or row[answer_key] is None:
+            raise DatasetError(
+                f"{where} has no {answer_key!r} field (fields: {sorted(row)}); add it or set the answer key"
+            )
+        value = row[answer_key]
+        answer = _text(value, where, answer_key) if isinstance(value, str | bytes) else str(value)
+    metadata = {k: v for k, v in row.items() if k not in (prompt_key, answer_key)}
+    return Example(prompt, answer, metadata)
+
+
+class PromptEnv:
+    """Prompts plus weighted rewards: ``sample(n)`` draws training examples (seeded), ``eval_examples(n)``
+    returns the fixed held-out ones, ``score(example, completion)`` returns the weighted reward.
+
+    ``source`` is a generated task (its ``verify`` is the default reward; held-out problems come from its
+    held-out split) or a list of ``Example`` (default reward ``exact_match``; the held-out set is ``eval_source``
+    or, without one, a seeded ``eval_fraction`` of the list, never sampled for training).
+    ``rewards`` holds functions or ``(function, weight)`` pairs; the first is the correctness check evaluation
+    uses. The held-out set is fixed by ``eval_seed`` (default: derived from ``seed``).
+    """
+
+    def __init__(
+        self,
+        source: GeneratedTask | Sequence[Example],
+        rewards: Sequence[RewardFn | tuple[RewardFn, float]] | None = None,
+        eval_source: Sequence[Example] | None = None,
+        seed: int = 0,
+        eval_size: int = 200,
+        eval_fraction: float = 0.1,
+        eval_seed: int | None = None,
+    ) -> None:
+        self.task = source if hasattr(source, "verify") and hasattr(source, "sample") else None
+        default: RewardFn = self.task.verify if self.task is not None else exact_match
+        pairs = [(r, 1.0) if callable(r) else (r[0], float(r[1])) for r in (rewards or [default])]
+        if not pairs:
+            raise ValueError("PromptEnv needs at least one reward function")
+        self.rewards = pairs
+        self.rng = np.random.default_rng(seed)
+        if eval_seed is None:
+            eval_seed = int(np.random.SeedSequence(seed).generate_state(2)[1])
+        if self.task is not None:
+            self.train: list[Example] = []
+            self.heldout = self.task.heldout(eval_size, eval_seed)
+        else:
+            data = list(source)  # type: ignore[arg-type]
+            if eval_source is not None:
+                self.train, self.heldout = data, list(eval_source)
+            else:
+                perm = np.random.default_rng(eval_seed).permutation(len(data))
+                n_eval = min(eval_size, max(1, round(eval_fraction * len(data)))) if len(data) > 1 else 0
+                self.heldout = [data[i] for i in perm[:n_eval]]
+                self.train = [data[i] for i in perm[n_eval:]]
+            if not self.train:
+                raise DatasetError("the prompt dataset has no training rows left after the held-out split")
+        self._order: list[int] = []
+
+    def sample(self, n: int) -> list[Example]:
+        """``n`` training examples: fresh random problems of a task, or the next rows of a reshuffled-per-epoch
+        dataset."""
+        if self.task is not None:
+            return [self.task.sample(self.rng, "train") for _ in range(n)]
+        out = []
+        for _ in range(n):
+            if not self._order:
+                self._order = [int(i) for i in self.rng.permutation(len(self.train))]
+            out.append(self.train[self._order.pop()])
+        return out
+
+    def eval_examples(self, n: int | None = None) -> list[Example]:
+        """The first ``n`` (default all) held-out examples; the same every call."""
+        return self.heldout if n is None else self.heldout[:n]
+
+    def score(self, example: Example, completion: str) -> tuple[float, dict[str, float]]:
+        """The weighted sum of the rewards of ``completion``, and each unweighted reward by name."""
+        meta = example.reward_metadata()
+        parts = {reward_name(fn): float(fn(example.prompt, completion, meta)) for fn, _ in self.rewards}
+        total = sum(w * parts[reward_name(fn)] for fn, w in self.rewards)
+        return total, parts
+
+    def state_dict(self) -> dict[str, Any]:
+        """Sampling RNG and the position in the current data epoch."""
+        return {"rng": self.rng.bit_generator.state, "order": list(self._order)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+        self.rng.bit_generator.state = state["rng"]
+        self._order = list(state["order"])

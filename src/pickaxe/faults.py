@@ -1,0 +1,35 @@
+"""Fault injection for tests: SIGKILL this process at a named point, the way a crash or OOM-kill would.
+
+``PICKAXE_FAULT="<point>:<n>"`` kills the process the n-th time it reaches ``point`` (points:
+``iteration`` after each training iteration, ``checkpoint-write`` after a checkpoint's files are
+written but before it is renamed into place). With ``PICKAXE_FAULT_ONCE=<file>`` the fault fires only
+if that file does not exist yet (it is created first), so a restarted process runs through.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from pathlib import Path
+
+_hits: Counter[str] = Counter()
+
+
+def fault_point(point: str) -> None:
+    """Kill the process here if ``PICKAXE_FAULT`` names this point and its count is reached."""
+    spec = os.environ.get("PICKAXE_FAULT")
+    if not spec:
+        return
+    name, _, count = spec.partition(":")
+    if name != point:
+        return
+    _hits[point] += 1
+    if _hits[point] != int(count or 1):
+        return
+    once = os.environ.get("PICKAXE_FAULT_ONCE")
+    if once:
+        if Path(once).exists():
+            return
+        Path(once).touch()
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,242 @@
+"""Collectors for language models: ``TextCollector`` (groups of sampled completions, scored) and
+``DemoCollector`` (prompt + reference answer, for SFT). Both return a 1-D ``Batch`` over sequences."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from pickaxe.data.batch import Batch
+from pickaxe.envs.text.prompt_env import Example, PromptEnv
+from pickaxe.models.lm import chunked_logprobs
+from pickaxe.rollout.engines.base import Engine, SamplingParams
+
+
+def pack(
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    pad_token_id: int,
+    completion_logprobs: Sequence[Sequence[float]] | None = None,
+) -> dict[str, torch.Tensor]:
+    """Lay out prompt/completion pairs as one padded ``[B, P + T]`` block: prompts left-padded to the longest
+    (``P``), completions right after them and right-padded (``T``).
+
+    Returns ``input_ids``, ``attention_mask`` (1 on real tokens), ``loss_mask`` (1 exactly on completion tokens,
+    EOS included when present; 0 on prompt and padding) and, given ``completion_logprobs``, ``logprob`` (the
+    sampler's log-prob on completion tokens, 0 elsewhere).
+    """
+    B = len(prompts)
+    P = max(len(p) for p in prompts)
+    T = max(1, max(len(c) for c in completions))
+    ids = np.full((B, P + T), pad_token_id, dtype=np.int64)
+    attn = np.zeros((B, P + T), dtype=np.int64)
+    loss = np.zeros((B, P + T), dtype=np.bool_)
+    logp = np.zeros((B, P + T), dtype=np.float32)
+    for r, (p, c) in enumerate(zip(prompts, completions, strict=True)):
+        ids[r, P - len(p) : P] = p
+        ids[r, P : P + len(c)] = c
+        attn[r, P - len(p) : P + len(c)] = 1
+        loss[r, P : P + len(c)] = True
+        if completion_logprobs is not None:
+            logp[r, P : P + len(c)] = completion_logprobs[r]
+    out = {
+        "input_ids": torch.from_numpy(ids),
+        "attention_mask": torch.from_numpy(attn),
+        "loss_mask": torch.from_numpy(loss),
+    }
+    if completion_logprobs is not None:
+        out["logprob"] = torch.from_numpy(logp)
+    return out
+
+
+def encode_prompts(tokenizer: Any, examples: Sequence[Example]) -> list[list[int]]:
+    """Token ids of each prompt (the tokenizer's own special tokens included, e.g. a BOS)."""
+    return [list(tokenizer(ex.prompt)["input_ids"]) for ex in examples]
+
+
+class TextCollector:
+    """Samples ``prompts`` training prompts from ``env``, ``sampling.n`` completions each (a group), scores them.
+
+    ``collect()`` returns a 1-D ``Batch`` over the ``prompts * n`` completions with the DESIGN LLM keys:
+    ``input_ids``, ``attention_mask``, ``loss_mask`` (see ``pack``), ``logprob`` (sampler), ``ref_logprob``
+    (given a ``reference`` model; same temperature, no top-k/top-p), ``reward``, ``advantage`` (zeros: the
+    algorithm computes it), ``group`` (a prompt id unique over the run) and ``policy_version``.
+
+    Before generating, the engine is synced to ``policy`` tagged ``version_fn()`` (the learner's update count).
+    """
+
+    def __init__(
+        self,
+        env: PromptEnv,
+        engine: Engine,
+        tokenizer: Any,
+        prompts: int = 8,
+        sampling: SamplingParams | None = None,
+        policy: nn.Module | None = None,
+        reference: nn.Module | None = None,
+        version_fn: Callable[[], int] | None = None,
+        device: str | torch.device = "cpu",
+        ref_rows: int = 256,
+    ) -> None:
+        self.env = env
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.prompts = prompts
+        self.sampling = sampling or SamplingParams(n=8)
+        self.policy = policy
+        self.reference = reference
+        self.version_fn = version_fn or (lambda: 0)
+        self.device = torch.device(device)
+        self.ref_rows = ref_rows
+        self.pad_token_id = int(tokenizer.pad_token_id)
+        self.eos_token_id = int(tokenizer.eos_token_id)
+        self.groups_seen = 0
+        self.total_steps = 0
+        self._metrics: dict[str, float] = {}
+
+    def collect(self) -> Batch:
+        """One batch of ``prompts * sampling.n`` scored completions."""
+        t0 = time.perf_counter()
+        examples = self.env.sample(self.prompts)
+        prompt_ids = encode_prompts(self.tokenizer, examples)
+        version = int(self.version_fn())
+        if self.policy is not None:
+            self.engine.sync_weights(self.policy, version)
+        completions = self.engine.generate(prompt_ids, self.sampling)
+        t1 = time.perf_counter()
+        rewards, parts = [], []
+        for c in completions:
+            text = self.decode(c.token_ids)
+            total, named = self.env.score(examples[c.prompt_index], text)
+            rewards.append(total)
+            parts.append(named)
+        t2 = time.perf_counter()
+        data = pack(
+            [prompt_ids[c.prompt_index] for c in completions],
+            [c.token_ids for c in completions],
+            self.pad_token_id,
+            [c.logprobs for c in completions],
+        )
+        n = len(completions)
+        data["reward"] = torch.tensor(rewards, dtype=torch.float32)
+        data["advantage"] = torch.zeros(n)
+        data["group"] = torch.tensor([self.groups_seen + c.prompt_index for c in completions])
+        data["policy_version"] = torch.full((n,), version, dtype=torch.long)
+        batch = TensorDict(data, batch_size=[n]).to(self.device)
+        if self.reference is not None:
+            temperature = self.sampling.temperature if self.sampling.temperature > 0 else 1.0
+            batch["ref_logprob"] = chunked_logprobs(
+                self.reference, batch["input_ids"], batch["attention_mask"], self.ref_rows, temperature
+            )
+        t3 = time.perf_counter()
+        self.groups_seen += len(examples)
+        self.total_steps += n
+        self._metrics = self._summarise(completions, rewards, parts, batch)
+        gen_tokens = sum(len(c.token_ids) for c in completions)
+        self._metrics.update(
+            {
+                "time/generate_s": t1 - t0,
+                "time/reward_s": t2 - t1,
+                "time/ref_logprob_s": t3 - t2,
+                "time/generate_tokens_per_s": gen_tokens / max(t1 - t0, 1e-9),
+            }
+        )
+        return batch
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Completion text: the tokens before EOS, special tokens dropped."""
+        ids = list(token_ids)
+        if ids and ids[-1] == self.eos_token_id:
+            ids = ids[:-1]
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _summarise(self, completions, rewards, parts, batch: Batch) -> dict[str, float]:
+        r = np.asarray(rewards, dtype=np.float64)
+        groups = r.reshape(self.prompts, self.sampling.n)
+        out = {
+            "rollout/reward_mean": float(r.mean()),
+            "rollout/reward_std": float(r.std()),
+            "rollout/return_mean": float(r.mean()),
+            "rollout/completion_length": float(np.mean([len(c.token_ids) for c in completions])),
+            "rollout/truncated_fraction": float(np.mean([not c.finished for c in completions])),
+            "rollout/solved_groups": float((groups.std(1) == 0).mean()),
+            "rollout/policy_version": float(batch["policy_version"][0]),
+        }
+        for name in parts[0]:
+            out[f"rollout/reward/{name}"] = float(np.mean([p[name] for p in parts]))
+        return out
+
+    def metrics(self) -> dict[str, float]:
+        """Reward statistics, completion lengths and timings of the last collect."""
+        return dict(self._metrics)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Env sampling state, engine RNG, counters."""
+        state: dict[str, Any] = {
+            "env": self.env.state_dict(),
+            "groups_seen": self.groups_seen,
+            "steps": self.total_steps,
+        }
+        if hasattr(self.engine, "state_dict"):
+            state["engine"] = self.engine.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+        self.env.load_state_dict(state["env"])
+        self.groups_seen, self.total_steps = int(state["groups_seen"]), int(state["steps"])
+        if "engine" in state and hasattr(self.engine, "load_state_dict"):
+            self.engine.load_state_dict(state["engine"])
+
+
+class DemoCollector:
+    """Supervised batches for SFT: ``batch_size`` training examples of ``env`` as prompt + reference answer +
+    EOS, with ``loss_mask`` on the answer and EOS. Keys ``input_ids``, ``attention_mask``, ``loss_mask``,
+    ``group``."""
+
+    def __init__(
+        self, env: PromptEnv, tokenizer: Any, batch_size: int = 64, device: str | torch.device = "cpu"
+    ) -> None:
+        self.env = env
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.device = torch.device(device)
+        self.pad_token_id = int(tokenizer.pad_token_id)
+        self.eos_token_id = int(tokenizer.eos_token_id)
+        self.total_steps = 0
+        self._tokens = 0
+
+    def collect(self) -> Batch:
+        """One batch of demonstrations."""
+        examples = self.env.sample(self.batch_size)
+        missing = [ex.prompt for ex in examples if ex.answer is None]
+        if missing:
+            raise ValueError(f"SFT needs a reference answer for every prompt; {missing[0]!r} has none")
+        prompts = encode_prompts(self.tokenizer, examples)
+        answers = [
+            [*self.tokenizer(ex.answer, add_special_tokens=False)["input_ids"], self.eos_token_id] for ex in examples
+        ]
+        data = pack(prompts, answers, self.pad_token_id)
+        data["group"] = torch.arange(self.total_steps, self.total_steps + len(examples))
+        self.total_steps += len(examples)
+        self._tokens = int(data["loss_mask"].sum())
+        return TensorDict(data, batch_size=[len(examples)]).to(self.device)
+
+    def metrics(self) -> dict[str, float]:
+        """Target tokens in the last batch."""
+        return {"rollout/target_tokens": float(self._tokens)}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Env sampling state and counter."""
+        return {"env": self.env.state_dict(), "steps": self.total_steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+        self.env.load_state_dict(state["env"])
+        self.total_steps = int(state["steps"])

@@ -1,0 +1,452 @@
+"""Atomic, checksummed, pickle-free checkpoints with last-K / best-K retention.
+
+Layout of one checkpoint, ``RUN_DIR/checkpoints/step-<12-digit step>/``:
+
+- ``tensors.safetensors``: every tensor / numpy array of the state (see :mod:`pickaxe.runs.state`);
+- ``meta.json``: the JSON skeleton of the state, the step, the metric, the user metadata, creation time and
+  format version;
+- ``MANIFEST.json``: written last, the size and sha256 digest of every other file.
+
+A checkpoint is written into ``checkpoints/.tmp-step-<N>-<random>/`` with every file and the folder fsynced,
+then renamed into place, and ``checkpoints/latest`` is replaced atomically with the folder name. A writer
+killed midway leaves only a ``.tmp-*`` entry, which loading ignores and the next save removes. Loading
+verifies sizes and digests first, reads tensors with safetensors and everything else with json: nothing is
+ever unpickled, so a planted pickle can at worst fail to load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import mmap
+import operator
+import os
+import re
+import secrets
+import shutil
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from pickaxe.faults import fault_point
+from pickaxe.runs.state import flatten_state, unflatten_state
+
+__all__ = [
+    "CheckpointError",
+    "CheckpointInfo",
+    "CheckpointManager",
+    "CheckpointWarning",
+    "load_checkpoint",
+    "save_checkpoint",
+]
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "pickaxe-checkpoint"
+FORMAT_VERSION = 1
+TENSORS, META, MANIFEST, LATEST = "tensors.safetensors", "meta.json", "MANIFEST.json", "latest"
+_TMP = ".tmp-"
+_STEP_RE = re.compile(r"step-(\d{12})")
+_FIX = "delete this checkpoint folder or load an older checkpoint"
+
+
+class CheckpointError(Exception):
+    """A checkpoint is missing, damaged or unreadable; the message names the file and the fix."""
+
+
+class CheckpointWarning(UserWarning):
+    """A damaged checkpoint was skipped while looking for the newest good one."""
+
+
+@dataclass
+class CheckpointInfo:
+    """One complete checkpoint folder: its path, training step, optional metric and user metadata."""
+
+    path: Path
+    step: int
+    metric: float | None
+    meta: dict = field(default_factory=dict)
+
+
+def _name(step: int) -> str:
+    return f"step-{step:012d}"
+
+
+def _bad(folder: Path, fname: str, problem: str) -> CheckpointError:
+    return CheckpointError(f"checkpoint {folder}: {fname} {problem}; {_FIX}")
+
+
+def _fsync_dir(path: Path) -> None:
+    if os.name == "nt":  # directories cannot be opened for fsync on Windows
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sha256(f: BinaryIO) -> str:
+    """Hex sha256 of an open binary file from its current position (hashlib.file_digest on Python 3.11+)."""
+    if hasattr(hashlib, "file_digest"):
+        return hashlib.file_digest(f, "sha256").hexdigest()
+    h, buf = hashlib.sha256(), bytearray(1 << 20)
+    view = memoryview(buf)
+    while n := f.readinto(buf):
+        h.update(view[:n])
+    return h.hexdigest()
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+def _write_bytes(path: Path, data: bytes, sync: bool = True) -> dict[str, Any]:
+    """Write ``data`` (and fsync it unless ``sync`` is False); return its manifest entry."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        if sync:
+            os.fsync(f.fileno())
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def _digest_mapped(path: Path) -> dict[str, Any]:
+    """Manifest entry of a just-written file, hashed through a read-only memory map (no copy)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if not size:  # empty files cannot be mapped
+            return {"size": 0, "sha256": hashlib.sha256(b"").hexdigest()}
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            return {"size": size, "sha256": hashlib.sha256(view).hexdigest()}
+
+
+def _read_json(folder: Path, fname: str) -> Any:
+    try:
+        return json.loads((folder / fname).read_bytes())
+    except OSError as e:
+        raise _bad(folder, fname, f"cannot be read ({e})") from e
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise _bad(folder, fname, f"is not valid JSON ({e})") from e
+
+
+def _check_file(folder: Path, fname: str, entry: Any) -> None:
+    if fname in ("", ".", "..", MANIFEST) or "/" in fname or "\\" in fname:
+        raise _bad(folder, MANIFEST, f"lists an invalid file name {fname!r}")
+    if not isinstance(entry, dict) or type(entry.get("size")) is not int or "sha256" not in entry:
+        raise _bad(folder, MANIFEST, f"has a malformed entry for {fname}")
+    if not (folder / fname).is_file():
+        raise _bad(folder, fname, "is missing but listed in MANIFEST.json")
+    try:
+        with open(folder / fname, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size != entry["size"]:
+                problem = f"has {size} bytes but MANIFEST.json records {entry['size']}"
+                raise _bad(folder, fname, problem + " (truncated or overwritten)")
+            if _sha256(f) != entry["sha256"]:
+                raise _bad(folder, fname, "does not match its sha256 in MANIFEST.json (corrupted on disk)")
+    except OSError as e:
+        raise _bad(folder, fname, f"cannot be read ({e})") from e
+
+
+def _verify(folder: Path) -> dict[str, Any]:
+    """Check manifest, sizes, digests and metadata of one checkpoint; return its parsed meta.json."""
+    if not folder.is_dir():
+        raise CheckpointError(
+            f"checkpoint {folder} does not exist or is not a folder; pass a checkpoint folder such as "
+            "RUN_DIR/checkpoints/step-000000001000"
+        )
+    if not (folder / MANIFEST).is_file():
+        raise _bad(folder, MANIFEST, "is missing (the writer was interrupted or the file was deleted)")
+    manifest = _read_json(folder, MANIFEST)
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or manifest.get("format") != FORMAT:
+        raise _bad(folder, MANIFEST, "is not a pickaxe checkpoint manifest")
+    for required in (TENSORS, META):
+        if required not in files:
+            raise _bad(folder, MANIFEST, f"does not list {required}")
+    extra = sorted(p.name for p in folder.iterdir() if p.name != MANIFEST and p.name not in files)
+    if extra:
+        raise _bad(folder, extra[0], "is not listed in MANIFEST.json (unexpected file; it is never loaded)")
+    for fname, entry in files.items():
+        _check_file(folder, fname, entry)
+    meta = _read_json(folder, META)
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or "skeleton" not in meta:
+        raise _bad(folder, META, "is not pickaxe checkpoint metadata")
+    if type(meta.get("step")) is not int or not isinstance(meta.get("meta", {}), dict):
+        raise _bad(folder, META, "has a malformed step or meta field")
+    version = meta.get("format_version")
+    if type(version) is not int or version > FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {folder}: {META} has format version {version!r}, this pickaxe reads versions <= "
+            f"{FORMAT_VERSION}; upgrade pickaxe to load it"
+        )
+    return meta
+
+
+def _metric(value: Any) -> float | None:
+    return float(value) if type(value) in (int, float) else None
+
+
+def _info(folder: Path, meta: dict[str, Any]) -> CheckpointInfo:
+    return CheckpointInfo(folder, meta["step"], _metric(meta.get("metric")), meta.get("meta") or {})
+
+
+def _load_one(folder: Path, map_location: str | torch.device) -> tuple[Any, CheckpointInfo]:
+    device = torch.device(map_location)
+    torch.empty(0, device=device)  # an unusable device is the caller's error, not a damaged checkpoint
+    device = None if device.type == "cpu" else device
+    meta = _verify(folder)
+    try:
+        tensors = load_file(folder / TENSORS, device="cpu")
+    except Exception as e:  # safetensors raises its own error type for any malformed file
+        raise _bad(folder, TENSORS, f"is not a valid safetensors file ({e})") from e
+    try:
+        state = unflatten_state(tensors, meta["skeleton"], map_location=device)
+    except Exception as e:
+        raise _bad(folder, META, f"does not match the tensors in {TENSORS} ({e})") from e
+    return state, _info(folder, meta)
+
+
+class CheckpointManager:
+    """Save, list, verify and load the checkpoints of one run in ``RUN_DIR/checkpoints``.
+
+    Retention after each save keeps the ``keep_last`` newest checkpoints by step plus the ``keep_best`` best
+    by metric (``mode`` ``"max"`` or ``"min"``; checkpoints without a metric never count as best), and
+    never the one ``latest`` points to.
+    """
+
+    def __init__(
+        self, run_dir: str | Path, keep_last: int = 3, keep_best: int = 1, mode: str = "max"
+    ) -> None:
+        if mode not in ("max", "min"):
+            raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
+        if keep_last < 0 or keep_best < 0:
+            raise ValueError(f"keep_last and keep_best must be >= 0, got {keep_last} and {keep_best}")
+        self.run_dir = Path(run_dir)
+        self.dir = self.run_dir / "checkpoints"
+        self.keep_last, self.keep_best, self.mode = keep_last, keep_best, mode
+
+    # ----------------------------------------------------------------------------------------- writing
+    def save(self, step: int, state: Any, metric: float | None = None, meta: dict | None = None) -> Path:
+        """Atomically write ``state`` as the checkpoint of ``step``, point ``latest`` at it, apply retention.
+
+        ``state`` may hold anything :func:`~pickaxe.runs.state.flatten_state` accepts (``TypeError``
+        otherwise, before anything is written); ``meta`` must be JSON-serialisable. A nan/inf ``metric`` is
+        logged and stored as None. A checkpoint of the same step is replaced. Returns the checkpoint folder.
+        """
+        step = operator.index(step)
+        if not 0 <= step < 10**12:
+            raise ValueError(f"step must be in [0, 10**12), got {step}")
+        if metric is not None and not math.isfinite(metric := float(metric)):
+            logger.warning("checkpoint of step %d: metric %s is not finite; stored without one", step, metric)
+            metric = None  # never counts as best
+        tensors, skeleton = flatten_state(state)
+        doc = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "step": step,
+            "metric": metric,
+            "created": time.time(),
+            "meta": meta or {},
+            "skeleton": skeleton,
+        }
+        try:
+            meta_bytes = json.dumps(doc, allow_nan=False, separators=(",", ":")).encode()
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"checkpoint meta must be JSON-serialisable (no nan/inf, no objects): {e}") from e
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._remove_tmp()
+        name = _name(step)
+        final, tmp = self.dir / name, self.dir / f"{_TMP}{name}-{secrets.token_hex(4)}"
+        tmp.mkdir()
+        try:
+            save_file(tensors, tmp / TENSORS)
+            # The fsyncs run in helper threads, overlapping the sha256 (CPU) and each other (the file system
+            # can commit them together); all three files are durable before the folder is synced and renamed.
+            with ThreadPoolExecutor(3) as pool:
+                synced = [pool.submit(_fsync_file, tmp / TENSORS)]
+                files = {
+                    TENSORS: _digest_mapped(tmp / TENSORS),
+                    META: _write_bytes(tmp / META, meta_bytes, False),
+                }
+                synced.append(pool.submit(_fsync_file, tmp / META))
+                manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "files": files}
+                _write_bytes(tmp / MANIFEST, json.dumps(manifest, indent=1).encode(), sync=False)
+                synced.append(pool.submit(_fsync_file, tmp / MANIFEST))
+                for done in synced:
+                    done.result()  # re-raises an fsync error
+            _fsync_dir(tmp)
+            fault_point("checkpoint-write")  # tests kill here: complete files, folder not yet in place
+            old = None
+            if final.exists():  # a directory rename cannot replace a non-empty one: move the old aside first
+                old = self.dir / f"{_TMP}old-{name}-{secrets.token_hex(4)}"
+                os.replace(final, old)
+            os.replace(tmp, final)
+            _fsync_dir(self.dir)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self._write_pointer(name)
+        self._apply_retention(name)
+        return final
+
+    def _remove_tmp(self) -> None:
+        for p in self.dir.glob(f"{_TMP}*"):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+
+    def _write_pointer(self, name: str) -> None:
+        tmp = self.dir / f"{_TMP}{LATEST}-{secrets.token_hex(4)}"
+        _write_bytes(tmp, f"{name}\n".encode())
+        os.replace(tmp, self.dir / LATEST)
+        _fsync_dir(self.dir)
+
+    def _pointer(self) -> str | None:
+        try:
+            name = (self.dir / LATEST).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return name if _STEP_RE.fullmatch(name) else None
+
+    def _apply_retention(self, current: str) -> None:
+        infos = self.list()
+        keep = {current, self._pointer()}
+        if self.keep_last:
+            keep |= {i.path.name for i in infos[-self.keep_last :]}
+        sign = 1.0 if self.mode == "max" else -1.0
+        scored = sorted((i for i in infos if i.metric is not None), key=lambda i: (sign * i.metric, i.step))
+        keep |= {i.path.name for i in scored[::-1][: self.keep_best]}  # best first; ties: newest
+        for info in infos:
+            if info.path.name not in keep:
+                # rename first so a half-deleted folder is never mistaken for a checkpoint
+                trash = self.dir / f"{_TMP}del-{info.path.name}-{secrets.token_hex(4)}"
+                try:
+                    os.replace(info.path, trash)
+                    shutil.rmtree(trash, ignore_errors=True)
+                except OSError as e:
+                    logger.warning("could not delete old checkpoint %s: %s", info.path, e)
+
+    # ----------------------------------------------------------------------------------------- reading
+    def list(self) -> list[CheckpointInfo]:
+        """Complete (renamed into place) checkpoints sorted by step; digests are not verified."""
+        if not self.dir.is_dir():
+            return []
+        out = []
+        for p in self.dir.iterdir():
+            m = _STEP_RE.fullmatch(p.name)
+            if not (m and p.is_dir()):
+                continue
+            metric, meta = None, {}
+            try:
+                doc = json.loads((p / META).read_bytes())
+                metric, meta = _metric(doc.get("metric")), doc.get("meta") or {}
+            except (OSError, ValueError, AttributeError):
+                pass  # damaged: listed anyway, verify()/load() will report it
+            out.append(CheckpointInfo(p, int(m.group(1)), metric, meta if isinstance(meta, dict) else {}))
+        return sorted(out, key=lambda i: i.step)
+
+    def _resolve(self, path: str | Path) -> Path:
+        p = Path(path)
+        return self.dir / p if not p.exists() and (self.dir / p).exists() else p
+
+    def verify(self, path: str | Path) -> None:
+        """Raise :class:`CheckpointError` naming the bad file if the checkpoint at ``path`` is damaged.
+
+        Detects a missing manifest, missing or unexpected files, size mismatches (truncation), digest
+        mismatches (bit flips) and unparsable JSON. ``path`` may also be a folder name inside ``checkpoints``.
+        """
+        _verify(self._resolve(path))
+
+    def _candidates(self) -> list[CheckpointInfo]:
+        """Checkpoints in load order: ``latest``'s target, older ones newest first, then any newer ones."""
+        infos = self.list()
+        names = [i.path.name for i in infos]
+        pointer = self._pointer()
+        if pointer not in names:
+            return infos[::-1]
+        i = names.index(pointer)
+        return [infos[i], *infos[:i][::-1], *infos[i + 1 :][::-1]]
+
+    def _skip(self, info: CheckpointInfo, err: CheckpointError) -> None:
+        msg = f"skipping damaged checkpoint {info.path.name} and trying the previous one: {err}"
+        logger.warning(msg)
+        warnings.warn(msg, CheckpointWarning, stacklevel=3)
+
+    def _none_good(self, tried: list[str]) -> CheckpointError:
+        if not tried:
+            return CheckpointError(
+                f"no checkpoint found in {self.dir}; check run_dir or start training from scratch"
+            )
+        lines = "\n".join(f"  - {t}" for t in tried)
+        return CheckpointError(
+            f"no good checkpoint in {self.dir}; tried newest to oldest:\n{lines}\n"
+            "restore the folder from a backup or start training from scratch"
+        )
+
+    def load(
+        self, path: str | Path | None = None, map_location: str | torch.device = "cpu"
+    ) -> tuple[Any, CheckpointInfo]:
+        """Load a checkpoint's state and info; nothing is unpickled.
+
+        With ``path`` None, start at the checkpoint ``latest`` points to (else the newest by step) and walk
+        to older ones, skipping damaged ones with a :class:`CheckpointWarning` and a log message; raise
+        :class:`CheckpointError` listing what was tried if none is good. With ``path`` given, load exactly
+        that checkpoint or raise :class:`CheckpointError`. Tensors are moved to ``map_location``.
+        """
+        if path is not None:
+            return _load_one(self._resolve(path), map_location)
+        tried = []
+        for info in self._candidates():
+            try:
+                return _load_one(info.path, map_location)
+            except CheckpointError as e:
+                self._skip(info, e)
+                tried.append(str(e))
+        raise self._none_good(tried)
+
+    def latest(self) -> CheckpointInfo | None:
+        """Info of the checkpoint :meth:`load` would pick (digests verified), or None if there is none."""
+        for info in self._candidates():
+            try:
+                return _info(info.path, _verify(info.path))
+            except CheckpointError as e:
+                self._skip(info, e)
+        return None
+
+
+def save_checkpoint(
+    run_dir: str | Path,
+    step: int,
+    state: Any,
+    *,
+    metric: float | None = None,
+    meta: dict | None = None,
+    keep_last: int = 3,
+    keep_best: int = 1,
+    mode: str = "max",
+) -> Path:
+    """Save ``state`` as ``run_dir``'s checkpoint of ``step`` (see :meth:`CheckpointManager.save`)."""
+    return CheckpointManager(run_dir, keep_last, keep_best, mode).save(step, state, metric=metric, meta=meta)
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[Any, CheckpointInfo]:
+    """Load from a checkpoint folder (``.../step-<N>``), or the newest good checkpoint of a run folder."""
+    p = Path(path)
+    if _STEP_RE.fullmatch(p.name) or (p / MANIFEST).exists():
+        return _load_one(p, map_location)
+    return CheckpointManager(p).load(map_location=map_location)

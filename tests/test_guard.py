@@ -1,0 +1,84 @@
+"""The non-finite guard: a NaN never reaches the weights; the run rolls back or stops as configured."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import pickaxe.algos.ppo as ppo_module
+from pickaxe.recipes import get_recipe
+from pickaxe.runs.run import Run
+from pickaxe.train.build import build_trainer
+from pickaxe.train.trainer import TrainingStopped
+
+
+def _inject_nan(monkeypatch, at_call: int) -> list[int]:
+    """Make ppo_loss return a NaN loss on its ``at_call``-th call (once)."""
+    calls = [0]
+    real = ppo_module.ppo_loss
+
+    def loss_with_nan(*args, **kwargs):
+        calls[0] += 1
+        loss, stats = real(*args, **kwargs)
+        return (loss * float("nan") if calls[0] == at_call else loss), stats
+
+    monkeypatch.setattr(ppo_module, "ppo_loss", loss_with_nan)
+    return calls
+
+
+def _trainer(tmp_path: Path, on_nonfinite: str):
+    cfg = get_recipe("cartpole-ppo")
+    cfg.trainer.total_steps = 4096
+    cfg.trainer.save_every = 1024
+    cfg.trainer.eval_every = 2048
+    cfg.trainer.on_nonfinite = on_nonfinite
+    run = Run(tmp_path / "run", config=cfg.to_dict(), seed=cfg.seed)
+    return build_trainer(cfg, run=run), run
+
+
+def test_nan_loss_rolls_back_to_last_checkpoint(tmp_path: Path, monkeypatch) -> None:
+    # 20 epochs x 1 minibatch per update: call 150 is in the 8th update, after the checkpoint at 1024 steps
+    _inject_nan(monkeypatch, at_call=150)
+    trainer, run = _trainer(tmp_path, "rollback")
+    result = trainer.fit()
+    run.close()
+    assert result.steps == 4096
+    events = [json.loads(line) for line in (run.path / "events.jsonl").read_text().splitlines()]
+    rollback = next(e for e in events if "rolled back" in e["message"])
+    assert "non-finite ppo loss" in rollback["message"] and rollback["step"] == 1024
+    assert all(torch.isfinite(p).all() for p in trainer.algo.policy.parameters())
+    steps = [json.loads(line)["step"] for line in (run.path / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(set(steps)) and steps[-1] == 4096  # nothing duplicated after the rollback
+
+
+def test_nan_loss_stops_with_a_clear_message_and_untouched_weights(tmp_path: Path, monkeypatch) -> None:
+    _inject_nan(monkeypatch, at_call=150)
+    trainer, run = _trainer(tmp_path, "stop")
+    before: list[torch.Tensor] = []
+
+    real_update = trainer.algo.update
+
+    def update(batch):
+        before[:] = [p.detach().clone() for p in trainer.algo.policy.parameters()]
+        return real_update(batch)
+
+    trainer.algo.update = update
+    with pytest.raises(
+        TrainingStopped, match=r"non-finite ppo loss .* after env step 1792; that optimizer step was not applied"
+    ):
+        trainer.fit()
+    run.close()
+    after = list(trainer.algo.policy.parameters())
+    # the update with the NaN stopped at its 10th minibatch: earlier minibatches applied, no NaN anywhere
+    assert all(torch.isfinite(p).all() for p in after)
+    assert any(not torch.equal(b, a) for b, a in zip(before, after, strict=True))
+
+
+def test_nan_parameter_is_named(tmp_path: Path) -> None:
+    trainer, run = _trainer(tmp_path, "stop")
+    with torch.no_grad():
+        trainer.algo.policy.critic[0].weight[0, 0] = float("inf")
+    with pytest.raises(TrainingStopped, match=r"parameter critic\.0\.weight"):
+        trainer.fit()
+    run.close()
