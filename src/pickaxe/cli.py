@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 
 import tyro
 
+from pickaxe.config_keys import check_value, flat_fields
 from pickaxe.errors import ConfigError, PickaxeError
-from pickaxe.train.config import check_value, flat_fields
 
 T = TypeVar("T")
 
@@ -31,12 +31,13 @@ commands:
   train RECIPE [--key.sub VALUE ...] [--run-dir DIR] [--seed N] [--device auto|cpu|cuda] [--no-progress]
                [--save-every N] [--max-restarts N]
   resume RUN_DIR [--no-progress]       continue a run from its newest good checkpoint to its original budget
+  set RUN_DIR KEY=VALUE ...            change a mutable hyper-parameter of a running run (e.g. algo.lr=1e-4)
   recipes                              list the recipes
   eval RUN_DIR [--episodes N]          evaluate a finished run's model
 
 `pickaxe train RECIPE --help` lists every config key of a recipe."""
 
-COMMANDS = ("train", "resume", "recipes", "eval")
+COMMANDS = ("train", "resume", "set", "recipes", "eval")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
             return _train(rest)
         if command == "resume":
             return _resume(rest)
+        if command == "set":
+            return _set(rest)
         if command == "recipes":
             return _recipes()
         if command == "eval":
@@ -191,6 +194,24 @@ def _resume(args: list[str]) -> int:
         raise PickaxeError("usage: pickaxe resume RUN_DIR [--no-progress]")
     result, run = resume(rest[0], progress=not no_progress)
     _print_result(result, run, no_progress)
+    return 0
+
+
+def _set(args: list[str]) -> int:
+    from pickaxe.runs.run import Run
+    from pickaxe.train.build import config_from_dict
+    from pickaxe.train.overrides import mutable_keys, parse_changes, request
+
+    if len(args) < 2 or args[0].startswith("-"):
+        raise PickaxeError("usage: pickaxe set RUN_DIR KEY=VALUE [KEY=VALUE ...], e.g. pickaxe set runs/x algo.lr=1e-4")
+    run = Run.open(args[0])
+    cfg = config_from_dict(run.config())
+    changes = parse_changes(args[1:], mutable_keys(cfg.algo))
+    path = request(run.path, changes)
+    print(
+        f"pickaxe: {', '.join(f'{k}={v!r}' for k, v in changes.items())} queued for {run.path} "
+        f"({path.name}); the run applies it at its next update boundary"
+    )
     return 0
 
 

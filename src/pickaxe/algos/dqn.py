@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +22,11 @@ _REPLAY_KEYS = ("obs", "action", "reward", "terminated", "next_obs")
 @dataclass
 class DQNConfig:
     """DQN hyper-parameters."""
+
+    mutable: ClassVar[tuple[str, ...]] = (
+        "lr", "gradient_steps", "batch_size", "target_update_every", "max_grad_norm", "eps_end",
+    )  # fmt: skip
+    """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""
 
     lr: float = 1e-4
     gamma: float = 0.99
@@ -84,9 +89,11 @@ class DQN(Algorithm):
         """Store ``batch``; once ``learning_starts`` steps are stored, take ``gradient_steps`` TD steps."""
         cfg = self.config
         self.buffer.extend(batch.select(*_REPLAY_KEYS))
-        metrics: dict[str, float] = {"dqn/epsilon": self.policy.epsilon}
+        metrics: dict[str, float] = {"dqn/epsilon": self.policy.epsilon, "dqn/lr": cfg.lr}
         if len(self.buffer) < cfg.learning_starts:
             return metrics
+        for group in self.optimizer.param_groups:
+            group["lr"] = cfg.lr
         history = []
         for _ in range(cfg.gradient_steps):
             loss, stats = dqn_loss(self.qnet, self.target, self.buffer.sample(cfg.batch_size), cfg)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import nn
@@ -26,6 +26,11 @@ from pickaxe.models.actor_critic import ActorCritic
 @dataclass
 class PPOConfig:
     """PPO hyper-parameters."""
+
+    mutable: ClassVar[tuple[str, ...]] = (
+        "lr", "clip", "ent_coef", "vf_coef", "max_grad_norm", "target_kl", "epochs", "minibatch_size",
+    )  # fmt: skip
+    """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""
 
     lr: float = 3e-4
     lr_schedule: Literal["constant", "linear"] = "constant"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -117,43 +116,3 @@ def _from_plain(typ: type, data: dict[str, Any], prefix: str) -> Any:
 def _suggest(key: str, choices: typing.Iterable[str], prefix: str = "") -> str:
     close = difflib.get_close_matches(key, list(choices), n=1, cutoff=0.5)
     return f"; did you mean {prefix + close[0]!r}?" if close else ""
-
-
-def flat_fields(cfg: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
-    """Every leaf config key as ``dotted.name -> (type hint, current value)``."""
-    out: dict[str, tuple[Any, Any]] = {}
-    hints = typing.get_type_hints(type(cfg))
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        if dataclasses.is_dataclass(value):
-            out.update(flat_fields(value, f"{prefix}{f.name}."))
-        else:
-            out[prefix + f.name] = (hints[f.name], value)
-    return out
-
-
-def check_value(key: str, hint: Any, text: str) -> None:
-    """Raise ``ConfigError`` if command-line ``text`` cannot be a value of type ``hint`` for ``key``."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if text == "None" and type(None) in args:
-            return
-        errors = []
-        for arg in (a for a in args if a is not type(None)):
-            try:
-                return check_value(key, arg, text)
-            except ConfigError as e:
-                errors.append(str(e))
-        raise ConfigError(errors[0] if errors else f"bad value {text!r} for {key}")
-    if origin is Literal:
-        if text not in [str(a) for a in args]:
-            raise ConfigError(f"--{key} must be one of {', '.join(map(str, args))}, got {text!r}")
-        return
-    converters = {int: int, float: float}
-    if hint in converters:
-        try:
-            converters[hint](text)
-        except ValueError:
-            raise ConfigError(f"--{key} takes {hint.__name__}, got {text!r} (e.g. --{key} 3)") from None
-    elif hint is bool and text.lower() not in ("true", "false"):
-        raise ConfigError(f"--{key} takes True or False, got {text!r}")

@@ -21,6 +21,7 @@ from pickaxe.rollout.collector import Collector
 from pickaxe.runs.checkpoint import CheckpointInfo, CheckpointManager
 from pickaxe.runs.run import Run
 from pickaxe.train.evaluate import evaluate
+from pickaxe.train.overrides import Override, OverrideLog
 from pickaxe.utils import get_rng_state, seed_everything, set_rng_state, set_torch_threads
 
 
@@ -118,6 +119,7 @@ class Trainer:
         self.evaluator = evaluator
         self.progress = progress
         self.checkpoints = CheckpointManager(run.path, cfg.keep_last, cfg.keep_best) if run is not None else None
+        self.overrides = OverrideLog(run.path) if run is not None else None
         self.step = 0
         self._next_eval = self._next_log = self._next_save = 0
         self._rollbacks = 0
@@ -165,6 +167,7 @@ class Trainer:
     def _iteration(self, total: int, start: float) -> dict[str, Any]:
         """One collect + update (+ eval, log, checkpoint when due); returns the iteration's record."""
         cfg, result = self.config, self.result
+        changes = self._apply(self.overrides.take(self.step)) if self.overrides is not None else {}
         self.algo.set_progress(self.step, total)
         t0 = time.perf_counter()
         batch = self.collector.collect()
@@ -174,6 +177,7 @@ class Trainer:
         self.step += batch.numel()
         t2 = time.perf_counter()
         record = {**self.collector.metrics(), **metrics, "time/collect_s": t1 - t0, "time/update_s": t2 - t1}
+        record.update({f"override/{k}": v for k, v in changes.items()})
         evaluated = self.evaluator is not None and (self.step >= self._next_eval or self.step >= total)
         if evaluated:
             while self._next_eval <= self.step:
@@ -200,6 +204,15 @@ class Trainer:
             if result.solved_step is None:  # the final checkpoint follows at once otherwise
                 self.save_checkpoint(metric)
         return record
+
+    def _apply(self, overrides: list[Override], announce: bool = True) -> dict[str, Any]:
+        """Set live changes on the algorithm's or the loop's config (``algo.lr``, ``trainer.eval_every``)."""
+        for o in overrides:
+            section, name = o.key.split(".", 1)
+            setattr(self.algo.config if section == "algo" else self.config, name, o.value)
+            if announce:
+                self._event(f"set {o.key}={o.value!r} at step {o.step}")
+        return {o.key: o.value for o in overrides}
 
     def _check_parameters(self) -> None:
         for net_name, net in self.algo.networks().items():
@@ -289,6 +302,8 @@ class Trainer:
             return None
         state, info = self.checkpoints.load()
         self.load_state_dict(state)
+        if self.overrides is not None:  # changes made before the checkpoint are part of its config
+            self._apply(self.overrides.before(self.step), announce=False)
         self.run.rewind(self.step)
         support = info.meta.get("env_state", "deterministic")
         how = "exact" if support == "exact" else "deterministic (env state not capturable: episodes restart)"
