@@ -33,13 +33,14 @@ def _trainer(tmp_path: Path, on_nonfinite: str):
     cfg.trainer.save_every = 1024
     cfg.trainer.eval_every = 2048
     cfg.trainer.on_nonfinite = on_nonfinite
+    cfg.algo.epochs, cfg.algo.minibatch_size = 10, 256  # one minibatch per epoch: 10 loss calls per update
     run = Run(tmp_path / "run", config=cfg.to_dict(), seed=cfg.seed)
     return build_trainer(cfg, run=run), run
 
 
 def test_nan_loss_rolls_back_to_last_checkpoint(tmp_path: Path, monkeypatch) -> None:
-    # 20 epochs x 1 minibatch per update: call 150 is in the 8th update, after the checkpoint at 1024 steps
-    _inject_nan(monkeypatch, at_call=150)
+    # 10 loss calls per update: call 75 is in the 8th update (after env step 1792), past the checkpoint at 1024
+    _inject_nan(monkeypatch, at_call=75)
     trainer, run = _trainer(tmp_path, "rollback")
     result = trainer.fit()
     run.close()
@@ -53,7 +54,7 @@ def test_nan_loss_rolls_back_to_last_checkpoint(tmp_path: Path, monkeypatch) -> 
 
 
 def test_nan_loss_stops_with_a_clear_message_and_untouched_weights(tmp_path: Path, monkeypatch) -> None:
-    _inject_nan(monkeypatch, at_call=150)
+    _inject_nan(monkeypatch, at_call=75)
     trainer, run = _trainer(tmp_path, "stop")
     before: list[torch.Tensor] = []
 
@@ -70,7 +71,7 @@ def test_nan_loss_stops_with_a_clear_message_and_untouched_weights(tmp_path: Pat
         trainer.fit()
     run.close()
     after = list(trainer.algo.policy.parameters())
-    # the update with the NaN stopped at its 10th minibatch: earlier minibatches applied, no NaN anywhere
+    # the update with the NaN stopped at its 5th minibatch: earlier minibatches applied, no NaN anywhere
     assert all(torch.isfinite(p).all() for p in after)
     assert any(not torch.equal(b, a) for b, a in zip(before, after, strict=True))
 

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from pickaxe.cli import main
+from pickaxe.runs.run import read_metrics
 from pickaxe.train.build import resume
 
 ARGS = ["--trainer.total-steps", "16384", "--save-every", "2048", "--trainer.keep-last", "20", "--no-progress"]
 
 
 def _metrics(run_dir: Path) -> list[dict]:
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(line).items() if not k.startswith(("time/", "sys/"))} for line in lines]
+    return read_metrics(run_dir, deterministic=True)
 
 
 def _only_checkpoint(run_dir: Path, step: int) -> None:

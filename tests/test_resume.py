@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from pickaxe.recipes import get_recipe
+from pickaxe.runs.run import read_metrics
 from pickaxe.train.build import resume, train
 
 RECIPES = {
@@ -38,8 +39,7 @@ def _cmd(*args: str) -> list[str]:
 
 
 def _metrics(run_dir: Path) -> list[dict]:
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")} for line in lines]
+    return read_metrics(run_dir, deterministic=True)
 
 
 def _kill_when(proc: subprocess.Popen, run_dir: Path, min_lines: int, extra_s: float) -> None:

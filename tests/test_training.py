@@ -7,13 +7,13 @@ import pytest
 from safetensors.torch import load_file
 
 from pickaxe.recipes import get_recipe
+from pickaxe.runs.run import read_metrics
 from pickaxe.train.build import build_trainer, evaluate_run, train
 from pickaxe.train.config import TrainConfig
 
 
 def _metrics(run_dir: Path) -> list[dict]:
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")} for line in lines]
+    return read_metrics(run_dir, deterministic=True)
 
 
 def test_ppo_solves_cartpole() -> None:

@@ -29,8 +29,9 @@ USAGE = """usage: pickaxe COMMAND ...
 
 commands:
   train RECIPE [--key.sub VALUE ...] [--run-dir DIR] [--seed N] [--device auto|cpu|cuda] [--no-progress]
-               [--save-every N] [--max-restarts N]
-  resume RUN_DIR [--no-progress]       continue a run from its newest good checkpoint to its original budget
+               [--save-every N] [--max-restarts N] [--track wandb|mlflow] [--prometheus-port P]
+  resume RUN_DIR [--no-progress] [--track T] [--prometheus-port P]
+                                       continue a run from its newest good checkpoint to its original budget
   set RUN_DIR KEY=VALUE ...            change a mutable hyper-parameter of a running run (e.g. algo.lr=1e-4)
   recipes                              list the recipes
   eval RUN_DIR [--episodes N]          evaluate a finished run's model
@@ -153,6 +154,7 @@ def _train(args: list[str]) -> int:
     rest, run_dir = _pop_option(rest, "--run-dir")
     rest, no_progress = _pop_option(rest, "--no-progress", takes_value=False)
     rest, max_restarts = _pop_option(rest, "--max-restarts")
+    rest, sinks = _pop_sink_options(rest)
     rest = [
         "--trainer.save-every" if a == "--save-every" else a.replace("--save-every=", "--trainer.save-every=")
         for a in rest
@@ -170,9 +172,30 @@ def _train(args: list[str]) -> int:
         run_dir = run_dir or str(default_run_dir(name))
         child = [a for a in args if a not in ("--max-restarts", max_restarts) and not a.startswith("--max-restarts=")]
         return _supervise([*child, "--run-dir", run_dir], Path(run_dir), int(max_restarts))
-    result, run = train(cfg, run_dir=run_dir, progress=not no_progress)
+    result, run = train(cfg, run_dir=run_dir, progress=not no_progress, **sinks)
     _print_result(result, run, no_progress)
     return 0
+
+
+def _pop_sink_options(args: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """``--track NAME`` (repeatable) and ``--prometheus-port P``: where metrics go besides the run dir."""
+    track: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        if args[i] == "--track" and i + 1 < len(args):
+            track.append(args[i + 1])
+            i += 2
+            continue
+        if args[i].startswith("--track="):
+            track.append(args[i].split("=", 1)[1])
+        else:
+            rest.append(args[i])
+        i += 1
+    rest, port = _pop_option(rest, "--prometheus-port")
+    if port is not None:
+        check_value("prometheus-port", int, port)
+    return rest, {"track": tuple(track), "prometheus_port": int(port) if port is not None else None}
 
 
 def _print_result(result: Any, run: Any, quiet: bool) -> None:
@@ -190,9 +213,10 @@ def _resume(args: list[str]) -> int:
     from pickaxe.train.build import resume
 
     rest, no_progress = _pop_option(args, "--no-progress", takes_value=False)
+    rest, sinks = _pop_sink_options(rest)
     if len(rest) != 1 or rest[0].startswith("-"):
-        raise PickaxeError("usage: pickaxe resume RUN_DIR [--no-progress]")
-    result, run = resume(rest[0], progress=not no_progress)
+        raise PickaxeError("usage: pickaxe resume RUN_DIR [--no-progress] [--track T] [--prometheus-port P]")
+    result, run = resume(rest[0], progress=not no_progress, **sinks)
     _print_result(result, run, no_progress)
     return 0
 

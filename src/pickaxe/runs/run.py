@@ -14,7 +14,10 @@ from torch import nn
 
 from pickaxe.errors import PickaxeError
 from pickaxe.runs.manifest import build_manifest, to_jsonable
-from pickaxe.runs.tracking import JsonlLogger, TensorBoardLogger
+from pickaxe.runs.tracking import TRACKERS, JsonlLogger, PrometheusSink, TensorBoardLogger, check_tracker
+
+NONDETERMINISTIC_PREFIXES = ("time/", "sys/")
+"""Metric name prefixes whose values depend on the machine and the moment (wall time, CPU, memory)."""
 
 MODEL_FILE = "model.safetensors"
 
@@ -36,18 +39,31 @@ class Run:
     ``Run.open`` reattaches to an existing directory (for resuming) without rewriting its config.
     """
 
-    def __init__(self, path: str | Path, config: Any = None, seed: int | None = None, tensorboard: bool = True) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        config: Any = None,
+        seed: int | None = None,
+        tensorboard: bool = True,
+        track: tuple[str, ...] = (),
+        prometheus_port: int | None = None,
+    ) -> None:
+        for name in track:
+            check_tracker(name)
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self._tensorboard = tensorboard
-        self._sinks: list[JsonlLogger | TensorBoardLogger] = []
+        self._sinks: list[Any] = []
         if config is not None:
             self._write_json("config.json", to_jsonable(config))
         self._write_json("manifest.json", build_manifest(config, seed))
         self._open_sinks(purge_step=None)
+        self._extra_sinks = _extra_sinks(self.path, to_jsonable(config), track, prometheus_port)
 
     @classmethod
-    def open(cls, path: str | Path, tensorboard: bool = True) -> Run:
+    def open(
+        cls, path: str | Path, tensorboard: bool = True, track: tuple[str, ...] = (), prometheus_port: int | None = None
+    ) -> Run:
         """Reattach to an existing run directory; call ``rewind(step)`` before logging."""
         run = cls.__new__(cls)
         run.path = Path(path)
@@ -55,6 +71,7 @@ class Run:
             raise PickaxeError(f"{run.path} is not a run directory: config.json is missing")
         run._tensorboard = tensorboard
         run._sinks = []
+        run._extra_sinks = _extra_sinks(run.path, None, track, prometheus_port) if track or prometheus_port else []
         return run
 
     def config(self) -> dict[str, Any]:
@@ -75,7 +92,7 @@ class Run:
         A resumed run calls this with its checkpoint's step, so ``metrics.jsonl`` ends up with each
         step exactly once. The file is rewritten atomically.
         """
-        self.close()
+        self._close_sinks()
         path = self.path / "metrics.jsonl"
         kept: list[str] = []
         if path.exists():
@@ -106,7 +123,7 @@ class Run:
     def log(self, metrics: dict[str, Any], step: int) -> None:
         """Record ``metrics`` at env step ``step`` in every sink."""
         record = {"step": int(step), **metrics}
-        for sink in self._sinks:
+        for sink in (*self._sinks, *self._extra_sinks):
             sink.log(record)
 
     def save_model(self, networks: dict[str, nn.Module]) -> Path:
@@ -124,20 +141,55 @@ class Run:
 
     def flush(self) -> None:
         """Push buffered metrics (TensorBoard events) to disk."""
-        for sink in self._sinks:
+        for sink in (*self._sinks, *self._extra_sinks):
             sink.flush()
 
-    def close(self) -> None:
-        """Flush and close every sink."""
+    def _close_sinks(self) -> None:
         for sink in self._sinks:
             sink.close()
         self._sinks = []
+
+    def close(self) -> None:
+        """Flush and close every sink."""
+        self._close_sinks()
+        for sink in self._extra_sinks:
+            sink.close()
+        self._extra_sinks = []
 
     def __enter__(self) -> Run:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def read_metrics(run_dir: str | Path, deterministic: bool = False) -> list[dict[str, Any]]:
+    """The records of a run's ``metrics.jsonl`` (a line torn by a kill is skipped).
+
+    ``deterministic=True`` drops the machine- and moment-dependent fields (``time/``, ``sys/``): what is
+    left must be identical between two runs of the same config and seed.
+    """
+    records = []
+    for line in (Path(run_dir) / "metrics.jsonl").read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if deterministic:
+            record = {k: v for k, v in record.items() if not k.startswith(NONDETERMINISTIC_PREFIXES)}
+        records.append(record)
+    return records
+
+
+def _extra_sinks(path: Path, config: Any, track: tuple[str, ...], prometheus_port: int | None) -> list[Any]:
+    """Optional sinks: W&B / MLflow trackers and a Prometheus endpoint."""
+    sinks: list[Any] = []
+    for name in track:
+        check_tracker(name)
+        sinks.append(TRACKERS[name](path, config))
+    if prometheus_port is not None:
+        sinks.append(PrometheusSink(prometheus_port, path.name))
+    return sinks
 
 
 def load_model(run_dir: str | Path, networks: dict[str, nn.Module], device: str | torch.device = "cpu") -> None:

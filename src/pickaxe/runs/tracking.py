@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
+
+from pickaxe.errors import PickaxeError
 
 
 class JsonlLogger:
@@ -52,3 +57,119 @@ class TensorBoardLogger:
     def close(self) -> None:
         """Flush and close the writer."""
         self._writer.close()
+
+
+class PrometheusSink:
+    """Serves the latest value of every numeric metric on ``http://127.0.0.1:PORT/metrics`` for Prometheus.
+
+    Metric ``eval/return_mean`` becomes gauge ``pickaxe_eval_return_mean{run="<run dir name>"}``.
+    """
+
+    def __init__(self, port: int, run_name: str) -> None:
+        from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+        self._registry = CollectorRegistry()
+        self._gauge_type = Gauge
+        self._gauges: dict[str, Any] = {}
+        self._run = run_name
+        try:
+            self._server, self._thread = start_http_server(port, addr="127.0.0.1", registry=self._registry)
+        except OSError as e:
+            raise PickaxeError(
+                f"cannot serve Prometheus metrics on 127.0.0.1:{port} ({e}); pick another port"
+            ) from None
+
+    def log(self, record: dict[str, Any]) -> None:
+        """Update one gauge per numeric value."""
+        for key, value in record.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            name = "pickaxe_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)
+            gauge = self._gauges.get(name)
+            if gauge is None:
+                gauge = self._gauges[name] = self._gauge_type(name, key, ["run"], registry=self._registry)
+            gauge.labels(run=self._run).set(value)
+
+    def flush(self) -> None:
+        """Nothing buffered."""
+
+    def close(self) -> None:
+        """Stop serving."""
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class WandbSink:
+    """Weights & Biases tracking (``--track wandb``; needs ``pip install 'pickaxe[wandb]'``)."""
+
+    def __init__(self, run_dir: Path, config: dict[str, Any] | None) -> None:
+        wandb = _optional("wandb", "wandb")
+        self._run = wandb.init(dir=str(run_dir), name=run_dir.name, config=config, resume="allow", id=run_dir.name)
+
+    def log(self, record: dict[str, Any]) -> None:
+        """Log numeric values at ``record['step']``."""
+        data = {k: v for k, v in record.items() if k != "step" and isinstance(v, int | float)}
+        self._run.log(data, step=int(record["step"]))
+
+    def flush(self) -> None:
+        """W&B flushes in its own process."""
+
+    def close(self) -> None:
+        """Finish the W&B run."""
+        self._run.finish()
+
+
+class MlflowSink:
+    """MLflow tracking (``--track mlflow``; needs ``pip install 'pickaxe[mlflow]'``); uses MLflow's own
+    tracking URI settings (``MLFLOW_TRACKING_URI``)."""
+
+    def __init__(self, run_dir: Path, config: dict[str, Any] | None) -> None:
+        self._mlflow = _optional("mlflow", "mlflow")
+        self._active = self._mlflow.start_run(run_name=run_dir.name)
+        if config:
+            flat = _flatten(config)
+            self._mlflow.log_params({k: v for k, v in flat.items() if v is not None})
+
+    def log(self, record: dict[str, Any]) -> None:
+        """Log numeric values at ``record['step']`` (MLflow keys cannot hold ``/``: it becomes ``.``)."""
+        data = {
+            k.replace("/", "."): float(v)
+            for k, v in record.items()
+            if k != "step" and isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        }
+        self._mlflow.log_metrics(data, step=int(record["step"]))
+
+    def flush(self) -> None:
+        """MLflow logs synchronously."""
+
+    def close(self) -> None:
+        """End the MLflow run."""
+        self._mlflow.end_run()
+
+
+TRACKERS = {"wandb": WandbSink, "mlflow": MlflowSink}
+
+
+def check_tracker(name: str) -> None:
+    """Fail early (before a run directory exists) on an unknown or uninstalled tracker."""
+    if name not in TRACKERS:
+        raise PickaxeError(f"unknown tracker {name!r}; choose from {', '.join(sorted(TRACKERS))}")
+    if importlib.util.find_spec(name) is None:
+        raise PickaxeError(f"--track {name} needs the {name} package: pip install 'pickaxe[{name}]'")
+
+
+def _optional(module: str, extra: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise PickaxeError(f"--track {module} needs the {module} package: pip install 'pickaxe[{extra}]'") from None
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out

@@ -90,7 +90,13 @@ def config_from_dict(data: dict[str, Any]) -> Any:
     return CONFIG_KINDS[kind].from_dict(data)
 
 
-def train(cfg: Any, run_dir: str | Path | None = None, progress: bool = False) -> tuple[FitResult, Run]:
+def train(
+    cfg: Any,
+    run_dir: str | Path | None = None,
+    progress: bool = False,
+    track: tuple[str, ...] = (),
+    prometheus_port: int | None = None,
+) -> tuple[FitResult, Run]:
     """Train any registered config (``TrainConfig`` and others) into ``run_dir`` (default ``runs/<recipe>-<time>``).
 
     The config is validated by building envs' ids and devices before the run directory is created.
@@ -101,13 +107,21 @@ def train(cfg: Any, run_dir: str | Path | None = None, progress: bool = False) -
     if isinstance(cfg, TrainConfig):  # fail on a bad env id or device before creating the run directory
         check_env_id(cfg.env.id)
         resolve_device(cfg.device)
-    run = Run(run_dir or default_run_dir(cfg.recipe), config=cfg.to_dict(), seed=cfg.seed)
+    run = Run(
+        run_dir or default_run_dir(cfg.recipe),
+        config=cfg.to_dict(),
+        seed=cfg.seed,
+        track=track,
+        prometheus_port=prometheus_port,
+    )
     return _fit(builder, cfg, run, progress, resume=False), run
 
 
-def resume(run_dir: str | Path, progress: bool = False) -> tuple[FitResult, Run]:
+def resume(
+    run_dir: str | Path, progress: bool = False, track: tuple[str, ...] = (), prometheus_port: int | None = None
+) -> tuple[FitResult, Run]:
     """Continue a run from its newest good checkpoint to its original budget (from scratch if it has none)."""
-    run = Run.open(run_dir)
+    run = Run.open(run_dir, track=track, prometheus_port=prometheus_port)
     cfg = config_from_dict(run.config())
     return _fit(BUILDERS[type(cfg)], cfg, run, progress, resume=True), run
 

@@ -19,6 +19,7 @@ from pickaxe.errors import NonFiniteError, PickaxeError
 from pickaxe.faults import fault_point
 from pickaxe.rollout.collector import Collector
 from pickaxe.runs.checkpoint import CheckpointInfo, CheckpointManager
+from pickaxe.runs.monitor import SystemMonitor
 from pickaxe.runs.run import Run
 from pickaxe.train.evaluate import evaluate
 from pickaxe.train.overrides import Override, OverrideLog
@@ -124,6 +125,7 @@ class Trainer:
         self._next_eval = self._next_log = self._next_save = 0
         self._rollbacks = 0
         self.result = FitResult(steps=0, wall_s=0.0)
+        self.monitor = SystemMonitor()
         set_torch_threads(torch_threads)
 
     def evaluate(self) -> dict[str, float]:
@@ -139,11 +141,14 @@ class Trainer:
         total = cfg.total_steps if total_steps is None else total_steps
         result = self.result
         start = time.perf_counter()
+        self._start_step, self._checkpoint_s = self.step, 0.0
         if self.step == 0:
             self._next_eval = cfg.eval_every if cfg.eval_every > 0 else total
             self._next_save = cfg.save_every if cfg.save_every > 0 else total
         with self._progress_bar(total) as bar:
-            task = bar.add_task("train", total=total, completed=self.step, eval="-", sps="-") if bar else None
+            task = (
+                bar.add_task("train", total=total, completed=self.step, eval="-", sps="-", phases="") if bar else None
+            )
             while self.step < total and result.solved_step is None:
                 try:
                     record = self._iteration(total, start)
@@ -154,7 +159,9 @@ class Trainer:
                 if task is not None:
                     if "eval/return_mean" in record:
                         bar.update(task, eval=f"{record['eval/return_mean']:.1f}")
-                    bar.update(task, completed=self.step, sps=f"{record['time/steps_per_s']:,.0f}")
+                    bar.update(
+                        task, completed=self.step, sps=f"{record['time/steps_per_s']:,.0f}", phases=_phase_split(record)
+                    )
         result.steps, result.wall_s = self.step, time.perf_counter() - start
         if self.run is not None:
             self.run.save_model(self.algo.networks())
@@ -186,9 +193,11 @@ class Trainer:
             record["time/eval_s"] = time.perf_counter() - t2
         elapsed = time.perf_counter() - start
         record["time/elapsed_s"] = elapsed
-        record["time/steps_per_s"] = self.step / max(elapsed, 1e-9)
+        record["time/steps_per_s"] = (self.step - self._start_step) / max(elapsed, 1e-9)
         if evaluated or self.step >= self._next_log or self.step >= total:
             self._next_log = self.step + cfg.log_every
+            record.update(self.monitor.read())
+            record["time/checkpoint_s"], self._checkpoint_s = self._checkpoint_s, 0.0
             if self.run is not None:
                 self.run.log(record, self.step)
             result.history.append({"step": self.step, **record})
@@ -202,7 +211,9 @@ class Trainer:
             while self._next_save <= self.step:
                 self._next_save += cfg.save_every
             if result.solved_step is None:  # the final checkpoint follows at once otherwise
+                t3 = time.perf_counter()
                 self.save_checkpoint(metric)
+                self._checkpoint_s += time.perf_counter() - t3
         return record
 
     def _apply(self, overrides: list[Override], announce: bool = True) -> dict[str, Any]:
@@ -330,8 +341,16 @@ class Trainer:
             MofNCompleteColumn(),
             TextColumn("[cyan]{task.fields[sps]} steps/s"),
             TextColumn("eval return [green]{task.fields[eval]}"),
+            TextColumn("[dim]{task.fields[phases]}"),
             TimeElapsedColumn(),
         )
+
+
+def _phase_split(record: dict[str, Any]) -> str:
+    """Where the iteration's wall time went, e.g. ``collect 31% update 66% eval 3%``."""
+    phases = {k: record.get(f"time/{k}_s", 0.0) for k in ("collect", "update", "eval")}
+    total = sum(phases.values()) or 1.0
+    return " ".join(f"{k} {100 * v / total:.0f}%" for k, v in phases.items() if v > 0)
 
 
 class _NoBar:
