@@ -28,6 +28,7 @@ class SeededVectorEnv(VectorWrapper):
         super().__init__(env)
         self.seed = seed
         self._seeded = False
+        self.step = env.step  # type: ignore[method-assign]  # no wrapper frame on the hot path
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None):  # type: ignore[override]
         """Reset; the very first call defaults to the stored seed (actions spaces are seeded with it too)."""

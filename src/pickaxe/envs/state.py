@@ -91,6 +91,12 @@ class Snapshot(gym.Wrapper):
     Works the same in-process and across subprocesses (``AsyncVectorEnv`` forwards attribute access).
     """
 
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        # The hot path skips this layer: stepping calls the wrapped env's bound methods directly.
+        self.step = env.step  # type: ignore[method-assign]
+        self.reset = env.reset  # type: ignore[method-assign]
+
     @property
     def pickaxe_state_support(self) -> Support:
         """``exact`` or ``deterministic``."""
