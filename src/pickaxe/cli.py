@@ -33,12 +33,18 @@ commands:
   resume RUN_DIR [--no-progress] [--track T] [--prometheus-port P]
                                        continue a run from its newest good checkpoint to its original budget
   set RUN_DIR KEY=VALUE ...            change a mutable hyper-parameter of a running run (e.g. algo.lr=1e-4)
+  sweep RECIPE --key v1,v2 ... [--seeds N] [--workers N] [--sweep-dir DIR]
+                                       grid x seeds through the job queue, then compare
+  compare RUN_OR_SWEEP_DIR... [--metric M] [--out DIR]
+                                       IQM, bootstrap CIs, probability of improvement, curves
+  queue add|list|cancel|retry ...      the persistent job queue (pickaxe queue --help)
+  worker [--slots N] [--until-empty]   run queued jobs
   recipes                              list the recipes
   eval RUN_DIR [--episodes N]          evaluate a finished run's model
 
 `pickaxe train RECIPE --help` lists every config key of a recipe."""
 
-COMMANDS = ("train", "resume", "set", "recipes", "eval")
+COMMANDS = ("train", "resume", "set", "sweep", "compare", "queue", "worker", "recipes", "eval")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,6 +61,20 @@ def main(argv: list[str] | None = None) -> int:
             return _resume(rest)
         if command == "set":
             return _set(rest)
+        if command == "sweep":
+            return _sweep(rest)
+        if command == "compare":
+            from pickaxe.exp.compare import main_compare
+
+            return main_compare(rest)
+        if command == "queue":
+            from pickaxe.exp.queue import main_queue
+
+            return main_queue(rest)
+        if command == "worker":
+            from pickaxe.exp.worker import main_worker
+
+            return main_worker(rest)
         if command == "recipes":
             return _recipes()
         if command == "eval":
@@ -140,21 +160,17 @@ def _concrete_type(cfg: Any) -> type:
     return dataclasses.make_dataclass(type(cfg).__name__, special, bases=(type(cfg),)) if special else type(cfg)
 
 
-def _train(args: list[str]) -> int:
+def _parse_train(name: str, rest: list[str]) -> tuple[Any, dict[str, Any]]:
+    """A recipe's config with the command-line overrides applied, plus the run options (not config)."""
     from pickaxe.recipes import get_recipe
-    from pickaxe.train.build import train
 
-    if not args or args[0].startswith("-"):
-        if args and args[0] in ("-h", "--help"):
-            print(USAGE)
-            return 0
-        raise PickaxeError("pickaxe train needs a recipe name, e.g. `pickaxe train cartpole-ppo` (`pickaxe recipes`)")
-    name, rest = args[0], args[1:]
     cfg = get_recipe(name)
     rest, run_dir = _pop_option(rest, "--run-dir")
     rest, no_progress = _pop_option(rest, "--no-progress", takes_value=False)
     rest, max_restarts = _pop_option(rest, "--max-restarts")
     rest, sinks = _pop_sink_options(rest)
+    if max_restarts is not None:
+        check_value("max-restarts", int, max_restarts)
     rest = [
         "--trainer.save-every" if a == "--save-every" else a.replace("--save-every=", "--trainer.save-every=")
         for a in rest
@@ -165,14 +181,35 @@ def _train(args: list[str]) -> int:
     default = cli_type(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
     parsed = _tyro(cli_type, rest, prog, default=default)
     cfg = type(cfg)(**{f.name: getattr(parsed, f.name) for f in dataclasses.fields(cfg)})
+    options = {"run_dir": run_dir, "no_progress": bool(no_progress), "max_restarts": max_restarts, **sinks}
+    return cfg, options
+
+
+def validate_train_args(recipe: str, args: list[str]) -> Any:
+    """Check ``pickaxe train RECIPE ARGS...`` without running it; returns the resolved config."""
+    return _parse_train(recipe, list(args))[0]
+
+
+def _train(args: list[str]) -> int:
+    from pickaxe.train.build import train
+
+    if not args or args[0].startswith("-"):
+        if args and args[0] in ("-h", "--help"):
+            print(USAGE)
+            return 0
+        raise PickaxeError("pickaxe train needs a recipe name, e.g. `pickaxe train cartpole-ppo` (`pickaxe recipes`)")
+    name = args[0]
+    cfg, opts = _parse_train(name, args[1:])
+    run_dir, no_progress, max_restarts = opts["run_dir"], opts["no_progress"], opts["max_restarts"]
     if max_restarts is not None:
-        check_value("max-restarts", int, max_restarts)
         from pickaxe.runs.run import default_run_dir
 
         run_dir = run_dir or str(default_run_dir(name))
         child = [a for a in args if a not in ("--max-restarts", max_restarts) and not a.startswith("--max-restarts=")]
         return _supervise([*child, "--run-dir", run_dir], Path(run_dir), int(max_restarts))
-    result, run = train(cfg, run_dir=run_dir, progress=not no_progress, **sinks)
+    result, run = train(
+        cfg, run_dir=run_dir, progress=not no_progress, track=opts["track"], prometheus_port=opts["prometheus_port"]
+    )
     _print_result(result, run, no_progress)
     return 0
 
@@ -219,6 +256,16 @@ def _resume(args: list[str]) -> int:
     result, run = resume(rest[0], progress=not no_progress, **sinks)
     _print_result(result, run, no_progress)
     return 0
+
+
+def _sweep(args: list[str]) -> int:
+    from pickaxe.exp.sweep import run_sweep
+
+    if not args or args[0].startswith("-"):
+        raise PickaxeError(
+            "usage: pickaxe sweep RECIPE --algo.lr 1e-3,3e-4 [--seeds N] [--workers N] [--sweep-dir DIR]"
+        )
+    return run_sweep(args[0], args[1:])
 
 
 def _set(args: list[str]) -> int:
