@@ -9,23 +9,41 @@ px.Trainer(algo, collector, eval_envs=px.envs.make("CartPole-v1", n=10, seed=100
            run=px.Run("runs/cartpole-ppo")).fit(total_steps=100_000)
 """
 
-from pickaxe import algos, data, envs, models
-from pickaxe.data.batch import Batch
-from pickaxe.rollout.collector import Collector
-from pickaxe.runs.run import Run
-from pickaxe.train.trainer import Trainer, TrainerConfig
-from pickaxe.utils import seed_everything
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = [
-    "Batch",
-    "Collector",
-    "Run",
-    "Trainer",
-    "TrainerConfig",
-    "algos",
-    "data",
-    "envs",
-    "models",
-    "seed_everything",
-]
+
+# Names resolve on first use (PEP 562), so `pickaxe queue list` or `pickaxe compare` start without
+# importing torch and gymnasium; `import pickaxe as px; px.Trainer` works as usual.
+_LAZY = {
+    "Batch": "pickaxe.data.batch",
+    "Collector": "pickaxe.rollout.collector",
+    "Run": "pickaxe.runs.run",
+    "Trainer": "pickaxe.train.trainer",
+    "TrainerConfig": "pickaxe.train.trainer",
+    "seed_everything": "pickaxe.utils",
+}
+_SUBMODULES = ("algos", "data", "envs", "eval", "exp", "models", "recipes", "rollout", "runs", "train")
+__all__ = [*_LAZY, *_SUBMODULES]
+
+if TYPE_CHECKING:
+    from pickaxe import algos, data, envs, eval, exp, models, recipes, rollout, runs, train  # noqa: F401
+    from pickaxe.data.batch import Batch  # noqa: F401
+    from pickaxe.rollout.collector import Collector  # noqa: F401
+    from pickaxe.runs.run import Run  # noqa: F401
+    from pickaxe.train.trainer import Trainer, TrainerConfig  # noqa: F401
+    from pickaxe.utils import seed_everything  # noqa: F401
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"pickaxe.{name}")
+    else:
+        raise AttributeError(f"module 'pickaxe' has no attribute {name!r}")
+    globals()[name] = value
+    return value
