@@ -11,6 +11,7 @@ from pickaxe.envs.state import Snapshot
 CLASSIC = ["CartPole-v1", "Pendulum-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Acrobot-v1", "FrozenLake-v1"]
 MUJOCO = ["HalfCheetah-v5", "Hopper-v5"]
 has_mujoco = importlib.util.find_spec("mujoco") is not None
+has_ale = importlib.util.find_spec("ale_py") is not None
 
 
 def _replay(env_id: str, mode: str) -> None:
@@ -49,6 +50,14 @@ def test_classic_envs_restore_exactly(env_id: str) -> None:
 @pytest.mark.parametrize("env_id", MUJOCO)
 def test_mujoco_envs_restore_exactly(env_id: str) -> None:
     _replay(env_id, "sync")
+
+
+@pytest.mark.skipif(not has_ale, reason="ale-py not installed (pip install 'pickaxe[atari]')")
+def test_atari_envs_restore_exactly() -> None:
+    import ale_py
+
+    gym.register_envs(ale_py)
+    _replay("ALE/Pong-v5", "sync")
 
 
 def test_async_envs_restore_across_processes() -> None:

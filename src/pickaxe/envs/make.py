@@ -56,6 +56,15 @@ def check_env_id(env_id: str) -> None:
     """Raise ``EnvError`` naming the closest registered ids when ``env_id`` is unknown."""
     if env_id in gym.registry:
         return
+    if env_id.startswith("ALE/"):  # Atari ids exist once ale-py registers them
+        try:
+            import ale_py
+
+            gym.register_envs(ale_py)
+        except ImportError:
+            raise EnvError(f"environment {env_id!r} needs ale-py; fix: pip install 'pickaxe[atari]'") from None
+        if env_id in gym.registry:
+            return
     close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else "; see gymnasium.pprint_registry()"
     raise EnvError(f"unknown environment id {env_id!r}{hint}")

@@ -1,7 +1,8 @@
 """Capturing and restoring an environment's full state, so a resumed run continues mid-episode exactly.
 
 Supported exactly: gymnasium's classic-control and toy-text envs (their dynamics state is a handful of
-plain attributes) and MuJoCo envs (``mj_getState`` with the full integration state). For every other
+plain attributes), MuJoCo envs (``mj_getState`` with the full integration state) and ALE/Atari envs
+(``cloneState(include_rng=True)``, serialized to bytes: emulator, RAM and sticky-action RNG). For every other
 env the capture reports ``deterministic``: a resumed run restarts its episodes from a seed derived from
 the run seed and the checkpoint step, so resuming the same checkpoint always gives the same numbers,
 but not the numbers of an uninterrupted run.
@@ -25,10 +26,14 @@ def _is_mujoco(env: gym.Env) -> bool:
     return hasattr(env, "model") and hasattr(env, "data") and type(env).__module__.startswith("gymnasium.envs.mujoco")
 
 
+def _is_ale(env: gym.Env) -> bool:
+    return hasattr(env, "ale") and type(env).__module__.startswith("ale_py")
+
+
 def state_support(env: gym.Env) -> Support:
     """Whether ``env``'s state can be captured exactly."""
     u = env.unwrapped
-    if type(u).__module__.startswith(_CLASSIC_MODULES) or _is_mujoco(u):
+    if type(u).__module__.startswith(_CLASSIC_MODULES) or _is_mujoco(u) or _is_ale(u):
         return "exact"
     return "deterministic"
 
@@ -59,6 +64,8 @@ def get_env_state(env: gym.Env) -> dict[str, Any]:
         buf = np.empty(mujoco.mj_stateSize(u.model, spec), dtype=np.float64)
         mujoco.mj_getState(u.model, u.data, buf, spec)
         state["mujoco"] = buf
+    if _is_ale(u):
+        state["ale"] = bytes(u.ale.cloneState(include_rng=True).serialize())
     state["attrs"] = _plain_attrs(u)
     w = env
     while isinstance(w, gym.Wrapper):
@@ -77,6 +84,10 @@ def set_env_state(env: gym.Env, state: dict[str, Any]) -> None:
 
         mujoco.mj_setState(u.model, u.data, np.asarray(state["mujoco"]), mujoco.mjtState.mjSTATE_INTEGRATION)
         mujoco.mj_forward(u.model, u.data)
+    if "ale" in state:
+        import ale_py
+
+        u.ale.restoreState(ale_py.ALEState(bytes(state["ale"])))
     u.np_random.bit_generator.state = state["rng"]
     w, i = env, 0
     while isinstance(w, gym.Wrapper):
