@@ -52,7 +52,9 @@ def test_train_then_eval_round_trip(tmp_path: Path, capsys) -> None:
 def test_recipes_lists_one_line_each(capsys) -> None:
     assert main(["recipes"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert [ln.split()[0] for ln in lines] == ["cartpole-ppo", "cartpole-dqn", "pendulum-ppo"]
+    assert [ln.split()[0] for ln in lines] == [
+        "cartpole-ppo", "cartpole-dqn", "pendulum-ppo", "arith-sft", "arith-grpo", "reverse-grpo",
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,7 @@ commands:
   queue add|list|cancel|retry ...      the persistent job queue (pickaxe queue --help)
   worker [--slots N] [--until-empty]   run queued jobs
   recipes                              list the recipes
-  eval RUN_DIR [--episodes N]          evaluate a finished run's model
+  eval RUN_DIR [--episodes N]          evaluate a finished run's model (LLM runs: N held-out prompts)
 
 `pickaxe train RECIPE --help` lists every config key of a recipe."""
 
@@ -349,21 +349,24 @@ def _eval(args: list[str]) -> int:
 def _evaluate_run(run_dir: Path, episodes: int, device: str | None) -> int:
     import numpy as np
 
-    from pickaxe.train.build import evaluate_run
+    from pickaxe.runs.run import Run
+    from pickaxe.train.build import config_from_dict, evaluate_run
     from pickaxe.train.config import TrainConfig
 
-    config_path = run_dir / "config.json"
-    if not config_path.is_file():
-        raise PickaxeError(f"{run_dir} is not a run directory: {config_path} is missing")
-    try:
-        cfg = TrainConfig.from_dict(json.loads(config_path.read_text()))
-    except json.JSONDecodeError as e:
-        raise PickaxeError(f"{config_path} is not valid JSON ({e}); the run's config is damaged") from None
+    if not (run_dir / "config.json").is_file():
+        raise PickaxeError(f"{run_dir} is not a run directory: {run_dir / 'config.json'} is missing")
+    cfg = config_from_dict(Run.open(run_dir).config())
     if device is not None:
         cfg.device = device
     if episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {episodes}")
     try:
+        if not isinstance(cfg, TrainConfig):  # an LLM run: held-out prompts instead of episodes
+            from pickaxe.train.llm import evaluate_llm_run
+
+            metrics = evaluate_llm_run(cfg, run_dir, prompts=episodes)
+            print(json.dumps({"run_dir": str(run_dir), "prompts": episodes, **metrics}))
+            return 0
         returns, lengths = evaluate_run(cfg, run_dir, episodes)
     except FileNotFoundError as e:
         raise PickaxeError(str(e)) from None

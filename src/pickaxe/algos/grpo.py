@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -155,8 +155,7 @@ class GRPO(LMAlgorithm):
     def __init__(
         self, model: nn.Module, config: GRPOConfig | None = None, sampling: SamplingParams | None = None, seed: int = 0
     ) -> None:
-        self.config = cfg = config or GRPOConfig()
-        super().__init__(model, cfg.lr, cfg.weight_decay, cfg.max_grad_norm, cfg.lr_schedule, cfg.warmup_updates)
+        super().__init__(model, config or GRPOConfig())
         self.sampling = sampling or SamplingParams()
         t = self.sampling.temperature
         self._processing = (t if t > 0 else 1.0, self.sampling.top_k, self.sampling.top_p)
@@ -170,41 +169,18 @@ class GRPO(LMAlgorithm):
         """Advantages, optional dynamic sampling and TIS, then ``epochs x mini_batches`` optimizer steps."""
         cfg = self.config
         batch = batch.to(next(self.model.parameters()).device)
-        mask = batch["loss_mask"]
         metrics: dict[str, float] = {}
-        # rewards (minus the KL penalty when it is a reward term) -> group advantages
-        reward = batch["reward"]
-        if cfg.kl_coef > 0 and cfg.kl_in == "reward":
-            kl_seq = sequence_sum(kl_estimate(batch["logprob"], batch["ref_logprob"], cfg.kl_estimator), mask)
-            reward = reward - cfg.kl_coef * kl_seq
-            metrics["kl/reward_penalty"] = float(kl_seq.mean())
-        batch["advantage"] = group_advantages(reward, batch["group"], cfg.scale_rewards)
-        data = batch
-        if cfg.dynamic_sampling:
-            keep = ~zero_variance_groups(batch["reward"], batch["group"])
-            metrics["grpo/kept_fraction"] = float(keep.float().mean())
-            data = batch[keep]
+        data = self._with_advantages(batch, metrics)
         n = data.batch_size[0]
         if n == 0:  # every group was uniform: nothing to learn from
             self.version += 1
             return {**metrics, "grpo/skipped": 1.0}
-        stale = bool((data["policy_version"] != self.version).any())
-        # behaviour log-probs: the sampler's, or (TIS) the learner's recomputed ones with capped sampler weights
-        if cfg.tis_cap is not None:
-            old = chunked_logprobs(
-                self.model, data["input_ids"], data["attention_mask"], cfg.micro_batch_size, *self._processing
-            )
-            data["old_logprob"] = old
-            data["tis_weight"] = truncated_is_weight(old, data["logprob"], cfg.tis_cap)
-            diff = (old - data["logprob"]).abs()
-            metrics["tis/weight_mean"] = float(data["tis_weight"][data["loss_mask"]].mean())
-        else:
-            data["old_logprob"] = data["logprob"]
-            diff = None
+        tis_diff = self._add_behaviour_logprobs(data, metrics)
         norm = float(cfg.loss_norm or self.sampling.max_new_tokens)
+        stale = bool((data["policy_version"] != self.version).any())
         totals = {"tokens": 0.0, "clipped": 0.0, "ratio_sum": 0.0, "kl_sum": 0.0}
         losses, grad_norms, lr = [], [], 0.0
-        first_diffs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        diffs: list[torch.Tensor] = []  # |learner - sampler| on generated tokens, before the first step
         self.model.train()
         for epoch in range(cfg.epochs):
             order = torch.randperm(n, generator=self.generator) if cfg.mini_batches > 1 else torch.arange(n)
@@ -215,10 +191,10 @@ class GRPO(LMAlgorithm):
                 for j, mb in enumerate(micro_batches(mini, cfg.micro_batch_size)):
                     logprob = self.learner_logprobs(mb)
                     if epoch == 0 and k == 0:  # weights not yet stepped: learner and sampler should agree
-                        d = (logprob.detach() - mb["logprob"]).abs()
-                        first_diffs.append((d[mb["loss_mask"]], mb["loss_mask"]))
+                        diff = (logprob.detach() - mb["logprob"]).abs()
+                        diffs.append(diff[mb["loss_mask"]])
                         if j == 0:
-                            self._check_on_policy(d, mb, stale)
+                            self._check_on_policy(diff, mb, stale)
                     loss, stats = grpo_loss(logprob, mb, cfg, step_tokens, step_seqs, norm)
                     loss.backward()
                     loss_total += loss.item()
@@ -229,7 +205,7 @@ class GRPO(LMAlgorithm):
                 grad_norms.append(grad_norm)
         self.model.eval()
         self.version += 1
-        all_d = torch.cat([d for d, _ in first_diffs]) if diff is None else diff[data["loss_mask"]]
+        diff = tis_diff if tis_diff is not None else torch.cat(diffs)
         tokens = max(totals["tokens"], 1.0)
         metrics.update(
             {
@@ -239,14 +215,45 @@ class GRPO(LMAlgorithm):
                 "grpo/advantage_abs_mean": float(data["advantage"].abs().mean()),
                 "grpo/clip_fraction": totals["clipped"] / tokens,
                 "grpo/ratio_mean": totals["ratio_sum"] / tokens,
-                "check/logprob_diff_mean": float(all_d.mean()) if all_d.numel() else 0.0,
-                "check/logprob_diff_max": float(all_d.max()) if all_d.numel() else 0.0,
+                "check/logprob_diff_mean": float(diff.mean()) if diff.numel() else 0.0,
+                "check/logprob_diff_max": float(diff.max()) if diff.numel() else 0.0,
                 "grpo/sequences": float(n),
             }
         )
         if cfg.kl_coef > 0 and cfg.kl_in == "loss":
             metrics["kl/mean"] = totals["kl_sum"] / max(float(cfg.epochs * n), 1.0)
         return metrics
+
+    def _with_advantages(self, batch: Batch, metrics: dict[str, Any]) -> Batch:
+        """Write group advantages of the rewards (minus the KL penalty when ``kl_in == "reward"``) into ``batch``;
+        return it, without the zero-variance groups under dynamic sampling."""
+        cfg = self.config
+        reward = batch["reward"]
+        if cfg.kl_coef > 0 and cfg.kl_in == "reward":
+            kl = kl_estimate(batch["logprob"], batch["ref_logprob"], cfg.kl_estimator)
+            kl_seq = sequence_sum(kl, batch["loss_mask"])
+            reward = reward - cfg.kl_coef * kl_seq
+            metrics["kl/reward_penalty"] = float(kl_seq.mean())
+        batch["advantage"] = group_advantages(reward, batch["group"], cfg.scale_rewards)
+        if not cfg.dynamic_sampling:
+            return batch
+        keep = ~zero_variance_groups(batch["reward"], batch["group"])
+        metrics["grpo/kept_fraction"] = float(keep.float().mean())
+        return batch[keep]
+
+    def _add_behaviour_logprobs(self, data: Batch, metrics: dict[str, Any]) -> torch.Tensor | None:
+        """``old_logprob``: the sampler's log-probs, or with TIS the learner's recomputed ones plus ``tis_weight``;
+        with TIS, returns |learner - sampler log-prob| on the batch's generated tokens."""
+        cfg = self.config
+        if cfg.tis_cap is None:
+            data["old_logprob"] = data["logprob"]
+            return None
+        ids, attn, mask = data["input_ids"], data["attention_mask"], data["loss_mask"]
+        old = chunked_logprobs(self.model, ids, attn, cfg.micro_batch_size, *self._processing)
+        data["old_logprob"] = old
+        data["tis_weight"] = truncated_is_weight(old, data["logprob"], cfg.tis_cap)
+        metrics["tis/weight_mean"] = float(data["tis_weight"][mask].mean())
+        return (old - data["logprob"]).abs()[mask]
 
     def _check_on_policy(self, diff: torch.Tensor, mb: Batch, stale: bool) -> None:
         """Warn when the first micro-batch's ratio is not 1: learner and sampler disagree on the same weights."""

@@ -152,27 +152,20 @@ class LMAlgorithm(Algorithm):
     """Plumbing shared by the LLM learners: the model (``policy``), AdamW, a learning-rate schedule with warmup,
     gradient clipping, the update counter ``version`` (the policy version of the current weights) and state.
 
-    Subclasses implement ``update`` using ``optimizer_step`` after accumulating gradients.
+    ``config`` needs ``lr``, ``lr_schedule``, ``warmup_updates``, ``weight_decay`` and ``max_grad_norm``; they are
+    read at every step, so a live change of ``config.lr`` takes effect. Subclasses implement ``update``,
+    accumulating gradients and calling ``optimizer_step``.
     """
 
-    def __init__(
-        self,
-        model: nn.Module,
-        lr: float,
-        weight_decay: float = 0.0,
-        max_grad_norm: float = 1.0,
-        lr_schedule: str = "constant",
-        warmup_updates: int = 0,
-    ) -> None:
+    config: Any
+
+    def __init__(self, model: nn.Module, config: Any) -> None:
         self.policy = model
         self.model = model
-        self.base_lr = lr
-        self.max_grad_norm = max_grad_norm
-        self.lr_schedule = lr_schedule
-        self.warmup_updates = warmup_updates
+        self.config = config
         fused = next(model.parameters()).dtype == torch.float32
         params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=fused or None)
+        self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, fused=fused or None)
         self.version = 0
         self.progress = 0.0
 
@@ -182,21 +175,23 @@ class LMAlgorithm(Algorithm):
 
     def current_lr(self) -> float:
         """Learning rate of the next step: linear warmup over ``warmup_updates``, then the schedule."""
-        if self.warmup_updates and self.version < self.warmup_updates:
-            return self.base_lr * (self.version + 1) / self.warmup_updates
+        cfg = self.config
+        if cfg.warmup_updates and self.version < cfg.warmup_updates:
+            return cfg.lr * (self.version + 1) / cfg.warmup_updates
         p = min(max(self.progress, 0.0), 1.0)
-        if self.lr_schedule == "linear":
-            return self.base_lr * (1.0 - p)
-        if self.lr_schedule == "cosine":
-            return self.base_lr * 0.5 * (1.0 + math.cos(math.pi * p))
-        return self.base_lr
+        if cfg.lr_schedule == "linear":
+            return cfg.lr * (1.0 - p)
+        if cfg.lr_schedule == "cosine":
+            return cfg.lr * 0.5 * (1.0 + math.cos(math.pi * p))
+        return cfg.lr
 
     def optimizer_step(self) -> tuple[float, float]:
         """Clip the accumulated gradients, step, zero them; returns ``(grad_norm, lr)``."""
         lr = self.current_lr()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm))
+            group["weight_decay"] = self.config.weight_decay
+        grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return grad_norm, lr

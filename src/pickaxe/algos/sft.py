@@ -29,18 +29,23 @@ class SFTConfig:
 
 
 def sft_loss(
-    logprob: torch.Tensor, loss_mask: torch.Tensor, mode: Aggregation, total_tokens: float, total_seqs: float
+    logprob: torch.Tensor,
+    loss_mask: torch.Tensor,
+    mode: Aggregation,
+    total_tokens: float,
+    total_seqs: float,
+    norm: float = 1.0,
 ) -> torch.Tensor:
-    """Negative log-likelihood of the target tokens, aggregated with ``mode`` over the whole batch's counts."""
-    return aggregate(-logprob, loss_mask, mode, total_tokens, total_seqs, norm=float(loss_mask.shape[-1]))
+    """Negative log-likelihood of the target tokens, aggregated with ``mode`` over the whole batch's counts
+    (``norm``: the divisor of ``seq-mean-token-sum-norm``)."""
+    return aggregate(-logprob, loss_mask, mode, total_tokens, total_seqs, norm)
 
 
 class SFT(LMAlgorithm):
     """SFT on a causal LM: one optimizer step per batch, gradients accumulated over micro-batches."""
 
     def __init__(self, model: nn.Module, config: SFTConfig | None = None) -> None:
-        self.config = cfg = config or SFTConfig()
-        super().__init__(model, cfg.lr, cfg.weight_decay, cfg.max_grad_norm, cfg.lr_schedule, cfg.warmup_updates)
+        super().__init__(model, config or SFTConfig())
 
     def update(self, batch: Batch) -> dict[str, float]:
         """One step on ``input_ids``/``attention_mask``/``loss_mask``; reports the mean token NLL."""
@@ -48,11 +53,12 @@ class SFT(LMAlgorithm):
         batch = batch.to(next(self.model.parameters()).device)
         total_tokens = float(batch["loss_mask"].sum())
         total_seqs = float(batch.batch_size[0])
+        norm = float(batch["loss_mask"].sum(-1).max())  # longest target of the batch, the same for every micro-batch
         self.model.train()
         loss_sum, nll_sum = 0.0, 0.0
         for mb in micro_batches(batch, cfg.micro_batch_size):
             logprob = sequence_logprobs(self.model, mb["input_ids"], mb["attention_mask"])
-            loss = sft_loss(logprob, mb["loss_mask"], cfg.aggregation, total_tokens, total_seqs)
+            loss = sft_loss(logprob, mb["loss_mask"], cfg.aggregation, total_tokens, total_seqs, norm)
             loss.backward()
             loss_sum += loss.item()
             nll_sum += float(-logprob.detach()[mb["loss_mask"]].sum())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from pickaxe.algos.dqn import DQNConfig
 from pickaxe.algos.ppo import PPOConfig
@@ -19,7 +20,8 @@ class Recipe:
 
     name: str
     description: str
-    make: Callable[[], TrainConfig]
+    make: Callable[[], Any]
+    """Returns a complete config: a ``TrainConfig`` (classic RL) or an ``LLMTrainConfig``."""
 
 
 def _cartpole_ppo() -> TrainConfig:
@@ -82,6 +84,11 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
+from pickaxe.recipes.llm import LLM_RECIPES  # noqa: E402 - needs Recipe above; loads no LLM libraries
+
+RECIPES.update(LLM_RECIPES)
+
+
 class RecipeError(PickaxeError, KeyError):
     """An unknown recipe name."""
 
@@ -89,7 +96,7 @@ class RecipeError(PickaxeError, KeyError):
         return str(self.args[0])
 
 
-def get_recipe(name: str) -> TrainConfig:
+def get_recipe(name: str) -> Any:
     """A fresh config of recipe ``name``; unknown names raise ``RecipeError`` with the closest ones."""
     if name not in RECIPES:
         close = difflib.get_close_matches(name, list(RECIPES), n=1, cutoff=0.0)

@@ -15,7 +15,7 @@ from torch import nn
 from pickaxe.data.batch import Batch
 from pickaxe.envs.text.prompt_env import Example, PromptEnv
 from pickaxe.models.lm import chunked_logprobs
-from pickaxe.rollout.engines.base import Engine, SamplingParams
+from pickaxe.rollout.engines.base import Completion, Engine, SamplingParams
 
 
 def pack(
@@ -58,6 +58,14 @@ def pack(
 def encode_prompts(tokenizer: Any, examples: Sequence[Example]) -> list[list[int]]:
     """Token ids of each prompt (the tokenizer's own special tokens included, e.g. a BOS)."""
     return [list(tokenizer(ex.prompt)["input_ids"]) for ex in examples]
+
+
+def completion_text(tokenizer: Any, token_ids: Sequence[int], eos_token_id: int) -> str:
+    """The text a reward function sees: the completion's tokens before EOS, special tokens dropped."""
+    ids = list(token_ids)
+    if ids and ids[-1] == eos_token_id:
+        ids = ids[:-1]
+    return tokenizer.decode(ids, skip_special_tokens=True)
 
 
 class TextCollector:
@@ -151,12 +159,11 @@ class TextCollector:
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """Completion text: the tokens before EOS, special tokens dropped."""
-        ids = list(token_ids)
-        if ids and ids[-1] == self.eos_token_id:
-            ids = ids[:-1]
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return completion_text(self.tokenizer, token_ids, self.eos_token_id)
 
-    def _summarise(self, completions, rewards, parts, batch: Batch) -> dict[str, float]:
+    def _summarise(
+        self, completions: list[Completion], rewards: list[float], parts: list[dict[str, float]], batch: Batch
+    ) -> dict[str, float]:
         r = np.asarray(rewards, dtype=np.float64)
         groups = r.reshape(self.prompts, self.sampling.n)
         out = {
@@ -172,12 +179,16 @@ class TextCollector:
             out[f"rollout/reward/{name}"] = float(np.mean([p[name] for p in parts]))
         return out
 
+    def state_support(self) -> str:
+        """Prompt stream and sampling RNG are captured completely (``exact`` resume)."""
+        return "exact"
+
     def metrics(self) -> dict[str, float]:
         """Reward statistics, completion lengths and timings of the last collect."""
         return dict(self._metrics)
 
     def state_dict(self) -> dict[str, Any]:
-        """Env sampling state, engine RNG, counters."""
+        """Env sampling state, engine RNG, counters and the reference model's weights."""
         state: dict[str, Any] = {
             "env": self.env.state_dict(),
             "groups_seen": self.groups_seen,
@@ -185,14 +196,18 @@ class TextCollector:
         }
         if hasattr(self.engine, "state_dict"):
             state["engine"] = self.engine.state_dict()
+        if self.reference is not None:  # the starting policy; a resumed run cannot rebuild it otherwise
+            state["reference"] = self.reference.state_dict()
         return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what ``state_dict`` returned."""
+    def load_state_dict(self, state: dict[str, Any], reseed: int | None = None) -> None:
+        """Restore what ``state_dict`` returned (exactly; ``reseed`` is unused, the state is complete)."""
         self.env.load_state_dict(state["env"])
         self.groups_seen, self.total_steps = int(state["groups_seen"]), int(state["steps"])
         if "engine" in state and hasattr(self.engine, "load_state_dict"):
             self.engine.load_state_dict(state["engine"])
+        if "reference" in state and self.reference is not None:
+            self.reference.load_state_dict(state["reference"])
 
 
 class DemoCollector:
@@ -236,7 +251,11 @@ class DemoCollector:
         """Env sampling state and counter."""
         return {"env": self.env.state_dict(), "steps": self.total_steps}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what ``state_dict`` returned."""
+    def load_state_dict(self, state: dict[str, Any], reseed: int | None = None) -> None:
+        """Restore what ``state_dict`` returned (exactly; ``reseed`` is unused, the state is complete)."""
         self.env.load_state_dict(state["env"])
         self.total_steps = int(state["steps"])
+
+    def state_support(self) -> str:
+        """The prompt stream's state is captured completely."""
+        return "exact"

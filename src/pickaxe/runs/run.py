@@ -127,12 +127,19 @@ class Run:
             sink.log(record)
 
     def save_model(self, networks: dict[str, nn.Module]) -> Path:
-        """Write the networks' weights to ``model.safetensors`` (keys ``<network>.<param>``)."""
-        tensors = {
-            f"{name}.{key}": t.detach().cpu().contiguous()
-            for name, net in networks.items()
-            for key, t in net.state_dict().items()
-        }
+        """Write the networks' weights to ``model.safetensors`` (keys ``<network>.<param>``).
+
+        Tensors that share memory (tied input/output embeddings) are written once per name, as copies:
+        safetensors refuses shared tensors, and loading gives each name the same values again.
+        """
+        tensors: dict[str, torch.Tensor] = {}
+        seen: set[int] = set()
+        for name, net in networks.items():
+            for key, t in net.state_dict().items():
+                ptr = t.untyped_storage().data_ptr()
+                t = t.detach().cpu().contiguous()
+                tensors[f"{name}.{key}"] = t.clone() if ptr in seen else t
+                seen.add(ptr)
         path = self.path / MODEL_FILE
         tmp = path.with_suffix(".tmp")
         save_file(tensors, str(tmp))

@@ -11,7 +11,7 @@ import numpy as np
 from pickaxe.algos.base import Algorithm
 from pickaxe.algos.dqn import DQN, DQNConfig
 from pickaxe.algos.ppo import PPO, PPOConfig
-from pickaxe.envs.make import check_env_id, make
+from pickaxe.envs.make import make
 from pickaxe.errors import ConfigError
 from pickaxe.models.actor_critic import ActorCritic
 from pickaxe.models.q_network import QNetwork
@@ -104,9 +104,7 @@ def train(
     builder = BUILDERS.get(type(cfg))
     if builder is None:
         raise TypeError(f"no builder registered for {type(cfg).__name__}; see pickaxe.train.build.register_builder")
-    if isinstance(cfg, TrainConfig):  # fail on a bad env id or device before creating the run directory
-        check_env_id(cfg.env.id)
-        resolve_device(cfg.device)
+    cfg.check()  # a bad env id, device or missing extra fails before the run directory exists
     run = Run(
         run_dir or default_run_dir(cfg.recipe),
         config=cfg.to_dict(),

@@ -58,6 +58,14 @@ class TrainConfig:
     """Torch intra-op threads; 1 is fastest for small models on shared CPUs."""
     recipe: str = "custom"
 
+    def check(self) -> None:
+        """Fail fast, before a run directory exists: the env id is registered and the device exists."""
+        from pickaxe.envs.make import check_env_id
+        from pickaxe.utils import resolve_device
+
+        check_env_id(self.env.id)
+        resolve_device(self.device)
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types, with ``algo_name`` recording which algorithm ``algo`` configures."""
         out = _to_plain(self)

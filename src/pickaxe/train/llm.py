@@ -10,9 +10,11 @@ after with 95% Wilson intervals. Importing this module registers the builder, so
 from __future__ import annotations
 
 import copy
+import importlib.util
 import math
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -27,13 +29,13 @@ from pickaxe.algos.sft import SFT, SFTConfig
 from pickaxe.envs.text.prompt_env import PromptEnv, load_examples
 from pickaxe.envs.text.rewards import REWARDS
 from pickaxe.envs.text.tasks import make_task
-from pickaxe.errors import ConfigError
+from pickaxe.errors import ConfigError, PickaxeError
 from pickaxe.models.lm import load_lm, num_parameters, tiny_lm
 from pickaxe.models.tokenizer import char_tokenizer, load_tokenizer
-from pickaxe.rollout.engines.base import Engine, SamplingParams
+from pickaxe.rollout.engines.base import Completion, Engine, SamplingParams
 from pickaxe.rollout.engines.hf import HFEngine
-from pickaxe.rollout.text_collector import DemoCollector, TextCollector, encode_prompts
-from pickaxe.runs.run import Run
+from pickaxe.rollout.text_collector import DemoCollector, TextCollector, completion_text, encode_prompts
+from pickaxe.runs.run import Run, load_model
 from pickaxe.train.build import register_builder
 from pickaxe.train.config import _from_plain, _to_plain
 from pickaxe.train.trainer import FitResult, Trainer, TrainerConfig
@@ -155,6 +157,13 @@ class LLMTrainConfig:
     torch_threads: int = 1
     recipe: str = "custom"
 
+    def check(self) -> None:
+        """Fail fast, before a run directory exists: the LLM libraries are installed and the device exists."""
+        for module in ("transformers", "tokenizers"):
+            if importlib.util.find_spec(module) is None:
+                raise PickaxeError(f"LLM recipes need {module}: pip install 'pickaxe[llm]'")
+        resolve_device(self.device)
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types, with ``kind: llm`` and ``algo_name``."""
         out = _to_plain(self)
@@ -231,12 +240,12 @@ class TextEvaluator:
         self.prompt_ids = encode_prompts(tokenizer, self.examples)
         self.eos = int(tokenizer.eos_token_id)
 
-    def _correct(self, completions) -> tuple[np.ndarray, np.ndarray]:
+    def _correct(self, completions: list[Completion]) -> tuple[np.ndarray, np.ndarray]:
+        """Per completion: correct by the first reward (>= 1), and the total weighted reward."""
         first = self.env.rewards[0][0]
         correct, total = [], []
         for c in completions:
-            ids = c.token_ids[:-1] if c.token_ids and c.token_ids[-1] == self.eos else c.token_ids
-            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            text = completion_text(self.tokenizer, c.token_ids, self.eos)
             ex = self.examples[c.prompt_index]
             reward, _ = self.env.score(ex, text)
             total.append(reward)
@@ -418,7 +427,9 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
     model, tokenizer = build_model(cfg, device, seeds["model"])
     if progress:
         Console().print(f"model: {type(model).__name__}, {num_parameters(model):,} parameters on {device}")
-    if cfg.warm_start.updates > 0:
+    # a resumed run gets its weights (policy and reference) from the checkpoint: no warm start, no "before" eval
+    resuming = run is not None and any((run.path / "checkpoints").glob("*"))
+    if cfg.warm_start.updates > 0 and not resuming:
         warm_start(cfg, model, tokenizer, seeds["warm_start"], run, progress)
     env = build_env(cfg, seeds["env"], seeds["eval_env"])
     engine = build_engine(cfg, model, tokenizer, seeds["engine"], run)
@@ -448,7 +459,7 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
         torch_threads=cfg.torch_threads,
         evaluator=evaluator,
     )
-    if cfg.eval.before:
+    if cfg.eval.before and not resuming:
         before = evaluator(algo)
         trainer.before = before
         if run is not None:
@@ -461,4 +472,20 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
     return trainer
 
 
-register_builder(LLMTrainConfig, build_llm_trainer)
+def evaluate_llm_run(cfg: LLMTrainConfig, run_dir: str | Path, prompts: int | None = None) -> dict[str, float]:
+    """Rebuild a finished LLM run's model from its config and ``model.safetensors`` and evaluate it on the held-out
+    prompts (``prompts`` overrides ``cfg.eval.prompts``); what ``pickaxe eval RUN_DIR`` prints for LLM runs."""
+    set_torch_threads(cfg.torch_threads)
+    seeds = derive_llm_seeds(cfg.seed)
+    device = resolve_device(cfg.device)
+    if prompts is not None:
+        cfg.eval.prompts = prompts
+    model, tokenizer = build_model(cfg, device, seeds["model"])
+    load_model(run_dir, {"policy": model}, device)
+    env = build_env(cfg, seeds["env"], seeds["eval_env"])
+    engine = HFEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, cfg.engine.max_batch, seeds["engine"])
+    evaluator = TextEvaluator(env, engine, tokenizer, cfg.eval, cfg.engine.max_new_tokens, seeds["eval"])
+    return evaluator(SFT(model, SFTConfig()))
+
+
+register_builder(LLMTrainConfig, build_llm_trainer, kind="llm")

@@ -1,0 +1,241 @@
+"""LLM learning: gradient-accumulation invariance, on-policy checks, GRPO raising reward, SFT learning, the
+config/recipe/CLI plumbing and a complete tiny run through ``pickaxe.train.build.train``."""
+
+import copy
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from pickaxe.algos.grpo import GRPO, GRPOConfig
+from pickaxe.algos.sft import SFT, SFTConfig
+from pickaxe.envs.text import Arithmetic, Example, PromptEnv
+from pickaxe.models.lm import tiny_lm
+from pickaxe.models.tokenizer import char_tokenizer
+from pickaxe.recipes.llm import LLM_RECIPES
+from pickaxe.rollout.engines import HFEngine, SamplingParams
+from pickaxe.rollout.text_collector import DemoCollector, TextCollector
+from pickaxe.train.build import train
+from pickaxe.train.llm import (
+    LLMEvalConfig,
+    LLMTrainConfig,
+    LMConfig,
+    TextCollectorConfig,
+    WarmStartConfig,
+    build_llm_trainer,
+    evaluate_llm_run,
+)
+from pickaxe.train.trainer import TrainerConfig
+
+TOK = char_tokenizer()
+SAMPLING = SamplingParams(max_new_tokens=4, temperature=1.0, n=4)
+
+
+def _model(seed: int = 0):
+    return tiny_lm(len(TOK), hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64, seed=seed)
+
+
+def _grpo_batch(model, seed: int = 0, reference=None):
+    env = PromptEnv(Arithmetic(2), seed=seed, eval_size=5)
+    engine = HFEngine(model, TOK.eos_token_id, TOK.pad_token_id, seed=seed)
+    collector = TextCollector(env, engine, TOK, prompts=6, sampling=SAMPLING, policy=model, reference=reference)
+    batch = collector.collect()
+    batch["reward"] = torch.rand(len(batch), generator=torch.Generator().manual_seed(seed))  # a signal everywhere
+    return batch
+
+
+def _params(model) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_grpo_gradient_accumulation_invariance(aggregation: str) -> None:
+    base = _model()
+    batch = _grpo_batch(base, reference=_model(seed=5))
+    results = []
+    for micro in (24, 5):  # one micro-batch vs five uneven ones
+        model = copy.deepcopy(base)
+        cfg = GRPOConfig(lr=1e-3, aggregation=aggregation, micro_batch_size=micro, kl_coef=0.1, max_grad_norm=1e9)
+        algo = GRPO(model, cfg, SAMPLING)
+        metrics = algo.update(batch.clone())
+        results.append((_params(model), metrics["loss/policy"]))
+    (p_full, loss_full), (p_micro, loss_micro) = results
+    assert not torch.equal(p_full, _params(base))
+    assert loss_micro == pytest.approx(loss_full, rel=1e-4, abs=1e-6)
+    assert torch.allclose(p_full, p_micro, atol=1e-6), (p_full - p_micro).abs().max()
+
+
+@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_sft_gradient_accumulation_invariance(aggregation: str) -> None:
+    base = _model()
+    batch = DemoCollector(PromptEnv(Arithmetic(2), seed=0, eval_size=5), TOK, batch_size=12).collect()
+    out = []
+    for micro in (12, 5):
+        model = copy.deepcopy(base)
+        cfg = SFTConfig(lr=1e-3, micro_batch_size=micro, max_grad_norm=1e9, aggregation=aggregation)
+        SFT(model, cfg).update(batch.clone())
+        out.append(_params(model))
+    assert torch.allclose(out[0], out[1], atol=1e-6)
+
+
+def test_grpo_logs_checks_and_stays_quiet_on_policy() -> None:
+    model = _model()
+    batch = _grpo_batch(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        metrics = GRPO(copy.deepcopy(model), GRPOConfig(), SAMPLING).update(batch.clone())
+    assert metrics["check/logprob_diff_max"] < 1e-4
+    assert 0.0 <= metrics["grpo/clip_fraction"] <= 1.0
+    assert metrics["grpo/ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_grpo_warns_when_sampler_and_learner_disagree() -> None:
+    model = _model()
+    batch = _grpo_batch(model)
+    wrong = GRPO(copy.deepcopy(model), GRPOConfig(), SamplingParams(max_new_tokens=4, temperature=0.5, n=4))
+    with pytest.warns(RuntimeWarning, match=r"ratio should be 1.*temperature/top-k/top-p"):
+        metrics = wrong.update(batch.clone())
+    assert metrics["check/logprob_diff_max"] > 1e-2
+    stale = batch.clone()
+    stale["policy_version"] += 3
+    with pytest.warns(RuntimeWarning, match="sampled with policy version 3 but the learner is at version 0"):
+        shifted = stale.clone()
+        shifted["logprob"] = torch.where(shifted["loss_mask"], shifted["logprob"] - 0.1, shifted["logprob"])
+        GRPO(copy.deepcopy(model), GRPOConfig(), SAMPLING).update(shifted)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        GRPOConfig.variant("dr-grpo"),
+        GRPOConfig.variant("dapo"),
+        GRPOConfig.variant("gspo"),
+        GRPOConfig(tis_cap=2.0, kl_coef=0.05, kl_in="reward", kl_estimator="k1", epochs=2, mini_batches=2),
+    ],
+    ids=["dr-grpo", "dapo", "gspo", "tis-kl-reward-multi-step"],
+)
+def test_grpo_variants_update(cfg: GRPOConfig) -> None:
+    model = _model()
+    batch = _grpo_batch(model, reference=_model(seed=5))
+    batch["reward"][:4] = 1.0  # one group with no variance
+    metrics = GRPO(model, cfg, SAMPLING).update(batch)
+    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+    if cfg.dynamic_sampling:
+        assert metrics["grpo/kept_fraction"] == pytest.approx(20 / 24)
+    if cfg.tis_cap is not None:
+        assert metrics["tis/weight_mean"] == pytest.approx(1.0, abs=1e-4)
+        assert "kl/reward_penalty" in metrics
+
+
+def _digit_reward(prompt: str, completion: str, metadata: dict) -> float:
+    return sum(c.isdigit() for c in completion) / 4
+
+
+def test_short_grpo_run_increases_mean_reward() -> None:
+    torch.manual_seed(0)
+    model = _model(seed=1)
+    env = PromptEnv([Example(f"{i}+{i}=", str(2 * i)) for i in range(40)], rewards=[_digit_reward], seed=0)
+    sampling = SamplingParams(max_new_tokens=4, temperature=1.0, n=8)
+    algo = GRPO(model, GRPOConfig(lr=3e-3, micro_batch_size=64), sampling, seed=0)
+    engine = HFEngine(model, TOK.eos_token_id, TOK.pad_token_id, seed=0)
+    collector = TextCollector(env, engine, TOK, 8, sampling, model, version_fn=lambda: algo.version)
+    rewards = []
+    for _ in range(30):
+        batch = collector.collect()
+        rewards.append(float(batch["reward"].mean()))
+        algo.update(batch)
+    first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
+    assert last > first + 0.3, [round(r, 2) for r in rewards]
+
+
+def _tiny_cfg(**overrides) -> LLMTrainConfig:
+    cfg = LLM_RECIPES["arith-grpo"].make()
+    cfg.model = LMConfig(hidden=32, layers=1, heads=4, kv_heads=2, intermediate=64)
+    cfg.warm_start = WarmStartConfig(updates=4, batch_size=16, log_every=2)
+    cfg.collector = TextCollectorConfig(prompts=4, group_size=4)
+    cfg.eval = LLMEvalConfig(prompts=12, samples=4, pass_k=2)
+    cfg.trainer = TrainerConfig(total_steps=32, eval_every=16)
+    cfg.device = "cpu"
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    return cfg
+
+
+def _records(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if not k.startswith(("time/", "sys/"))} for line in lines]
+
+
+def test_tiny_llm_run_end_to_end(tmp_path: Path) -> None:
+    result, _ = train(_tiny_cfg(seed=3), run_dir=tmp_path / "a")
+    assert result.steps == 32
+    records = _records(tmp_path / "a")
+    assert [r["warm_start/update"] for r in records if "warm_start/update" in r] == [2.0, 4.0]
+    evals = [r for r in records if "eval/accuracy" in r]
+    assert [r["step"] for r in evals] == [0, 16, 32]  # before, periodic, final
+    for r in evals:
+        assert r["eval/accuracy_ci_low"] <= r["eval/accuracy"] <= r["eval/accuracy_ci_high"]
+        assert {"eval/pass@1", "eval/pass@2", "eval/return_mean"} <= set(r)
+    assert "check/logprob_diff_max" in records[-1] and "kl/mean" in records[-1]
+    config = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert config["kind"] == "llm" and config["algo_name"] == "grpo"
+    assert LLMTrainConfig.from_dict(config) == _tiny_cfg(seed=3)
+    assert (tmp_path / "a" / "model.safetensors").is_file()
+    final = evaluate_llm_run(LLMTrainConfig.from_dict(config), tmp_path / "a")
+    assert final == {k: v for k, v in evals[-1].items() if k.startswith("eval/")}  # same weights, same numbers
+    train(_tiny_cfg(seed=3), run_dir=tmp_path / "b")
+    assert _records(tmp_path / "b") == records  # same seed, same numbers
+
+
+def test_sft_recipe_builds_and_learns() -> None:
+    cfg = LLM_RECIPES["arith-sft"].make()
+    cfg.model = LMConfig(hidden=32, layers=1, heads=4, kv_heads=2, intermediate=64)
+    cfg.collector = TextCollectorConfig(prompts=32)
+    cfg.eval = LLMEvalConfig(prompts=8, samples=0)
+    cfg.trainer = TrainerConfig(total_steps=32 * 30, eval_every=32 * 30)
+    cfg.algo.lr = 3e-3
+    history = build_llm_trainer(cfg).fit().history
+    assert history[-1]["sft/token_nll"] < history[0]["sft/token_nll"] - 1.0
+
+
+def test_llm_recipes_parse_through_the_cli_layer() -> None:
+    from pickaxe.cli import _concrete_type, _tyro, _validate_overrides
+    from pickaxe.errors import ConfigError
+
+    assert {"arith-sft", "arith-grpo", "reverse-grpo"} <= set(LLM_RECIPES)
+    for name, recipe in LLM_RECIPES.items():
+        cfg = recipe.make()
+        assert cfg.recipe == name and cfg.to_dict()["kind"] == "llm"
+    cfg = LLM_RECIPES["arith-grpo"].make()
+    args = ["--algo.lr", "1e-5", "--model.path", "/some/dir", "--algo.aggregation", "seq-mean-token-sum-norm"]
+    _validate_overrides(cfg, args, "pickaxe train arith-grpo")
+    cli_type = _concrete_type(cfg)
+    default = cli_type(**{k: getattr(cfg, k) for k in cfg.__dataclass_fields__})
+    parsed = _tyro(cli_type, args, "pickaxe train arith-grpo", default=default)
+    assert parsed.algo.lr == 1e-5 and parsed.model.path == "/some/dir"
+    assert parsed.algo.aggregation == "seq-mean-token-sum-norm"
+    with pytest.raises(ConfigError, match=r"did you mean --algo\.kl-coef"):
+        _validate_overrides(cfg, ["--algo.kl-coeff", "0.1"], "pickaxe train arith-grpo")
+
+
+def test_llm_run_resumes_exactly(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    from pickaxe.runs.run import Run
+    from pickaxe.train.build import resume
+
+    cfg = _tiny_cfg(seed=4)
+    train(cfg, run_dir=tmp_path / "full")
+    run = Run(tmp_path / "cut", config=cfg.to_dict(), seed=cfg.seed)
+    trainer = build_llm_trainer(cfg, run)
+    trainer.fit(total_steps=16)  # stops half-way, checkpointing at step 16
+    run.close()
+    resume(tmp_path / "cut")
+    full, cut = (
+        load_file(str(tmp_path / "full" / "model.safetensors")),
+        load_file(str(tmp_path / "cut" / "model.safetensors")),
+    )
+    assert all(torch.equal(full[k], cut[k]) for k in full)
+    assert _records(tmp_path / "cut") == _records(tmp_path / "full")
