@@ -2,6 +2,7 @@
 config/recipe/CLI plumbing and a complete tiny run through ``pickaxe.train.build.train``."""
 
 import copy
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -212,7 +213,7 @@ def test_llm_recipes_parse_through_the_cli_layer() -> None:
     args = ["--algo.lr", "1e-5", "--model.path", "/some/dir", "--algo.aggregation", "seq-mean-token-sum-norm"]
     _validate_overrides(cfg, args, "pickaxe train arith-grpo")
     cli_type = _concrete_type(cfg)
-    default = cli_type(**{k: getattr(cfg, k) for k in cfg.__dataclass_fields__})
+    default = cli_type(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
     parsed = _tyro(cli_type, args, "pickaxe train arith-grpo", default=default)
     assert parsed.algo.lr == 1e-5 and parsed.model.path == "/some/dir"
     assert parsed.algo.aggregation == "seq-mean-token-sum-norm"

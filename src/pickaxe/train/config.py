@@ -6,7 +6,7 @@ import dataclasses
 import difflib
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pickaxe.algos.dqn import DQNConfig
 from pickaxe.algos.ppo import PPOConfig
@@ -41,9 +41,50 @@ class CollectorConfig:
     """Env steps per collect, all envs together (a multiple of env.num_envs)."""
 
 
+class RunConfig:
+    """What every run config shares: JSON round trip with its ``kind`` and the name of its algorithm.
+
+    Subclasses (dataclasses with an ``algo`` field) set ``KIND`` (the ``"kind"`` in ``config.json``) and
+    ``ALGOS`` (algorithm name -> algorithm config type).
+    """
+
+    KIND: ClassVar[str]
+    ALGOS: ClassVar[dict[str, type]]
+
+    def algo_name(self) -> str:
+        """The registry name of ``self.algo``'s config type."""
+        for name, typ in self.ALGOS.items():
+            if type(self.algo) is typ:  # type: ignore[attr-defined]
+                return name
+        known = ", ".join(t.__name__ for t in self.ALGOS.values())
+        raise ConfigError(f"unknown algorithm config type {type(self.algo).__name__}; use one of {known}")  # type: ignore[attr-defined]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types, with ``kind`` and ``algo_name`` recording what ``algo`` configures."""
+        out = _to_plain(self)
+        out["algo_name"] = self.algo_name()
+        out["kind"] = self.KIND
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Any:
+        """Inverse of ``to_dict`` (e.g. a run's ``config.json``); unknown keys raise ``ConfigError``."""
+        data = dict(data)
+        data.pop("kind", None)
+        name = data.pop("algo_name", None)
+        if name not in cls.ALGOS:
+            raise ConfigError(f"config names algorithm {name!r}; known: {sorted(cls.ALGOS)}")
+        cfg = _from_plain(cls, {k: v for k, v in data.items() if k != "algo"}, "")
+        cfg.algo = _from_plain(cls.ALGOS[name], data.get("algo", {}), "algo.")
+        return cfg
+
+
 @dataclass
-class TrainConfig:
+class TrainConfig(RunConfig):
     """Everything that decides a run's numbers."""
+
+    KIND: ClassVar[str] = "classic"
+    ALGOS: ClassVar[dict[str, type]] = {"ppo": PPOConfig, "dqn": DQNConfig}
 
     algo: Any = field(default_factory=PPOConfig)
     """The algorithm's config; its type picks the algorithm (PPOConfig, DQNConfig)."""
@@ -65,36 +106,6 @@ class TrainConfig:
 
         check_env_id(self.env.id)
         resolve_device(self.device)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON types, with ``algo_name`` recording which algorithm ``algo`` configures."""
-        out = _to_plain(self)
-        out["algo_name"] = algo_name(self.algo)
-        out["kind"] = "classic"
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        """Inverse of ``to_dict`` (e.g. a run's ``config.json``); unknown keys raise ``ConfigError``."""
-        data = dict(data)
-        data.pop("kind", None)
-        name = data.pop("algo_name", None)
-        if name not in ALGO_CONFIGS:
-            raise ConfigError(f"config names algorithm {name!r}; known: {sorted(ALGO_CONFIGS)}")
-        cfg = _from_plain(cls, {k: v for k, v in data.items() if k != "algo"}, "")
-        cfg.algo = _from_plain(ALGO_CONFIGS[name], data.get("algo", {}), "algo.")
-        return cfg
-
-
-ALGO_CONFIGS: dict[str, type] = {"ppo": PPOConfig, "dqn": DQNConfig}
-
-
-def algo_name(algo_config: Any) -> str:
-    """The registry name of an algorithm config instance."""
-    for name, typ in ALGO_CONFIGS.items():
-        if type(algo_config) is typ:
-            return name
-    raise ConfigError(f"unknown algorithm config type {type(algo_config).__name__}")
 
 
 def _to_plain(obj: Any) -> Any:

@@ -15,7 +15,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -37,7 +37,7 @@ from pickaxe.rollout.engines.hf import HFEngine
 from pickaxe.rollout.text_collector import DemoCollector, TextCollector, completion_text, encode_prompts
 from pickaxe.runs.run import Run, load_model
 from pickaxe.train.build import register_builder
-from pickaxe.train.config import _from_plain, _to_plain
+from pickaxe.train.config import RunConfig
 from pickaxe.train.trainer import FitResult, Trainer, TrainerConfig
 from pickaxe.utils import resolve_device, seed_everything, set_torch_threads
 
@@ -139,8 +139,11 @@ class WarmStartConfig:
 
 
 @dataclass
-class LLMTrainConfig:
+class LLMTrainConfig(RunConfig):
     """Everything that decides an LLM run's numbers."""
+
+    KIND: ClassVar[str] = "llm"
+    ALGOS: ClassVar[dict[str, type]] = {"sft": SFTConfig, "grpo": GRPOConfig}
 
     algo: Any = field(default_factory=GRPOConfig)
     """SFTConfig or GRPOConfig; its type picks the algorithm."""
@@ -163,36 +166,6 @@ class LLMTrainConfig:
             if importlib.util.find_spec(module) is None:
                 raise PickaxeError(f"LLM recipes need {module}: pip install 'pickaxe[llm]'")
         resolve_device(self.device)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON types, with ``kind: llm`` and ``algo_name``."""
-        out = _to_plain(self)
-        out["algo_name"] = llm_algo_name(self.algo)
-        out["kind"] = "llm"
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LLMTrainConfig:
-        """Inverse of ``to_dict``; unknown keys raise ``ConfigError``."""
-        data = dict(data)
-        data.pop("kind", None)
-        name = data.pop("algo_name", None)
-        if name not in LLM_ALGO_CONFIGS:
-            raise ConfigError(f"config names LLM algorithm {name!r}; known: {sorted(LLM_ALGO_CONFIGS)}")
-        cfg = _from_plain(cls, {k: v for k, v in data.items() if k != "algo"}, "")
-        cfg.algo = _from_plain(LLM_ALGO_CONFIGS[name], data.get("algo", {}), "algo.")
-        return cfg
-
-
-LLM_ALGO_CONFIGS: dict[str, type] = {"sft": SFTConfig, "grpo": GRPOConfig}
-
-
-def llm_algo_name(algo_config: Any) -> str:
-    """Registry name of an LLM algorithm config."""
-    for name, typ in LLM_ALGO_CONFIGS.items():
-        if type(algo_config) is typ:
-            return name
-    raise ConfigError(f"unknown LLM algorithm config type {type(algo_config).__name__}; use SFTConfig or GRPOConfig")
 
 
 # ---------------------------------------------------------------------------------------------- statistics
