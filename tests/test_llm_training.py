@@ -240,3 +240,20 @@ def test_llm_run_resumes_exactly(tmp_path: Path) -> None:
     )
     assert all(torch.equal(full[k], cut[k]) for k in full)
     assert _records(tmp_path / "cut") == _records(tmp_path / "full")
+
+
+def test_set_changes_grpo_learning_rate_live(tmp_path: Path) -> None:
+    from pickaxe.runs.run import Run
+    from pickaxe.train.llm import build_llm_trainer
+    from pickaxe.train.overrides import mutable_keys, parse_changes, request
+
+    cfg = _tiny_cfg(seed=1)
+    assert {"algo.lr", "algo.clip_high"} <= set(mutable_keys(cfg.algo))
+    run = Run(tmp_path / "r", config=cfg.to_dict(), seed=cfg.seed)
+    trainer = build_llm_trainer(cfg, run)
+    request(run.path, parse_changes(["algo.lr=2e-4"], mutable_keys(cfg.algo)))  # what `pickaxe set` does
+    trainer.fit()
+    run.close()
+    updates = [r for r in _records(run.path) if "grpo/lr" in r]
+    assert updates and all(r["grpo/lr"] == pytest.approx(2e-4) for r in updates)
+    assert updates[0]["override/algo.lr"] == 2e-4

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import nn
@@ -41,6 +41,9 @@ class GRPOConfig:
     """GRPO hyper-parameters; the defaults are DeepSeekMath's GRPO. Variants are a few flags away (see
     ``GRPOConfig.variant``): Dr. GRPO ``scale_rewards=False, aggregation=seq-mean-token-sum-norm``; DAPO
     ``clip_high=0.28, dynamic_sampling=True``; GSPO ``ratio_level=sequence``."""
+
+    mutable: ClassVar[tuple[str, ...]] = ("lr", "clip_low", "clip_high", "max_grad_norm")
+    """Fields read afresh at every optimizer step, so ``pickaxe set`` may change them while the run trains."""
 
     lr: float = 1e-5
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from torch import nn
@@ -16,6 +16,9 @@ from pickaxe.models.lm import sequence_logprobs
 @dataclass
 class SFTConfig:
     """SFT hyper-parameters."""
+
+    mutable: ClassVar[tuple[str, ...]] = ("lr", "max_grad_norm")
+    """Fields read afresh at every optimizer step, so ``pickaxe set`` may change them while the run trains."""
 
     lr: float = 1e-3
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
