@@ -18,6 +18,7 @@ from pickaxe.models.tokenizer import char_tokenizer
 from pickaxe.recipes.llm import LLM_RECIPES
 from pickaxe.rollout.engines import HFEngine, SamplingParams
 from pickaxe.rollout.text_collector import DemoCollector, TextCollector
+from pickaxe.runs.run import read_metrics
 from pickaxe.train.build import train
 from pickaxe.train.llm import (
     LLMEvalConfig,
@@ -165,8 +166,7 @@ def _tiny_cfg(**overrides) -> LLMTrainConfig:
 
 
 def _records(run_dir: Path) -> list[dict]:
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(line).items() if not k.startswith(("time/", "sys/"))} for line in lines]
+    return read_metrics(run_dir, deterministic=True)
 
 
 def test_tiny_llm_run_end_to_end(tmp_path: Path) -> None:

@@ -24,16 +24,9 @@ from pickaxe.errors import PickaxeError
 from pickaxe.exp.queue import JobQueue, default_db_path, main_queue, process_alive
 from pickaxe.exp.worker import Worker, main_worker, run_jobs
 
-PKG = Path(__file__).resolve().parents[1] / "src" / "pickaxe"
-STUB = (
-    "import sys, types\n"
-    f"for _n, _p in (('pickaxe', {str(PKG)!r}), ('pickaxe.exp', {str(PKG / 'exp')!r})):\n"
-    "    _m = types.ModuleType(_n); _m.__path__ = [_p]; sys.modules[_n] = _m\n"
-)
-
 
 def _py(code: str) -> list[str]:
-    return [sys.executable, "-c", STUB + code]
+    return [sys.executable, "-c", "import sys\n" + code]
 
 
 def sh(script: str) -> list[str]:

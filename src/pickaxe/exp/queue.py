@@ -1071,22 +1071,12 @@ def _duration(seconds: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pickaxe.exp.queue [queue] add|list|cancel|retry ...`` or ``... worker ...``."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        if argv and argv[0] == "worker":
-            from pickaxe.exp.worker import main_worker
+    """``python -m pickaxe.exp.queue [queue] add|list|cancel|retry ...`` or ``... worker ...``: the same as
+    ``pickaxe queue ...`` / ``pickaxe worker ...`` (one place turns user errors into exit status 2)."""
+    from pickaxe.cli import main as cli_main
 
-            return main_worker(argv[1:])
-        if argv and argv[0] == "queue":
-            argv = argv[1:]
-        return main_queue(argv)
-    except PickaxeError as e:
-        print(f"pickaxe: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("pickaxe: interrupted", file=sys.stderr)
-        return 130
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return cli_main(argv if argv and argv[0] in ("queue", "worker") else ["queue", *argv])
 
 
 if __name__ == "__main__":
