@@ -20,6 +20,7 @@ from pickaxe.rollout.engines import HFEngine, SamplingParams
 from pickaxe.rollout.text_collector import DemoCollector, TextCollector
 from pickaxe.runs.run import read_metrics
 from pickaxe.train.build import train
+from pickaxe.train.config import TrainerConfig
 from pickaxe.train.llm import (
     LLMEvalConfig,
     LLMTrainConfig,
@@ -29,7 +30,6 @@ from pickaxe.train.llm import (
     build_llm_trainer,
     evaluate_llm_run,
 )
-from pickaxe.train.trainer import TrainerConfig
 
 TOK = char_tokenizer()
 SAMPLING = SamplingParams(max_new_tokens=4, temperature=1.0, n=4)

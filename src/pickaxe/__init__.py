@@ -23,7 +23,7 @@ _LAZY = {
     "Collector": "pickaxe.rollout.collector",
     "Run": "pickaxe.runs.run",
     "Trainer": "pickaxe.train.trainer",
-    "TrainerConfig": "pickaxe.train.trainer",
+    "TrainerConfig": "pickaxe.train.config",
     "seed_everything": "pickaxe.utils",
 }
 _SUBMODULES = ("algos", "data", "envs", "eval", "exp", "models", "recipes", "rollout", "runs", "train")
@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from pickaxe.data.batch import Batch  # noqa: F401
     from pickaxe.rollout.collector import Collector  # noqa: F401
     from pickaxe.runs.run import Run  # noqa: F401
-    from pickaxe.train.trainer import Trainer, TrainerConfig  # noqa: F401
+    from pickaxe.train.config import TrainerConfig  # noqa: F401
+    from pickaxe.train.trainer import Trainer  # noqa: F401
     from pickaxe.utils import seed_everything  # noqa: F401
 
 

@@ -1,13 +1,160 @@
-"""Command-line values for typed config dataclasses: dotted keys, parsing text to the field's type."""
+"""Typed config dataclasses: each field's valid range, declared once next to the field, and the one check
+that every way a value enters uses (the CLI, the Python API, ``config.json`` and ``pickaxe set``).
+
+A field declares its range with :func:`ranged`; a config dataclass calls :func:`validate` from its
+``__post_init__``. :func:`check_field` checks one value for one field, naming the key the user wrote.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pickaxe.errors import ConfigError
+
+_MISSING = dataclasses.MISSING
+
+
+@dataclass(frozen=True)
+class Range:
+    """Bounds of a numeric field; None leaves that side open."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+
+    def contains(self, value: float) -> bool:
+        """Whether ``value`` lies within every bound."""
+        return (
+            (self.ge is None or value >= self.ge)
+            and (self.gt is None or value > self.gt)
+            and (self.le is None or value <= self.le)
+            and (self.lt is None or value < self.lt)
+        )
+
+    def describe(self) -> str:
+        """``> 0 and <= 1`` style text."""
+        bounds = ((self.ge, ">="), (self.gt, ">"), (self.le, "<="), (self.lt, "<"))
+        return " and ".join(f"{op} {_fmt(b)}" for b, op in bounds if b is not None)
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(x)
+
+
+def ranged(
+    default: Any = _MISSING,
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    default_factory: Any = _MISSING,
+) -> Any:
+    """A dataclass field whose numeric value (each element of a tuple; None passes) must lie in the bounds."""
+    meta = {"range": Range(ge, gt, le, lt)}
+    if default_factory is not _MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    try:
+        return _HINTS[cls]
+    except KeyError:
+        _HINTS[cls] = hints = typing.get_type_hints(cls)
+        return hints
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _type_problem(hint: Any, value: Any) -> str | None:
+    """Why ``value`` is not a value of ``hint`` (plain JSON-like types), or None."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return None
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        problems = [_type_problem(a, value) for a in args if a is not type(None)]
+        return None if any(p is None for p in problems) else problems[0]
+    if origin is Literal:
+        return (
+            None
+            if value in args and type(value) in {type(a) for a in args}
+            else (f"must be one of {', '.join(map(str, args))}")
+        )
+    if hint is bool:
+        return None if type(value) is bool else "must be True or False"
+    if hint is int:
+        return None if type(value) is int else "must be an integer"
+    if hint is float:
+        if type(value) not in (int, float):
+            return "must be a number"
+        return None if math.isfinite(value) else "must be a finite number"
+    if hint is str:
+        return None if isinstance(value, str) else "must be a string"
+    if origin is tuple:
+        if not isinstance(value, tuple):
+            return "must be a list"
+        elem = args[0] if args else Any
+        for v in value:
+            p = _type_problem(elem, v)
+            if p is not None:
+                return f"must hold elements that each {p.removeprefix('must ')}"
+        return None
+    if dataclasses.is_dataclass(hint):
+        return None if isinstance(value, hint) else f"must be a {hint.__name__}"
+    return None
+
+
+def check_field(cls: type, name: str, value: Any, key: str | None = None) -> None:
+    """Raise ``ConfigError`` naming ``key`` (default ``Class.name``) if ``value`` is not valid for the field.
+
+    Checks the field's type (ints are not floats' stand-ins only where the field is a float; bools are never
+    numbers; floats must be finite) and its declared :class:`Range`.
+    """
+    key = key or f"{cls.__name__}.{name}"
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    if name not in fields:
+        raise ConfigError(f"unknown config key {key}")
+    problem = _type_problem(_hints(cls)[name], value)
+    bounds = fields[name].metadata.get("range")
+    if problem is None and bounds is not None and value is not None:
+        for v in value if isinstance(value, tuple) else (value,):
+            if not bounds.contains(v):
+                problem = f"must be {bounds.describe()}"
+                break
+    if problem:
+        raise ConfigError(f"{key} {problem}, got {value!r}")
+
+
+def validate(cfg: Any, prefix: str | None = None) -> None:
+    """Check every field of config dataclass ``cfg`` (and of nested config dataclasses).
+
+    Errors name keys as ``prefix + field`` (default prefix ``ClassName.``), e.g. ``algo.lr must be > 0``.
+    """
+    prefix = f"{type(cfg).__name__}." if prefix is None else prefix
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            validate(value, f"{prefix}{f.name}.")
+        else:
+            check_field(type(cfg), f.name, value, prefix + f.name)
+
+
+def field_range(cls: type, name: str) -> Range | None:
+    """The declared range of field ``name`` of config class ``cls`` (None if it has none)."""
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return f.metadata.get("range")
+    return None
 
 
 def flat_fields(cfg: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:

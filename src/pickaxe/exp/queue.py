@@ -297,9 +297,7 @@ class JobQueue:
     def _connect(self) -> sqlite3.Connection:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-            )
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.Error) as e:
             raise PickaxeError(f"cannot open the job queue {self.path}: {e}") from None
         conn.row_factory = sqlite3.Row
@@ -989,8 +987,9 @@ def _cli_add(rest: list[str]) -> int:
         if any(a in ("-h", "--help") for a in rest):
             print(QUEUE_USAGE)
             return 0
-        raise PickaxeError("pickaxe queue add needs the command after --, e.g. `pickaxe queue add -- pickaxe train "
-                           "cartpole-ppo`")
+        raise PickaxeError(
+            "pickaxe queue add needs the command after --, e.g. `pickaxe queue add -- pickaxe train cartpole-ppo`"
+        )
     split = rest.index("--")
     options, command = rest[:split], rest[split + 1 :]
     p = _parser("pickaxe queue add")

@@ -10,8 +10,7 @@ from typing import Any
 from pickaxe.algos.dqn import DQNConfig
 from pickaxe.algos.ppo import PPOConfig
 from pickaxe.errors import PickaxeError
-from pickaxe.train.config import CollectorConfig, EnvConfig, ModelConfig, TrainConfig
-from pickaxe.train.trainer import TrainerConfig
+from pickaxe.train.config import CollectorConfig, EnvConfig, ModelConfig, TrainConfig, TrainerConfig
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pickaxe.algos.grpo import GRPOConfig
 from pickaxe.algos.sft import SFTConfig
 from pickaxe.recipes import Recipe
+from pickaxe.train.config import TrainerConfig
 from pickaxe.train.llm import (
     EngineConfig,
     LLMEvalConfig,
@@ -17,7 +18,6 @@ from pickaxe.train.llm import (
     TextCollectorConfig,
     WarmStartConfig,
 )
-from pickaxe.train.trainer import TrainerConfig
 
 
 def _tiny() -> LMConfig:

@@ -225,9 +225,7 @@ class CheckpointManager:
     never the one ``latest`` points to.
     """
 
-    def __init__(
-        self, run_dir: str | Path, keep_last: int = 3, keep_best: int = 1, mode: str = "max"
-    ) -> None:
+    def __init__(self, run_dir: str | Path, keep_last: int = 3, keep_best: int = 1, mode: str = "max") -> None:
         if mode not in ("max", "min"):
             raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
         if keep_last < 0 or keep_best < 0:
@@ -389,9 +387,7 @@ class CheckpointManager:
 
     def _none_good(self, tried: list[str]) -> CheckpointError:
         if not tried:
-            return CheckpointError(
-                f"no checkpoint found in {self.dir}; check run_dir or start training from scratch"
-            )
+            return CheckpointError(f"no checkpoint found in {self.dir}; check run_dir or start training from scratch")
         lines = "\n".join(f"  - {t}" for t in tried)
         return CheckpointError(
             f"no good checkpoint in {self.dir}; tried newest to oldest:\n{lines}\n"

@@ -95,9 +95,7 @@ class _Flattener:
     def enc(self, x: Any, path: str) -> Any:
         if isinstance(x, torch.Tensor):
             if x.layout != torch.strided or x.is_meta or x.is_quantized:
-                raise TypeError(
-                    f"{path}: cannot store a {x.layout}/meta/quantized tensor; make it dense first"
-                )
+                raise TypeError(f"{path}: cannot store a {x.layout}/meta/quantized tensor; make it dense first")
             t = x.detach().to("cpu").resolve_conj().resolve_neg().contiguous()
             if t.dtype in _NATIVE:
                 return {"__tensor__": self.add(t)}

@@ -10,8 +10,36 @@ from typing import Any, ClassVar, Literal
 
 from pickaxe.algos.dqn import DQNConfig
 from pickaxe.algos.ppo import PPOConfig
+from pickaxe.config_keys import check_field, ranged, validate
 from pickaxe.errors import ConfigError
-from pickaxe.train.trainer import TrainerConfig
+
+
+@dataclass
+class TrainerConfig:
+    """Loop settings shared by every recipe (classic and LLM)."""
+
+    total_steps: int = ranged(100_000, ge=1)
+    """Env steps to train for."""
+    eval_every: int = ranged(10_000, ge=0)
+    """Env steps between evaluations (0: only at the end)."""
+    eval_episodes: int = ranged(10, ge=1)
+    target_return: float | None = None
+    """Stop as soon as the eval mean return reaches this."""
+    log_every: int = ranged(0, ge=0)
+    """Env steps between log records (0: every update). Evaluations are always logged."""
+    save_every: int = ranged(0, ge=0)
+    """Env steps between checkpoints (0: only the final one). Needs a Run."""
+    keep_last: int = ranged(3, ge=1)
+    """Checkpoints kept by recency."""
+    keep_best: int = ranged(1, ge=0)
+    """Checkpoints kept by eval return (on top of keep_last)."""
+    on_nonfinite: Literal["rollback", "stop"] = "rollback"
+    """On a NaN/Inf loss, gradient or parameter: reload the last good checkpoint, or stop."""
+    max_rollbacks: int = ranged(3, ge=0)
+    """Rollbacks allowed before a non-finite value stops the run."""
+
+    def __post_init__(self) -> None:
+        validate(self)
 
 
 @dataclass
@@ -19,26 +47,35 @@ class EnvConfig:
     """Which environment and how many copies."""
 
     id: str = "CartPole-v1"
-    num_envs: int = 8
+    num_envs: int = ranged(8, ge=1, le=65_536)
     vectorization: Literal["sync", "async"] = "sync"
     """sync: step copies in this process (cheap envs); async: one subprocess per copy (expensive envs)."""
-    eval_envs: int = 10
+    eval_envs: int = ranged(10, ge=0, le=65_536)
+
+    def __post_init__(self) -> None:
+        validate(self)
 
 
 @dataclass
 class ModelConfig:
     """Network shape."""
 
-    hidden: tuple[int, ...] = (64, 64)
+    hidden: tuple[int, ...] = ranged(default_factory=lambda: (64, 64), ge=1, le=1_000_000)
     activation: Literal["tanh", "relu", "elu", "gelu"] = "tanh"
+
+    def __post_init__(self) -> None:
+        validate(self)
 
 
 @dataclass
 class CollectorConfig:
     """Collection settings."""
 
-    steps: int = 2048
+    steps: int = ranged(2048, ge=1)
     """Env steps per collect, all envs together (a multiple of env.num_envs)."""
+
+    def __post_init__(self) -> None:
+        validate(self)
 
 
 class RunConfig:
@@ -69,10 +106,12 @@ class RunConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Any:
         """Inverse of ``to_dict`` (e.g. a run's ``config.json``); unknown keys raise ``ConfigError``."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"a run config must be a JSON object, got {type(data).__name__}")
         data = dict(data)
         data.pop("kind", None)
         name = data.pop("algo_name", None)
-        if name not in cls.ALGOS:
+        if not isinstance(name, str) or name not in cls.ALGOS:
             raise ConfigError(f"config names algorithm {name!r}; known: {sorted(cls.ALGOS)}")
         cfg = _from_plain(cls, {k: v for k, v in data.items() if k != "algo"}, "")
         cfg.algo = _from_plain(cls.ALGOS[name], data.get("algo", {}), "algo.")
@@ -92,18 +131,30 @@ class TrainConfig(RunConfig):
     model: ModelConfig = field(default_factory=ModelConfig)
     collector: CollectorConfig = field(default_factory=CollectorConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    seed: int = 0
+    seed: int = ranged(0, ge=0, lt=2**63)
     device: str = "auto"
     """auto (CUDA when available), cpu, cuda or cuda:N."""
-    torch_threads: int = 1
+    torch_threads: int = ranged(1, ge=1, le=4096)
     """Torch intra-op threads; 1 is fastest for small models on shared CPUs."""
     recipe: str = "custom"
 
+    def __post_init__(self) -> None:
+        validate(self, "")
+
     def check(self) -> None:
-        """Fail fast, before a run directory exists: the env id is registered and the device exists."""
+        """Fail fast, before a run directory exists: every value in range, the collector's steps fit the envs,
+        the env id is registered and the device exists."""
         from pickaxe.envs.make import check_env_id
         from pickaxe.utils import resolve_device
 
+        validate(self, "")
+        steps, n = self.collector.steps, self.env.num_envs
+        if steps % n:
+            lower, upper = max(n, steps // n * n), (steps // n + 1) * n
+            raise ConfigError(
+                f"collector.steps ({steps}) must be a multiple of env.num_envs ({n}): "
+                f"use --collector.steps {lower} or {upper}"
+            )
         check_env_id(self.env.id)
         resolve_device(self.device)
 
@@ -116,7 +167,11 @@ def _to_plain(obj: Any) -> Any:
     return obj
 
 
-def _from_plain(typ: type, data: dict[str, Any], prefix: str) -> Any:
+def _from_plain(typ: type, data: Any, prefix: str) -> Any:
+    """Build config class ``typ`` from JSON data, checking every value against its field (keys named in full)."""
+    if not isinstance(data, dict):
+        where = f"{prefix.rstrip('.')} " if prefix else ""
+        raise ConfigError(f"config {where}must be a JSON object of keys and values, got {data!r}")
     hints = typing.get_type_hints(typ)
     known = {f.name for f in dataclasses.fields(typ)}
     kwargs: dict[str, Any] = {}
@@ -124,12 +179,18 @@ def _from_plain(typ: type, data: dict[str, Any], prefix: str) -> Any:
         if key not in known:
             raise ConfigError(f"unknown config key {prefix + key!r}{_suggest(key, known, prefix)}")
         hint = hints[key]
-        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+        if dataclasses.is_dataclass(hint):
             value = _from_plain(hint, value, f"{prefix}{key}.")
-        elif typing.get_origin(hint) is tuple and isinstance(value, list):
-            value = tuple(value)
+        else:
+            if isinstance(value, list) and _is_tuple_hint(hint):
+                value = tuple(value)
+            check_field(typ, key, value, prefix + key)
         kwargs[key] = value
     return typ(**kwargs)
+
+
+def _is_tuple_hint(hint: Any) -> bool:
+    return typing.get_origin(hint) is tuple or any(typing.get_origin(a) is tuple for a in typing.get_args(hint))
 
 
 def _suggest(key: str, choices: typing.Iterable[str], prefix: str = "") -> str:

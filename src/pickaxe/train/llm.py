@@ -37,8 +37,8 @@ from pickaxe.rollout.engines.hf import HFEngine
 from pickaxe.rollout.text_collector import DemoCollector, TextCollector, completion_text, encode_prompts
 from pickaxe.runs.run import Run, load_model
 from pickaxe.train.build import register_builder
-from pickaxe.train.config import RunConfig
-from pickaxe.train.trainer import FitResult, Trainer, TrainerConfig
+from pickaxe.train.config import RunConfig, TrainerConfig
+from pickaxe.train.trainer import FitResult, Trainer
 from pickaxe.utils import resolve_device, seed_everything, set_torch_threads
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from pickaxe.config_keys import parse_value
 from pickaxe.errors import ConfigError
+from pickaxe.train.config import TrainerConfig
 
 CONTROL_DIR = "control"
 HISTORY_FILE = "overrides.jsonl"
@@ -42,8 +43,6 @@ def mutable_keys(algo_config: Any) -> dict[str, Any]:
     An algorithm config lists in its ``mutable`` class variable the fields its algorithm reads afresh at
     every update, so changing them mid-run takes effect and nothing else has to be rebuilt.
     """
-    from pickaxe.train.trainer import TrainerConfig
-
     algo_hints = typing.get_type_hints(type(algo_config))
     trainer_hints = typing.get_type_hints(TrainerConfig)
     keys = {f"algo.{k}": algo_hints[k] for k in getattr(type(algo_config), "mutable", ())}

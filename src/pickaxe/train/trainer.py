@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import gymnasium as gym
 import torch
@@ -21,34 +21,10 @@ from pickaxe.rollout.collector import Collector
 from pickaxe.runs.checkpoint import CheckpointInfo, CheckpointManager
 from pickaxe.runs.monitor import SystemMonitor
 from pickaxe.runs.run import Run
+from pickaxe.train.config import TrainerConfig
 from pickaxe.train.evaluate import evaluate
 from pickaxe.train.overrides import Override, OverrideLog
 from pickaxe.utils import get_rng_state, seed_everything, set_rng_state, set_torch_threads
-
-
-@dataclass
-class TrainerConfig:
-    """Loop settings shared by every recipe."""
-
-    total_steps: int = 100_000
-    """Env steps to train for."""
-    eval_every: int = 10_000
-    """Env steps between evaluations (0: only at the end)."""
-    eval_episodes: int = 10
-    target_return: float | None = None
-    """Stop as soon as the eval mean return reaches this."""
-    log_every: int = 0
-    """Env steps between log records (0: every update). Evaluations are always logged."""
-    save_every: int = 0
-    """Env steps between checkpoints (0: only the final one). Needs a Run."""
-    keep_last: int = 3
-    """Checkpoints kept by recency."""
-    keep_best: int = 1
-    """Checkpoints kept by eval return (on top of keep_last)."""
-    on_nonfinite: Literal["rollback", "stop"] = "rollback"
-    """On a NaN/Inf loss, gradient or parameter: reload the last good checkpoint, or stop."""
-    max_rollbacks: int = 3
-    """Rollbacks allowed before a non-finite value stops the run."""
 
 
 @dataclass
