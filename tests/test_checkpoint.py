@@ -41,9 +41,7 @@ def assert_same(a, b, path="state"):
     elif isinstance(a, np.generic):
         assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), path
     elif isinstance(a, float):
-        assert (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b)), (
-            path
-        )
+        assert (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b)), path
     elif isinstance(a, dict):
         assert list(a) == list(b), path
         for k in a:
@@ -148,10 +146,7 @@ def test_every_dtype_and_shape_through_a_checkpoint(tmp_path):
         torch.uint32,
     ]
     dtypes += [torch.complex128, torch.int8]
-    state = {
-        str(d): [(torch.randn(s, dtype=torch.float64) * 100).to(d) for s in [(), (0,), (2, 3)]]
-        for d in dtypes
-    }
+    state = {str(d): [(torch.randn(s, dtype=torch.float64) * 100).to(d) for s in [(), (0,), (2, 3)]] for d in dtypes}
     state["np"] = [np.arange(5, dtype=d) for d in (np.uint32, np.float16, np.int8, ">f8", np.complex64)]
     mgr = CheckpointManager(tmp_path)
     mgr.save(1, state)

@@ -7,7 +7,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from pickaxe.algos.grpo import GRPOConfig, grpo_loss
+from pickaxe.algos.configs import GRPOConfig
+from pickaxe.algos.grpo import grpo_loss
 from pickaxe.algos.llm_core import (
     aggregate,
     group_advantages,

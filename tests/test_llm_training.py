@@ -21,14 +21,13 @@ from pickaxe.rollout.text_collector import DemoCollector, TextCollector
 from pickaxe.runs.run import read_metrics
 from pickaxe.train.build import train
 from pickaxe.train.config import TrainerConfig
-from pickaxe.train.llm import (
+from pickaxe.train.llm import build_llm_trainer, evaluate_llm_run
+from pickaxe.train.llm_config import (
     LLMEvalConfig,
     LLMTrainConfig,
     LMConfig,
     TextCollectorConfig,
     WarmStartConfig,
-    build_llm_trainer,
-    evaluate_llm_run,
 )
 
 TOK = char_tokenizer()

@@ -1,9 +1,38 @@
-"""Algorithms: one file each, sharing loss pieces from ``core``."""
+"""Algorithms: one file each, sharing loss pieces from ``core``; their configs live torch-free in ``configs``.
 
-from pickaxe.algos.base import Algorithm
-from pickaxe.algos.dqn import DQN, DQNConfig
-from pickaxe.algos.grpo import GRPO, GRPOConfig
-from pickaxe.algos.ppo import PPO, PPOConfig
-from pickaxe.algos.sft import SFT, SFTConfig
+Attributes load on first use, so importing ``pickaxe.algos.configs`` does not import torch.
+"""
 
-__all__ = ["DQN", "GRPO", "PPO", "SFT", "Algorithm", "DQNConfig", "GRPOConfig", "PPOConfig", "SFTConfig"]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_LAZY = {
+    "Algorithm": "pickaxe.algos.base",
+    "DQN": "pickaxe.algos.dqn",
+    "GRPO": "pickaxe.algos.grpo",
+    "PPO": "pickaxe.algos.ppo",
+    "SFT": "pickaxe.algos.sft",
+    "DQNConfig": "pickaxe.algos.configs",
+    "GRPOConfig": "pickaxe.algos.configs",
+    "PPOConfig": "pickaxe.algos.configs",
+    "SFTConfig": "pickaxe.algos.configs",
+}
+__all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:
+    from pickaxe.algos.base import Algorithm  # noqa: F401
+    from pickaxe.algos.configs import DQNConfig, GRPOConfig, PPOConfig, SFTConfig  # noqa: F401
+    from pickaxe.algos.dqn import DQN  # noqa: F401
+    from pickaxe.algos.grpo import GRPO  # noqa: F401
+    from pickaxe.algos.ppo import PPO  # noqa: F401
+    from pickaxe.algos.sft import SFT  # noqa: F401
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'pickaxe.algos' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value

@@ -3,54 +3,20 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from pickaxe.algos.base import Algorithm, guarded_step
+from pickaxe.algos.configs import DQNConfig
 from pickaxe.algos.core import adam, huber, linear_schedule, td_target
-from pickaxe.config_keys import ranged, validate
 from pickaxe.data.batch import Batch
 from pickaxe.data.buffers import ReplayBuffer
 from pickaxe.models.q_network import EpsilonGreedy, QNetwork
 
 _REPLAY_KEYS = ("obs", "action", "reward", "terminated", "next_obs")
-
-
-@dataclass
-class DQNConfig:
-    """DQN hyper-parameters."""
-
-    mutable: ClassVar[tuple[str, ...]] = (
-        "lr", "gradient_steps", "batch_size", "target_update_every", "max_grad_norm", "eps_end",
-    )  # fmt: skip
-    """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""
-
-    lr: float = ranged(1e-4, gt=0, le=10)
-    gamma: float = ranged(0.99, ge=0, le=1)
-    buffer_size: int = ranged(100_000, ge=1)
-    batch_size: int = ranged(64, ge=1)
-    learning_starts: int = ranged(1_000, ge=0)
-    """Env steps stored before the first gradient step."""
-    gradient_steps: int = ranged(1, ge=1, le=10_000)
-    """Gradient steps per collected batch."""
-    target_update_every: int = ranged(1_000, ge=1)
-    """Gradient steps between target-network updates."""
-    tau: float = ranged(1.0, gt=0, le=1)
-    """Target update rate: 1.0 copies the online network, < 1 is a Polyak average."""
-    double: bool = True
-    eps_start: float = ranged(1.0, ge=0, le=1)
-    eps_end: float = ranged(0.05, ge=0, le=1)
-    eps_fraction: float = ranged(0.1, gt=0, le=1)
-    """Fraction of the total env steps over which epsilon decays linearly."""
-    max_grad_norm: float = ranged(10.0, gt=0)
-    loss: Literal["huber", "mse"] = "huber"
-
-    def __post_init__(self) -> None:
-        validate(self)
 
 
 def dqn_loss(

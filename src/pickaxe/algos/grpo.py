@@ -9,16 +9,14 @@ normalised by the counts of the whole optimizer step so micro-batching does not 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import torch
 from torch import nn
 
+from pickaxe.algos.configs import GRPOConfig
 from pickaxe.algos.core import clipped_surrogate
 from pickaxe.algos.llm_core import (
-    Aggregation,
-    KLEstimator,
     LMAlgorithm,
     aggregate,
     group_advantages,
@@ -34,70 +32,6 @@ from pickaxe.algos.llm_core import (
 from pickaxe.data.batch import Batch
 from pickaxe.models.lm import chunked_logprobs, sequence_logprobs
 from pickaxe.rollout.engines.base import SamplingParams
-
-
-@dataclass
-class GRPOConfig:
-    """GRPO hyper-parameters; the defaults are DeepSeekMath's GRPO. Variants are a few flags away (see
-    ``GRPOConfig.variant``): Dr. GRPO ``scale_rewards=False, aggregation=seq-mean-token-sum-norm``; DAPO
-    ``clip_high=0.28, dynamic_sampling=True``; GSPO ``ratio_level=sequence``."""
-
-    mutable: ClassVar[tuple[str, ...]] = ("lr", "clip_low", "clip_high", "max_grad_norm")
-    """Fields read afresh at every optimizer step, so ``pickaxe set`` may change them while the run trains."""
-
-    lr: float = 1e-5
-    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
-    warmup_updates: int = 0
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    epochs: int = 1
-    """Passes over each batch."""
-    mini_batches: int = 1
-    """Optimizer steps per pass (1: fully on-policy)."""
-    micro_batch_size: int = 64
-    """Sequences per forward/backward (gradient accumulation; does not change the update)."""
-    clip_low: float = 0.2
-    """Ratio clipped below at 1 - clip_low."""
-    clip_high: float = 0.2
-    """Ratio clipped above at 1 + clip_high (DAPO's clip-higher: 0.28)."""
-    scale_rewards: bool = True
-    """Divide group-centred rewards by the group std (False: Dr. GRPO)."""
-    aggregation: Aggregation = "token-mean"
-    """token-mean | seq-mean-token-mean (original GRPO) | seq-mean-token-sum-norm (Dr. GRPO)."""
-    loss_norm: int = 0
-    """Constant divisor of seq-mean-token-sum-norm (0: the generation budget, max_new_tokens)."""
-    dynamic_sampling: bool = False
-    """Drop groups whose rewards are all equal (no signal) before the update (DAPO)."""
-    ratio_level: Literal["token", "sequence"] = "token"
-    """token: PPO ratio per token; sequence: GSPO's length-normalised sequence ratio."""
-    kl_coef: float = 0.0
-    """Weight of KL(policy || reference) (0: no reference model is kept)."""
-    kl_estimator: KLEstimator = "k3"
-    kl_in: Literal["loss", "reward"] = "loss"
-    """loss: a loss term; reward: subtracted from each sequence's reward before advantages."""
-    tis_cap: float | None = None
-    """Truncated importance sampling: recompute old log-probs with the learner and weight each token's loss by
-    min(pi_learner / pi_sampler, tis_cap) (for engines whose numerics differ from the learner's, e.g. vLLM)."""
-    ratio_tolerance: float = 1e-3
-    """Warn when the first on-policy micro-batch has max |learner - sampler log-prob| above this."""
-
-    @classmethod
-    def variant(cls, name: Literal["grpo", "dr-grpo", "dapo", "gspo"], **overrides) -> GRPOConfig:
-        """A config preset for a named variant, with ``overrides`` applied."""
-        presets = {
-            "grpo": {},
-            "dr-grpo": {"scale_rewards": False, "aggregation": "seq-mean-token-sum-norm"},
-            "dapo": {"clip_high": 0.28, "dynamic_sampling": True, "aggregation": "token-mean"},
-            "gspo": {
-                "ratio_level": "sequence",
-                "clip_low": 3e-4,
-                "clip_high": 4e-4,
-                "aggregation": "seq-mean-token-mean",
-            },
-        }
-        if name not in presets:
-            raise ValueError(f"unknown GRPO variant {name!r}; choose one of {sorted(presets)}")
-        return cls(**{**presets[name], **overrides})
 
 
 def grpo_loss(

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import torch
 from torch import nn
 
 from pickaxe.algos.base import Algorithm, guarded_step
+from pickaxe.algos.configs import PPOConfig
 from pickaxe.algos.core import (
     adam,
     approx_kl,
@@ -18,41 +18,9 @@ from pickaxe.algos.core import (
     normalize,
     value_loss,
 )
-from pickaxe.config_keys import ranged, validate
 from pickaxe.data.batch import Batch
 from pickaxe.data.buffers import RolloutBuffer
 from pickaxe.models.actor_critic import ActorCritic
-
-
-@dataclass
-class PPOConfig:
-    """PPO hyper-parameters."""
-
-    mutable: ClassVar[tuple[str, ...]] = (
-        "lr", "clip", "ent_coef", "vf_coef", "max_grad_norm", "target_kl", "epochs", "minibatch_size",
-    )  # fmt: skip
-    """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""
-
-    lr: float = ranged(3e-4, gt=0, le=10)
-    lr_schedule: Literal["constant", "linear"] = "constant"
-    gamma: float = ranged(0.99, ge=0, le=1)
-    gae_lambda: float = ranged(0.95, ge=0, le=1)
-    clip: float = ranged(0.2, gt=0, le=10)
-    clip_schedule: Literal["constant", "linear"] = "constant"
-    value_clip: float | None = ranged(None, gt=0)
-    """Clip the value update around the old value by this much (None: no value clipping)."""
-    vf_coef: float = ranged(0.5, ge=0)
-    ent_coef: float = ranged(0.0, ge=0)
-    epochs: int = ranged(10, ge=1, le=10_000)
-    minibatch_size: int = ranged(64, ge=1)
-    max_grad_norm: float = ranged(0.5, gt=0)
-    normalize_advantage: bool = True
-    target_kl: float | None = ranged(None, gt=0)
-    """Stop the epochs of an update early once the approximate KL exceeds this."""
-    adam_eps: float = ranged(1e-5, gt=0)
-
-    def __post_init__(self) -> None:
-        validate(self)
 
 
 def ppo_loss(

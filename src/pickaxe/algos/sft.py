@@ -2,33 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar, Literal
-
 import torch
 from torch import nn
 
+from pickaxe.algos.configs import SFTConfig
 from pickaxe.algos.llm_core import Aggregation, LMAlgorithm, aggregate, micro_batches
 from pickaxe.data.batch import Batch
 from pickaxe.models.lm import sequence_logprobs
-
-
-@dataclass
-class SFTConfig:
-    """SFT hyper-parameters."""
-
-    mutable: ClassVar[tuple[str, ...]] = ("lr", "max_grad_norm")
-    """Fields read afresh at every optimizer step, so ``pickaxe set`` may change them while the run trains."""
-
-    lr: float = 1e-3
-    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
-    """Decay over the run's total steps after the warmup."""
-    warmup_updates: int = 0
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    micro_batch_size: int = 64
-    """Sequences per forward/backward; gradients accumulate over the batch (one optimizer step per batch)."""
-    aggregation: Aggregation = "token-mean"
 
 
 def sft_loss(

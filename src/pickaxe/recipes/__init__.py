@@ -7,8 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pickaxe.algos.dqn import DQNConfig
-from pickaxe.algos.ppo import PPOConfig
+from pickaxe.algos.configs import DQNConfig, PPOConfig
 from pickaxe.errors import PickaxeError
 from pickaxe.train.config import CollectorConfig, EnvConfig, ModelConfig, TrainConfig, TrainerConfig
 

@@ -5,11 +5,10 @@ Each runs on 2 CPU cores in minutes; ``--model.path DIR`` swaps in any local tra
 
 from __future__ import annotations
 
-from pickaxe.algos.grpo import GRPOConfig
-from pickaxe.algos.sft import SFTConfig
+from pickaxe.algos.configs import GRPOConfig, SFTConfig
 from pickaxe.recipes import Recipe
 from pickaxe.train.config import TrainerConfig
-from pickaxe.train.llm import (
+from pickaxe.train.llm_config import (
     EngineConfig,
     LLMEvalConfig,
     LLMTrainConfig,

@@ -1,16 +1,40 @@
-"""Training: the Trainer loop, evaluation, configs and builders."""
+"""Training: the Trainer loop, evaluation, configs and builders.
 
-from pickaxe.train.config import CollectorConfig, EnvConfig, ModelConfig, TrainConfig, TrainerConfig
-from pickaxe.train.evaluate import evaluate
-from pickaxe.train.trainer import FitResult, Trainer
+Attributes load on first use, so importing the configs (``pickaxe.train.config``) does not import torch.
+"""
 
-__all__ = [
-    "CollectorConfig",
-    "EnvConfig",
-    "FitResult",
-    "ModelConfig",
-    "TrainConfig",
-    "Trainer",
-    "TrainerConfig",
-    "evaluate",
-]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_LAZY = {
+    "CollectorConfig": "pickaxe.train.config",
+    "EnvConfig": "pickaxe.train.config",
+    "ModelConfig": "pickaxe.train.config",
+    "TrainConfig": "pickaxe.train.config",
+    "TrainerConfig": "pickaxe.train.config",
+    "FitResult": "pickaxe.train.trainer",
+    "Trainer": "pickaxe.train.trainer",
+    "evaluate": "pickaxe.train.evaluate",
+}
+__all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:
+    from pickaxe.train.config import (  # noqa: F401
+        CollectorConfig,
+        EnvConfig,
+        ModelConfig,
+        TrainConfig,
+        TrainerConfig,
+    )
+    from pickaxe.train.evaluate import evaluate  # noqa: F401
+    from pickaxe.train.trainer import FitResult, Trainer  # noqa: F401
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'pickaxe.train' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -9,8 +10,9 @@ from typing import Any
 import numpy as np
 
 from pickaxe.algos.base import Algorithm
-from pickaxe.algos.dqn import DQN, DQNConfig
-from pickaxe.algos.ppo import PPO, PPOConfig
+from pickaxe.algos.configs import DQNConfig, PPOConfig
+from pickaxe.algos.dqn import DQN
+from pickaxe.algos.ppo import PPO
 from pickaxe.envs.make import make
 from pickaxe.errors import ConfigError
 from pickaxe.models.actor_critic import ActorCritic
@@ -19,6 +21,7 @@ from pickaxe.rollout.collector import Collector
 from pickaxe.runs.run import Run, default_run_dir, load_model
 from pickaxe.train.config import TrainConfig
 from pickaxe.train.evaluate import evaluate
+from pickaxe.train.llm_config import LLMTrainConfig
 from pickaxe.train.trainer import FitResult, Trainer
 from pickaxe.utils import resolve_device, seed_everything, set_torch_threads
 
@@ -63,28 +66,27 @@ def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = Fal
 
 
 Builder = Callable[[Any, Run | None, bool], Trainer]
-BUILDERS: dict[type, Builder] = {}
-CONFIG_KINDS: dict[str, type] = {}
+BUILDERS: dict[str, str] = {
+    "classic": "pickaxe.train.build:build_trainer",
+    "llm": "pickaxe.train.llm:build_llm_trainer",
+}
+"""Config kind -> ``module:function`` building its Trainer, imported on use (classic runs never load transformers)."""
+CONFIG_KINDS: dict[str, type] = {"classic": TrainConfig, "llm": LLMTrainConfig}
+"""The ``"kind"`` in a run's ``config.json`` -> its config type."""
 
 
-def register_builder(config_type: type, builder: Builder, kind: str | None = None) -> None:
-    """Make ``train`` accept ``config_type`` configs (e.g. the LLM one), built by ``builder(cfg, run, progress)``.
-
-    ``kind`` is the value of ``"kind"`` in that config's ``to_dict()``, so a run directory can be rebuilt.
-    """
-    BUILDERS[config_type] = builder
-    if kind is not None:
-        CONFIG_KINDS[kind] = config_type
-
-
-register_builder(TrainConfig, lambda cfg, run, progress: build_trainer(cfg, run=run, progress=progress), "classic")
+def builder_for(cfg: Any) -> Builder:
+    """The function that builds a Trainer for ``cfg`` (chosen by its ``KIND``)."""
+    target = BUILDERS.get(getattr(cfg, "KIND", ""))
+    if target is None:
+        raise TypeError(f"no builder for {type(cfg).__name__}; known config kinds: {sorted(BUILDERS)}")
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
-def config_from_dict(data: dict[str, Any]) -> Any:
+def config_from_dict(data: Any) -> Any:
     """Rebuild a run's config from its ``config.json`` content, whatever its kind."""
-    kind = data.get("kind", "classic")
-    if kind not in CONFIG_KINDS and kind == "llm":
-        import pickaxe.train.llm  # noqa: F401 - registers the LLM config kind
+    kind = data.get("kind", "classic") if isinstance(data, dict) else None
     if kind not in CONFIG_KINDS:
         raise ConfigError(f"unknown config kind {kind!r} in config.json; known: {sorted(CONFIG_KINDS)}")
     return CONFIG_KINDS[kind].from_dict(data)
@@ -101,9 +103,7 @@ def train(
 
     The config is validated by building envs' ids and devices before the run directory is created.
     """
-    builder = BUILDERS.get(type(cfg))
-    if builder is None:
-        raise TypeError(f"no builder registered for {type(cfg).__name__}; see pickaxe.train.build.register_builder")
+    builder = builder_for(cfg)
     cfg.check()  # a bad env id, device or missing extra fails before the run directory exists
     run = Run(
         run_dir or default_run_dir(cfg.recipe),
@@ -121,7 +121,7 @@ def resume(
     """Continue a run from its newest good checkpoint to its original budget (from scratch if it has none)."""
     run = Run.open(run_dir, track=track, prometheus_port=prometheus_port)
     cfg = config_from_dict(run.config())
-    return _fit(BUILDERS[type(cfg)], cfg, run, progress, resume=True), run
+    return _fit(builder_for(cfg), cfg, run, progress, resume=True), run
 
 
 def _fit(builder: Builder, cfg: Any, run: Run, progress: bool, resume: bool) -> FitResult:

@@ -8,8 +8,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from pickaxe.algos.dqn import DQNConfig
-from pickaxe.algos.ppo import PPOConfig
+from pickaxe.algos.configs import DQNConfig, PPOConfig
 from pickaxe.config_keys import check_field, ranged, validate
 from pickaxe.errors import ConfigError
 

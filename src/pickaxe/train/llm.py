@@ -3,19 +3,16 @@
 ``build_llm_trainer`` builds tokenizer, model, ``PromptEnv``, engine, collector and algorithm (SFT or GRPO) from
 one config, runs the optional SFT warm start (logged under ``warm_start/``), evaluates the starting policy on
 held-out prompts (logged at step 0) and returns a ``Trainer`` whose summary shows held-out accuracy before and
-after with 95% Wilson intervals. Importing this module registers the builder, so
-``pickaxe.train.build.train(cfg)`` accepts an ``LLMTrainConfig``.
+after with 95% Wilson intervals. ``pickaxe.train.build.train(cfg)`` finds it through the config's ``KIND``.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,149 +21,22 @@ from rich.table import Table
 from torch import nn
 
 from pickaxe.algos.base import Algorithm
-from pickaxe.algos.grpo import GRPO, GRPOConfig
-from pickaxe.algos.sft import SFT, SFTConfig
+from pickaxe.algos.configs import GRPOConfig, SFTConfig
+from pickaxe.algos.grpo import GRPO
+from pickaxe.algos.sft import SFT
 from pickaxe.envs.text.prompt_env import PromptEnv, load_examples
 from pickaxe.envs.text.rewards import REWARDS
 from pickaxe.envs.text.tasks import make_task
-from pickaxe.errors import ConfigError, PickaxeError
+from pickaxe.errors import ConfigError
 from pickaxe.models.lm import load_lm, num_parameters, tiny_lm
 from pickaxe.models.tokenizer import char_tokenizer, load_tokenizer
 from pickaxe.rollout.engines.base import Completion, Engine, SamplingParams
 from pickaxe.rollout.engines.hf import HFEngine
 from pickaxe.rollout.text_collector import DemoCollector, TextCollector, completion_text, encode_prompts
 from pickaxe.runs.run import Run, load_model
-from pickaxe.train.build import register_builder
-from pickaxe.train.config import RunConfig, TrainerConfig
+from pickaxe.train.llm_config import LLMEvalConfig, LLMTrainConfig
 from pickaxe.train.trainer import FitResult, Trainer
 from pickaxe.utils import resolve_device, seed_everything, set_torch_threads
-
-
-@dataclass
-class LMConfig:
-    """Which language model: a local transformers folder, or (no path) a tiny randomly initialised one with a
-    character-level tokenizer."""
-
-    path: str | None = None
-    """Folder of a saved causal LM (config.json, weights, tokenizer); None: the tiny model below."""
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"
-    arch: Literal["qwen2", "llama"] = "qwen2"
-    hidden: int = 128
-    layers: int = 4
-    heads: int = 4
-    kv_heads: int = 2
-    intermediate: int = 512
-    max_positions: int = 64
-
-
-@dataclass
-class TaskConfig:
-    """A built-in verifiable task, generated from the seed (used when ``data.path`` is not set)."""
-
-    name: Literal["addition", "multiplication", "reverse", "sort", "countdown"] = "addition"
-    digits: int = 2
-    """Operand digits (addition, multiplication); numbers to combine (countdown)."""
-    min_len: int = 3
-    """Shortest digit string (reverse, sort)."""
-    max_len: int = 6
-    """Longest digit string (reverse, sort)."""
-    heldout_fraction: float = 0.1
-    """Share of the problem space reserved for evaluation."""
-
-
-@dataclass
-class DataConfig:
-    """Prompts from a file instead of a task."""
-
-    path: str | None = None
-    """A .jsonl/.json/.parquet prompt file; set, it replaces the task."""
-    eval_path: str | None = None
-    """Held-out prompts (default: a seeded 10% of ``path``)."""
-    prompt_key: str = "prompt"
-    answer_key: str = "answer"
-    reward: Literal["exact", "numeric"] = "exact"
-
-
-@dataclass
-class EngineConfig:
-    """Rollout engine and sampling."""
-
-    name: Literal["hf", "vllm"] = "hf"
-    max_new_tokens: int = 8
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    max_batch: int = 512
-    """Rows per generation chunk (hf)."""
-    gpu_memory_utilization: float = 0.4
-    """Share of GPU memory vLLM may take (vllm)."""
-
-
-@dataclass
-class TextCollectorConfig:
-    """How much to sample per update."""
-
-    prompts: int = 32
-    """Prompts per batch (SFT: demonstrations per batch)."""
-    group_size: int = 8
-    """Completions per prompt (GRPO's G)."""
-
-
-@dataclass
-class LLMEvalConfig:
-    """Held-out evaluation."""
-
-    prompts: int = 500
-    """Held-out prompts scored at each evaluation."""
-    samples: int = 8
-    """Sampled completions per prompt for pass@k (0: greedy only)."""
-    pass_k: int = 4
-    temperature: float = 1.0
-    """Temperature of the sampled completions."""
-    before: bool = True
-    """Also evaluate before training (after the warm start), logged at step 0."""
-
-
-@dataclass
-class WarmStartConfig:
-    """SFT on the task's reference answers before the main algorithm (0 updates: none)."""
-
-    updates: int = 0
-    lr: float = 1e-3
-    batch_size: int = 64
-    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
-    log_every: int = 50
-
-
-@dataclass
-class LLMTrainConfig(RunConfig):
-    """Everything that decides an LLM run's numbers."""
-
-    KIND: ClassVar[str] = "llm"
-    ALGOS: ClassVar[dict[str, type]] = {"sft": SFTConfig, "grpo": GRPOConfig}
-
-    algo: Any = field(default_factory=GRPOConfig)
-    """SFTConfig or GRPOConfig; its type picks the algorithm."""
-    model: LMConfig = field(default_factory=LMConfig)
-    task: TaskConfig = field(default_factory=TaskConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    engine: EngineConfig = field(default_factory=EngineConfig)
-    collector: TextCollectorConfig = field(default_factory=TextCollectorConfig)
-    eval: LLMEvalConfig = field(default_factory=LLMEvalConfig)
-    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    seed: int = 0
-    device: str = "auto"
-    torch_threads: int = 1
-    recipe: str = "custom"
-
-    def check(self) -> None:
-        """Fail fast, before a run directory exists: the LLM libraries are installed and the device exists."""
-        for module in ("transformers", "tokenizers"):
-            if importlib.util.find_spec(module) is None:
-                raise PickaxeError(f"LLM recipes need {module}: pip install 'pickaxe[llm]'")
-        resolve_device(self.device)
-
 
 # ---------------------------------------------------------------------------------------------- statistics
 
@@ -459,6 +329,3 @@ def evaluate_llm_run(cfg: LLMTrainConfig, run_dir: str | Path, prompts: int | No
     engine = HFEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, cfg.engine.max_batch, seeds["engine"])
     evaluator = TextEvaluator(env, engine, tokenizer, cfg.eval, cfg.engine.max_new_tokens, seeds["eval"])
     return evaluator(SFT(model, SFTConfig()))
-
-
-register_builder(LLMTrainConfig, build_llm_trainer, kind="llm")

@@ -1,0 +1,169 @@
+"""What each algorithm can be told: the config dataclasses of PPO, DQN, SFT and GRPO.
+
+They live apart from the algorithms so that reading, checking and changing a config (``pickaxe recipes``,
+``pickaxe set``, ``config.json``) never imports torch. Each field declares its valid range next to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from pickaxe.config_keys import ranged, validate
+
+Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+"""How per-token losses become one number (see ``pickaxe.algos.llm_core.aggregate``)."""
+KLEstimator = Literal["k1", "k2", "k3"]
+"""Schulman's estimators of KL(policy || reference) from sampled tokens."""
+
+
+@dataclass
+class PPOConfig:
+    """PPO hyper-parameters."""
+
+    mutable: ClassVar[tuple[str, ...]] = (
+        "lr", "clip", "ent_coef", "vf_coef", "max_grad_norm", "target_kl", "epochs", "minibatch_size",
+    )  # fmt: skip
+    """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""
+
+    lr: float = ranged(3e-4, gt=0, le=10)
+    lr_schedule: Literal["constant", "linear"] = "constant"
+    gamma: float = ranged(0.99, ge=0, le=1)
+    gae_lambda: float = ranged(0.95, ge=0, le=1)
+    clip: float = ranged(0.2, gt=0, le=10)
+    clip_schedule: Literal["constant", "linear"] = "constant"
+    value_clip: float | None = ranged(None, gt=0)
+    """Clip the value update around the old value by this much (None: no value clipping)."""
+    vf_coef: float = ranged(0.5, ge=0)
+    ent_coef: float = ranged(0.0, ge=0)
+    epochs: int = ranged(10, ge=1, le=10_000)
+    minibatch_size: int = ranged(64, ge=1)
+    max_grad_norm: float = ranged(0.5, gt=0)
+    normalize_advantage: bool = True
+    target_kl: float | None = ranged(None, gt=0)
+    """Stop the epochs of an update early once the approximate KL exceeds this."""
+    adam_eps: float = ranged(1e-5, gt=0)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+@dataclass
+class DQNConfig:
+    """DQN hyper-parameters."""
+
+    mutable: ClassVar[tuple[str, ...]] = (
+        "lr", "gradient_steps", "batch_size", "target_update_every", "max_grad_norm", "eps_end",
+    )  # fmt: skip
+    """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""
+
+    lr: float = ranged(1e-4, gt=0, le=10)
+    gamma: float = ranged(0.99, ge=0, le=1)
+    buffer_size: int = ranged(100_000, ge=1)
+    batch_size: int = ranged(64, ge=1)
+    learning_starts: int = ranged(1_000, ge=0)
+    """Env steps stored before the first gradient step."""
+    gradient_steps: int = ranged(1, ge=1, le=10_000)
+    """Gradient steps per collected batch."""
+    target_update_every: int = ranged(1_000, ge=1)
+    """Gradient steps between target-network updates."""
+    tau: float = ranged(1.0, gt=0, le=1)
+    """Target update rate: 1.0 copies the online network, < 1 is a Polyak average."""
+    double: bool = True
+    eps_start: float = ranged(1.0, ge=0, le=1)
+    eps_end: float = ranged(0.05, ge=0, le=1)
+    eps_fraction: float = ranged(0.1, gt=0, le=1)
+    """Fraction of the total env steps over which epsilon decays linearly."""
+    max_grad_norm: float = ranged(10.0, gt=0)
+    loss: Literal["huber", "mse"] = "huber"
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+@dataclass
+class SFTConfig:
+    """SFT hyper-parameters."""
+
+    mutable: ClassVar[tuple[str, ...]] = ("lr", "max_grad_norm")
+    """Fields read afresh at every optimizer step, so ``pickaxe set`` may change them while the run trains."""
+
+    lr: float = ranged(1e-3, gt=0, le=10)
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """Decay over the run's total steps after the warmup."""
+    warmup_updates: int = ranged(0, ge=0)
+    weight_decay: float = ranged(0.0, ge=0)
+    max_grad_norm: float = ranged(1.0, gt=0)
+    micro_batch_size: int = ranged(64, ge=1)
+    """Sequences per forward/backward; gradients accumulate over the batch (one optimizer step per batch)."""
+    aggregation: Aggregation = "token-mean"
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+@dataclass
+class GRPOConfig:
+    """GRPO hyper-parameters; the defaults are DeepSeekMath's GRPO. Variants are a few flags away (see
+    ``GRPOConfig.variant``): Dr. GRPO ``scale_rewards=False, aggregation=seq-mean-token-sum-norm``; DAPO
+    ``clip_high=0.28, dynamic_sampling=True``; GSPO ``ratio_level=sequence``."""
+
+    mutable: ClassVar[tuple[str, ...]] = ("lr", "clip_low", "clip_high", "max_grad_norm")
+    """Fields read afresh at every optimizer step, so ``pickaxe set`` may change them while the run trains."""
+
+    lr: float = ranged(1e-5, gt=0, le=10)
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_updates: int = ranged(0, ge=0)
+    weight_decay: float = ranged(0.0, ge=0)
+    max_grad_norm: float = ranged(1.0, gt=0)
+    epochs: int = ranged(1, ge=1, le=10_000)
+    """Passes over each batch."""
+    mini_batches: int = ranged(1, ge=1)
+    """Optimizer steps per pass (1: fully on-policy)."""
+    micro_batch_size: int = ranged(64, ge=1)
+    """Sequences per forward/backward (gradient accumulation; does not change the update)."""
+    clip_low: float = ranged(0.2, gt=0, lt=1)
+    """Ratio clipped below at 1 - clip_low."""
+    clip_high: float = ranged(0.2, gt=0)
+    """Ratio clipped above at 1 + clip_high (DAPO's clip-higher: 0.28)."""
+    scale_rewards: bool = True
+    """Divide group-centred rewards by the group std (False: Dr. GRPO)."""
+    aggregation: Aggregation = "token-mean"
+    """token-mean | seq-mean-token-mean (original GRPO) | seq-mean-token-sum-norm (Dr. GRPO)."""
+    loss_norm: int = ranged(0, ge=0)
+    """Constant divisor of seq-mean-token-sum-norm (0: the generation budget, max_new_tokens)."""
+    dynamic_sampling: bool = False
+    """Drop groups whose rewards are all equal (no signal) before the update (DAPO)."""
+    ratio_level: Literal["token", "sequence"] = "token"
+    """token: PPO ratio per token; sequence: GSPO's length-normalised sequence ratio."""
+    kl_coef: float = ranged(0.0, ge=0)
+    """Weight of KL(policy || reference) (0: no reference model is kept)."""
+    kl_estimator: KLEstimator = "k3"
+    kl_in: Literal["loss", "reward"] = "loss"
+    """loss: a loss term; reward: subtracted from each sequence's reward before advantages."""
+    tis_cap: float | None = ranged(None, gt=0)
+    """Truncated importance sampling: recompute old log-probs with the learner and weight each token's loss by
+    min(pi_learner / pi_sampler, tis_cap) (for engines whose numerics differ from the learner's, e.g. vLLM)."""
+    ratio_tolerance: float = ranged(1e-3, gt=0)
+    """Warn when the first on-policy micro-batch has max |learner - sampler log-prob| above this."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @classmethod
+    def variant(cls, name: Literal["grpo", "dr-grpo", "dapo", "gspo"], **overrides) -> GRPOConfig:
+        """A config preset for a named variant, with ``overrides`` applied."""
+        presets = {
+            "grpo": {},
+            "dr-grpo": {"scale_rewards": False, "aggregation": "seq-mean-token-sum-norm"},
+            "dapo": {"clip_high": 0.28, "dynamic_sampling": True, "aggregation": "token-mean"},
+            "gspo": {
+                "ratio_level": "sequence",
+                "clip_low": 3e-4,
+                "clip_high": 4e-4,
+                "aggregation": "seq-mean-token-mean",
+            },
+        }
+        if name not in presets:
+            raise ValueError(f"unknown GRPO variant {name!r}; choose one of {sorted(presets)}")
+        return cls(**{**presets[name], **overrides})

@@ -1,0 +1,167 @@
+"""The typed config of an LLM run (``LLMTrainConfig`` and its sections); torch-free, like every config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from pickaxe.algos.configs import GRPOConfig, SFTConfig
+from pickaxe.config_keys import ranged, validate
+from pickaxe.errors import PickaxeError
+from pickaxe.train.config import RunConfig, TrainerConfig
+
+
+@dataclass
+class LMConfig:
+    """Which language model: a local transformers folder, or (no path) a tiny randomly initialised one with a
+    character-level tokenizer."""
+
+    path: str | None = None
+    """Folder of a saved causal LM (config.json, weights, tokenizer); None: the tiny model below."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"
+    arch: Literal["qwen2", "llama"] = "qwen2"
+    hidden: int = ranged(128, ge=1)
+    layers: int = ranged(4, ge=1)
+    heads: int = ranged(4, ge=1)
+    kv_heads: int = ranged(2, ge=1)
+    intermediate: int = ranged(512, ge=1)
+    max_positions: int = ranged(64, ge=2)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+@dataclass
+class TaskConfig:
+    """A built-in verifiable task, generated from the seed (used when ``data.path`` is not set)."""
+
+    name: Literal["addition", "multiplication", "reverse", "sort", "countdown"] = "addition"
+    digits: int = ranged(2, ge=1, le=18)
+    """Operand digits (addition, multiplication); numbers to combine (countdown)."""
+    min_len: int = ranged(3, ge=1)
+    """Shortest digit string (reverse, sort)."""
+    max_len: int = ranged(6, ge=1)
+    """Longest digit string (reverse, sort)."""
+    heldout_fraction: float = ranged(0.1, gt=0, lt=1)
+    """Share of the problem space reserved for evaluation."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+@dataclass
+class DataConfig:
+    """Prompts from a file instead of a task."""
+
+    path: str | None = None
+    """A .jsonl/.json/.parquet prompt file; set, it replaces the task."""
+    eval_path: str | None = None
+    """Held-out prompts (default: a seeded 10% of ``path``)."""
+    prompt_key: str = "prompt"
+    answer_key: str = "answer"
+    reward: Literal["exact", "numeric"] = "exact"
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+@dataclass
+class EngineConfig:
+    """Rollout engine and sampling."""
+
+    name: Literal["hf", "vllm"] = "hf"
+    max_new_tokens: int = ranged(8, ge=1)
+    temperature: float = ranged(1.0, ge=0)
+    top_k: int = ranged(0, ge=0)
+    top_p: float = ranged(1.0, gt=0, le=1)
+    max_batch: int = ranged(512, ge=1)
+    """Rows per generation chunk (hf)."""
+    gpu_memory_utilization: float = ranged(0.4, gt=0, le=1)
+    """Share of GPU memory vLLM may take (vllm)."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+@dataclass
+class TextCollectorConfig:
+    """How much to sample per update."""
+
+    prompts: int = ranged(32, ge=1)
+    """Prompts per batch (SFT: demonstrations per batch)."""
+    group_size: int = ranged(8, ge=1)
+    """Completions per prompt (GRPO's G)."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+@dataclass
+class LLMEvalConfig:
+    """Held-out evaluation."""
+
+    prompts: int = ranged(500, ge=1)
+    """Held-out prompts scored at each evaluation."""
+    samples: int = ranged(8, ge=0)
+    """Sampled completions per prompt for pass@k (0: greedy only)."""
+    pass_k: int = ranged(4, ge=1)
+    temperature: float = ranged(1.0, gt=0)
+    """Temperature of the sampled completions."""
+    before: bool = True
+    """Also evaluate before training (after the warm start), logged at step 0."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+@dataclass
+class WarmStartConfig:
+    """SFT on the task's reference answers before the main algorithm (0 updates: none)."""
+
+    updates: int = ranged(0, ge=0)
+    lr: float = ranged(1e-3, gt=0, le=10)
+    batch_size: int = ranged(64, ge=1)
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    log_every: int = ranged(50, ge=1)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+@dataclass
+class LLMTrainConfig(RunConfig):
+    """Everything that decides an LLM run's numbers."""
+
+    KIND: ClassVar[str] = "llm"
+    ALGOS: ClassVar[dict[str, type]] = {"sft": SFTConfig, "grpo": GRPOConfig}
+
+    algo: Any = field(default_factory=GRPOConfig)
+    """SFTConfig or GRPOConfig; its type picks the algorithm."""
+    model: LMConfig = field(default_factory=LMConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    collector: TextCollectorConfig = field(default_factory=TextCollectorConfig)
+    eval: LLMEvalConfig = field(default_factory=LLMEvalConfig)
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    seed: int = ranged(0, ge=0, lt=2**63)
+    device: str = "auto"
+    torch_threads: int = ranged(1, ge=1, le=4096)
+    recipe: str = "custom"
+
+    def __post_init__(self) -> None:
+        validate(self, "")
+
+    def check(self) -> None:
+        """Fail fast, before a run directory exists: every value in range, the LLM libraries are installed and
+        the device exists."""
+        import importlib.util
+
+        from pickaxe.utils import resolve_device
+
+        validate(self, "")
+        for module in ("transformers", "tokenizers"):
+            if importlib.util.find_spec(module) is None:
+                raise PickaxeError(f"LLM recipes need {module}: pip install 'pickaxe[llm]'")
+        resolve_device(self.device)
