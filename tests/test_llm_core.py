@@ -18,7 +18,7 @@ from pickaxe.algos.llm_core import (
     truncated_is_weight,
     zero_variance_groups,
 )
-from pickaxe.train.llm import pass_at_k, wilson_interval
+from pickaxe.eval.stats import pass_at_k, wilson_interval
 
 
 def test_group_advantages_by_hand() -> None:

@@ -9,7 +9,6 @@ after with 95% Wilson intervals. ``pickaxe.train.build.train(cfg)`` finds it thr
 from __future__ import annotations
 
 import copy
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from pickaxe.envs.text.prompt_env import PromptEnv, load_examples
 from pickaxe.envs.text.rewards import REWARDS
 from pickaxe.envs.text.tasks import make_task
 from pickaxe.errors import ConfigError
+from pickaxe.eval.stats import pass_at_k, wilson_interval
 from pickaxe.models.lm import load_lm, num_parameters, tiny_lm
 from pickaxe.models.tokenizer import char_tokenizer, load_tokenizer
 from pickaxe.rollout.engines.base import Completion, Engine, SamplingParams
@@ -37,29 +37,6 @@ from pickaxe.runs.run import Run, load_model
 from pickaxe.train.llm_config import LLMEvalConfig, LLMTrainConfig
 from pickaxe.train.trainer import FitResult, Trainer
 from pickaxe.utils import resolve_device, seed_everything, set_torch_threads
-
-# ---------------------------------------------------------------------------------------------- statistics
-
-
-def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion (95% for z = 1.96); (0, 1) for n = 0."""
-    if n == 0:
-        return 0.0, 1.0
-    p = successes / n
-    denom = 1.0 + z * z / n
-    center = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, center - half), min(1.0, center + half)
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from ``n`` samples of which ``c`` are correct: ``1 - C(n-c, k) / C(n, k)``."""
-    if k > n:
-        raise ValueError(f"pass@{k} needs at least {k} samples per prompt, got {n}")
-    if n - c < k:
-        return 1.0
-    return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
-
 
 # ---------------------------------------------------------------------------------------------- evaluation
 
