@@ -14,6 +14,7 @@ from torch import nn
 
 from pickaxe.errors import PickaxeError
 from pickaxe.runs.manifest import build_manifest, to_jsonable
+from pickaxe.runs.status import write_status
 from pickaxe.runs.tracking import TRACKERS, JsonlLogger, PrometheusSink, TensorBoardLogger, check_tracker
 
 NONDETERMINISTIC_PREFIXES = ("time/", "sys/")
@@ -114,6 +115,12 @@ class Run:
         with open(self.path / "events.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
         print(f"pickaxe: {message}", file=sys.stderr)
+
+    def set_status(self, state: str, **fields: Any) -> None:
+        """Record the run's state in ``status.json`` (see :mod:`pickaxe.runs.status`), e.g.
+        ``run.set_status("running", step=1000, total_steps=50000)``; states: running, finished, interrupted,
+        crashed, stopped."""
+        write_status(self.path, state, **fields)
 
     def _write_json(self, name: str, obj: Any) -> None:
         tmp = self.path / f".{name}.tmp"
