@@ -81,6 +81,79 @@ def test_run_set_status(tmp_path: Path) -> None:
 
 
 def test_status_and_listing_import_without_torch() -> None:
-    code = "import sys, pickaxe.runs.status; print('torch' in sys.modules, 'gymnasium' in sys.modules)"
+    code = (
+        "import sys, pickaxe.runs.status, pickaxe.runs.listing; "
+        "print('torch' in sys.modules, 'gymnasium' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+# ------------------------------------------------------------------------------------------------ listing
+
+
+def _fake_run(path: Path, recipe: str, records: list[dict], kind: str = "classic", total: int = 1000) -> Path:
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps({"recipe": recipe, "kind": kind, "trainer": {"total_steps": total}}))
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + '{"step": 9')  # torn line
+    return path
+
+
+def test_list_runs_finds_runs_in_sweeps_with_state_progress_and_evals(tmp_path: Path) -> None:
+    from pickaxe.runs.listing import format_runs, list_runs
+
+    done = _fake_run(
+        tmp_path / "a-very-long-run-folder-name-that-must-not-be-cut" / "ppo",
+        "cartpole-ppo",
+        [
+            {"step": 500, "eval/return_mean": 80.0, "time/elapsed_s": 10.0},
+            {"step": 1000, "eval/return_mean": 60.0, "time/elapsed_s": 20.0},
+        ],
+    )
+    write_status(done, "finished", step=1000)
+    resumed = _fake_run(  # killed at 30 s, resumed from a checkpoint: the clock restarts
+        tmp_path / "sweep-x" / "lr=0.1" / "seed-0",
+        "cartpole-dqn",
+        [{"step": 100, "time/elapsed_s": 30.0}, {"step": 200, "time/elapsed_s": 5.0}],
+    )
+    _status_of_dead_process(resumed)
+    llm = _fake_run(
+        tmp_path / "sweep-x" / "llm",
+        "arith-grpo",
+        [
+            {"step": 0, "eval/accuracy": 0.9, "eval/phase_before": 1.0},  # before training: not the run's result
+            {"step": 64, "eval/accuracy": 0.25, "time/elapsed_s": 1.0},
+        ],
+        kind="llm",
+        total=64,
+    )
+    (llm / "model.safetensors").write_bytes(b"x")  # no status.json (older pickaxe): finished because it has a model
+    (tmp_path / "sweep-x" / "compare").mkdir()  # not a run
+
+    runs = list_runs(tmp_path)
+    by_recipe = {r.recipe: r for r in runs}
+    assert [r.path for r in runs] == sorted([done, resumed, llm])
+    ppo, dqn, grpo = by_recipe["cartpole-ppo"], by_recipe["cartpole-dqn"], by_recipe["arith-grpo"]
+    assert (ppo.state, ppo.step, ppo.total_steps, ppo.final_eval, ppo.best_eval, ppo.wall_s) == (
+        "finished", 1000, 1000, 60.0, 80.0, 20.0
+    )  # fmt: skip
+    assert (dqn.state, dqn.step, dqn.final_eval, dqn.wall_s) == ("crashed", 5, None, 35.0)
+    assert (grpo.state, grpo.metric, grpo.final_eval, grpo.best_eval) == ("finished", "eval/accuracy", 0.25, 0.25)
+
+    table = format_runs(runs).splitlines()
+    assert table[0].split() == ["recipe", "state", "env", "steps", "final", "eval", "best", "eval", "wall", "run"]
+    row = next(line for line in table if "cartpole-ppo" in line)
+    assert row.split() == ["cartpole-ppo", "finished", "1,000/1,000", "60.0", "80.0", "20.0s", str(done)]
+    assert any(line.endswith(str(llm)) and "0.250" in line for line in table)
+
+
+def test_list_runs_of_a_run_folder_and_of_nothing(tmp_path: Path) -> None:
+    from pickaxe.errors import PickaxeError
+    from pickaxe.runs.listing import format_runs, list_runs
+
+    run = _fake_run(tmp_path / "r", "cartpole-ppo", [])
+    assert [s.path for s in list_runs(run)] == [run]
+    assert list_runs(tmp_path / "r" / "..")[0].recipe == "cartpole-ppo"
+    assert "no runs" in format_runs([])
+    with pytest.raises(PickaxeError, match="is not a folder"):
+        list_runs(tmp_path / "missing")
