@@ -7,6 +7,7 @@ import importlib.util
 import json
 import math
 import re
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,11 @@ class JsonlLogger:
     def log(self, record: dict[str, Any]) -> None:
         """Write one record and flush it so a killed run keeps everything logged so far."""
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
-        self._file.write(json.dumps(clean) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(clean) + "\n")
+            self._file.flush()
+        except OSError as e:  # name the file: a full disk should say where it was writing
+            raise OSError(e.errno, e.strerror, str(self.path)) from e
 
     def flush(self) -> None:
         """Already flushed on every record."""
@@ -148,6 +152,21 @@ class MlflowSink:
 
 
 TRACKERS = {"wandb": WandbSink, "mlflow": MlflowSink}
+
+
+def check_port(port: int) -> None:
+    """Fail early (before a run directory exists) when ``--prometheus-port`` is out of range or cannot be bound."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise PickaxeError(f"--prometheus-port must be an integer in 1..65535, got {port!r}")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the HTTP server that will bind it does
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as e:
+            raise PickaxeError(
+                f"cannot serve Prometheus metrics on 127.0.0.1:{port} ({e.strerror or e}); pick another "
+                "--prometheus-port or stop what uses it"
+            ) from None
 
 
 def check_tracker(name: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Callable
 from pathlib import Path
@@ -14,11 +15,11 @@ from pickaxe.algos.configs import DQNConfig, PPOConfig
 from pickaxe.algos.dqn import DQN
 from pickaxe.algos.ppo import PPO
 from pickaxe.envs.make import make
-from pickaxe.errors import ConfigError
+from pickaxe.errors import ConfigError, PickaxeError
 from pickaxe.models.actor_critic import ActorCritic
 from pickaxe.models.q_network import QNetwork
 from pickaxe.rollout.collector import Collector
-from pickaxe.runs.run import Run, default_run_dir, load_model
+from pickaxe.runs.run import Run, default_run_dir, disk_error, load_model
 from pickaxe.train.config import TrainConfig
 from pickaxe.train.evaluate import evaluate
 from pickaxe.train.llm_config import LLMTrainConfig
@@ -98,20 +99,30 @@ def train(
     progress: bool = False,
     track: tuple[str, ...] = (),
     prometheus_port: int | None = None,
+    overwrite: bool = False,
 ) -> tuple[FitResult, Run]:
     """Train any registered config (``TrainConfig`` and others) into ``run_dir`` (default ``runs/<recipe>-<time>``).
 
-    The config is validated by building envs' ids and devices before the run directory is created.
+    Everything is checked before the run directory is created: config values, env id and device
+    (``cfg.check()``), trackers, the Prometheus port, and that the folder can be written. A folder that already
+    holds a run is refused (``pickaxe resume`` continues it) unless ``overwrite``, which moves the old run aside
+    to ``<run_dir>.old-<timestamp>``. If building the experiment fails with a user error, the new run folder is
+    removed again. A full disk or an unwritable folder during training raises a one-line ``PickaxeError``.
     """
     builder = builder_for(cfg)
-    cfg.check()  # a bad env id, device or missing extra fails before the run directory exists
-    run = Run(
-        run_dir or default_run_dir(cfg.recipe),
-        config=cfg.to_dict(),
-        seed=cfg.seed,
-        track=track,
-        prometheus_port=prometheus_port,
-    )
+    cfg.check()  # a bad value, env id, device or missing extra fails before the run directory exists
+    path = Path(run_dir) if run_dir is not None else default_run_dir(cfg.recipe)
+    try:
+        run = Run(
+            path,
+            config=cfg.to_dict(),
+            seed=cfg.seed,
+            track=track,
+            prometheus_port=prometheus_port,
+            overwrite=overwrite,
+        )
+    except OSError as e:
+        raise disk_error(e, path) or e from None
     return _fit(builder, cfg, run, progress, resume=False), run
 
 
@@ -125,26 +136,57 @@ def resume(
 
 
 def _fit(builder: Builder, cfg: Any, run: Run, progress: bool, resume: bool) -> FitResult:
+    """Build and run the Trainer, then close the run; a full disk or an unwritable run folder becomes a one-line
+    ``PickaxeError`` (what was written before stays: metrics are flushed per record, checkpoints are atomic)."""
+    try:
+        result = _build_and_fit(builder, cfg, run, progress, resume)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            run.close()
+        error = disk_error(e, run.path)
+        if error is None:
+            raise
+        raise error from e
+    except BaseException:
+        with contextlib.suppress(OSError):
+            run.close()
+        raise
+    try:
+        run.close()
+    except OSError as e:
+        raise (disk_error(e, run.path) or e) from e
+    return result
+
+
+def _build_and_fit(builder: Builder, cfg: Any, run: Run, progress: bool, resume: bool) -> FitResult:
     try:
         trainer = builder(cfg, run, progress)
-        try:
-            if resume:
-                trainer.resume()
-            return trainer.fit()
-        finally:
-            trainer.close()
+    except PickaxeError:
+        if not resume:  # a user error found while building: leave no half-made run behind
+            run.discard()
+        raise
+    try:
+        if resume:
+            trainer.resume()
+        return trainer.fit()
     finally:
-        run.close()
+        trainer.close()
 
 
-def evaluate_run(cfg: TrainConfig, run_dir: str | Path, episodes: int = 10) -> tuple[np.ndarray, np.ndarray]:
-    """Rebuild a finished run's policy from its config and ``model.safetensors`` and evaluate it."""
+def evaluate_run(
+    cfg: TrainConfig, run_dir: str | Path, episodes: int = 10, checkpoint: str | int = "final"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rebuild a run's policy from its config and verified weights and evaluate it.
+
+    ``checkpoint``: ``"final"`` (``model.safetensors``), ``"latest"``, ``"best"`` or an env step (a kept
+    checkpoint); see :func:`pickaxe.runs.run.load_model`.
+    """
     set_torch_threads(cfg.torch_threads)
     device = resolve_device(cfg.device)
     envs = make(cfg.env.id, max(1, min(episodes, cfg.env.eval_envs or 1)), derive_seeds(cfg.seed)["eval_env"])
     try:
         algo = build_algorithm(cfg, envs)
-        load_model(run_dir, algo.networks(), device)
+        load_model(run_dir, algo.networks(), device, checkpoint=checkpoint)
         return evaluate(algo.policy, envs, episodes, device)
     finally:
         envs.close()
