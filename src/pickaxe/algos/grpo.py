@@ -21,6 +21,8 @@ from pickaxe.algos.llm_core import (
     aggregate,
     group_advantages,
     kl_estimate,
+    kl_shaped_reward,
+    masked,
     masked_max,
     micro_batches,
     sequence_log_ratio,
@@ -32,6 +34,26 @@ from pickaxe.algos.llm_core import (
 from pickaxe.data.batch import Batch
 from pickaxe.models.lm import chunked_logprobs, sequence_logprobs
 from pickaxe.rollout.engines.base import SamplingParams
+
+
+def grpo_advantages(
+    reward: torch.Tensor,
+    group: torch.Tensor,
+    cfg: GRPOConfig,
+    logprob: torch.Tensor | None = None,
+    ref_logprob: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Per-sequence advantages of one batch: group-normalised rewards (``cfg.scale_rewards``), from rewards minus
+    ``cfg.kl_coef`` x the sequence's summed KL estimate when ``cfg.kl_in == "reward"`` (then ``logprob``, the
+    sampler's, ``ref_logprob`` and ``mask`` are needed). Returns the advantages and metrics."""
+    metrics: dict[str, float] = {}
+    if cfg.kl_coef > 0 and cfg.kl_in == "reward":
+        if logprob is None or ref_logprob is None or mask is None:
+            raise ValueError("kl_in='reward' needs the sampler log-probs, reference log-probs and the loss mask")
+        reward, kl_seq = kl_shaped_reward(reward, logprob, ref_logprob, mask, cfg.kl_coef, cfg.kl_estimator)
+        metrics["kl/reward_penalty"] = float(kl_seq.mean())
+    return group_advantages(reward, group, cfg.scale_rewards), metrics
 
 
 def grpo_loss(
@@ -46,14 +68,15 @@ def grpo_loss(
 
     ``mb`` holds ``loss_mask``, ``advantage`` (per sequence), ``old_logprob`` (the behaviour policy's), optionally
     ``tis_weight`` and ``ref_logprob``. Returns the loss (already divided by the whole step's counts) and
-    per-micro-batch sums for metrics.
+    per-micro-batch sums for metrics. Log-probs may be ``-inf`` off the mask (top-k/top-p): every input is
+    masked before any arithmetic, so loss and gradients stay finite.
     """
-    mask = mb["loss_mask"]
+    mask = mb["loss_mask"].bool()
     # 1. importance ratio of the current policy to the one that sampled: per token, or GSPO's per sequence
     if cfg.ratio_level == "sequence":
         log_ratio = sequence_log_ratio(logprob, mb["old_logprob"], mask)
     else:
-        log_ratio = token_log_ratio(logprob, mb["old_logprob"])
+        log_ratio = token_log_ratio(logprob, mb["old_logprob"], mask)
     # 2. PPO's clipped surrogate with the sequence's advantage on each of its tokens
     advantage = mb["advantage"].unsqueeze(-1).expand_as(logprob)
     pg, ratio, clipped = clipped_surrogate(
@@ -62,20 +85,19 @@ def grpo_loss(
     # 3. truncated importance sampling corrects a sampler whose probabilities differ from the learner's
     tis_weight = mb.get("tis_weight", None)
     if tis_weight is not None:
-        pg = pg * tis_weight
+        pg = pg * masked(tis_weight, mask)
     # 4. aggregate over generated tokens, normalised by the whole optimizer step's counts
     loss = aggregate(pg, mask, cfg.aggregation, total_tokens, total_seqs, norm)
     # 5. KL to the frozen reference, as a loss term
     kl_sum = logprob.new_zeros(())
     if cfg.kl_coef > 0 and cfg.kl_in == "loss":
-        kl = kl_estimate(logprob, mb["ref_logprob"], cfg.kl_estimator)
+        kl = kl_estimate(logprob, mb["ref_logprob"], cfg.kl_estimator, mask)
         loss = loss + cfg.kl_coef * aggregate(kl, mask, cfg.aggregation, total_tokens, total_seqs, norm)
         kl_sum = sequence_sum(kl.detach(), mask).sum()
-    m = mask.bool()
     stats = {
-        "tokens": m.sum(),
-        "clipped": (clipped & m).sum(),
-        "ratio_sum": torch.where(m, ratio.detach(), 0.0).sum(),
+        "tokens": mask.sum(),
+        "clipped": (clipped & mask).sum(),
+        "ratio_sum": masked(ratio.detach(), mask).sum(),
         "kl_sum": kl_sum,
     }
     return loss, stats
@@ -107,7 +129,7 @@ class GRPO(LMAlgorithm):
         cfg = self.config
         batch = batch.to(next(self.model.parameters()).device)
         metrics: dict[str, float] = {}
-        data = self._with_advantages(batch, metrics)
+        data = self.with_advantages(batch, metrics)
         n = data.batch_size[0]
         if n == 0:  # every group was uniform: nothing to learn from
             self.version += 1
@@ -137,7 +159,7 @@ class GRPO(LMAlgorithm):
                     loss_total += loss.item()
                     for key, value in stats.items():
                         totals[key] += float(value)
-                grad_norm, lr = self.optimizer_step()
+                grad_norm, lr = self.optimizer_step(loss_total)
                 losses.append(loss_total)
                 grad_norms.append(grad_norm)
         self.model.eval()
@@ -161,17 +183,21 @@ class GRPO(LMAlgorithm):
             metrics["kl/mean"] = totals["kl_sum"] / max(float(cfg.epochs * n), 1.0)
         return metrics
 
-    def _with_advantages(self, batch: Batch, metrics: dict[str, Any]) -> Batch:
-        """Write group advantages of the rewards (minus the KL penalty when ``kl_in == "reward"``) into ``batch``;
+    def with_advantages(self, batch: Batch, metrics: dict[str, Any] | None = None) -> Batch:
+        """Write ``grpo_advantages`` of ``batch``'s rewards into ``batch["advantage"]`` (metrics into ``metrics``);
         return it, without the zero-variance groups under dynamic sampling."""
         cfg = self.config
-        reward = batch["reward"]
-        if cfg.kl_coef > 0 and cfg.kl_in == "reward":
-            kl = kl_estimate(batch["logprob"], batch["ref_logprob"], cfg.kl_estimator)
-            kl_seq = sequence_sum(kl, batch["loss_mask"])
-            reward = reward - cfg.kl_coef * kl_seq
-            metrics["kl/reward_penalty"] = float(kl_seq.mean())
-        batch["advantage"] = group_advantages(reward, batch["group"], cfg.scale_rewards)
+        metrics = {} if metrics is None else metrics
+        advantage, info = grpo_advantages(
+            batch["reward"],
+            batch["group"],
+            cfg,
+            batch.get("logprob", None),
+            batch.get("ref_logprob", None),
+            batch.get("loss_mask", None),
+        )
+        batch["advantage"] = advantage
+        metrics.update(info)
         if not cfg.dynamic_sampling:
             return batch
         keep = ~zero_variance_groups(batch["reward"], batch["group"])
@@ -188,7 +214,7 @@ class GRPO(LMAlgorithm):
         ids, attn, mask = data["input_ids"], data["attention_mask"], data["loss_mask"]
         old = chunked_logprobs(self.model, ids, attn, cfg.micro_batch_size, *self._processing)
         data["old_logprob"] = old
-        data["tis_weight"] = truncated_is_weight(old, data["logprob"], cfg.tis_cap)
+        data["tis_weight"] = truncated_is_weight(old, data["logprob"], cfg.tis_cap, mask)
         metrics["tis/weight_mean"] = float(data["tis_weight"][mask].mean())
         return (old - data["logprob"]).abs()[mask]
 

@@ -2,8 +2,12 @@
 tested against hand-computed values), micro-batching and the ``LMAlgorithm`` optimizer plumbing.
 
 Shapes: per-sequence tensors are ``[B]``; per-token tensors are ``[B, L]`` aligned with ``input_ids`` (column ``j``
-is about token ``j``), and ``mask`` (the Batch's ``loss_mask``) selects the generated tokens. Masked-out
-entries are removed with ``torch.where``, never multiplied by 0, so a non-finite value on padding cannot leak.
+is about token ``j``), and ``mask`` (the Batch's ``loss_mask``) selects the generated tokens.
+
+Off the mask, log-probs may be ``-inf`` (a prompt token outside the top-k/top-p of the processed logits), so every
+piece replaces masked-out inputs with 0 through ``torch.where`` BEFORE any arithmetic: ``-inf - -inf`` or
+``exp(inf)`` off the mask would give a NaN value whose gradient (0 x NaN) poisons every parameter, even though the
+aggregation drops that value.
 """
 
 from __future__ import annotations
@@ -15,11 +19,20 @@ from typing import Any
 import torch
 from torch import nn
 
-from pickaxe.algos.base import Algorithm
+from pickaxe.algos.base import Algorithm, first_nonfinite
 from pickaxe.algos.configs import Aggregation, KLEstimator
 from pickaxe.data.batch import Batch
+from pickaxe.errors import NonFiniteError
 
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def masked(values: torch.Tensor, mask: torch.Tensor | None, fill: float = 0.0) -> torch.Tensor:
+    """``values`` on ``mask`` and ``fill`` elsewhere, through ``torch.where``: the gradient off the mask is exactly 0,
+    whatever ``values`` holds there (``-inf`` included). ``mask`` None returns ``values``."""
+    if mask is None:
+        return values
+    return torch.where(mask.bool(), values, torch.full_like(values, fill))
 
 
 def group_advantages(reward: torch.Tensor, group: torch.Tensor, scale: bool = True, eps: float = 1e-6) -> torch.Tensor:
@@ -82,17 +95,45 @@ def aggregate(
     return per_seq.sum() / seqs
 
 
-def kl_estimate(logprob: torch.Tensor, ref_logprob: torch.Tensor, estimator: KLEstimator = "k3") -> torch.Tensor:
+def kl_estimate(
+    logprob: torch.Tensor,
+    ref_logprob: torch.Tensor,
+    estimator: KLEstimator = "k3",
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Per-token estimate of KL(policy || reference) from tokens sampled by the policy (Schulman's k1/k2/k3):
-    with ``log_r = ref_logprob - logprob``: k1 ``-log_r``, k2 ``log_r**2 / 2``, k3 ``exp(log_r) - 1 - log_r``."""
+    with ``log_r = ref_logprob - logprob``: k1 ``-log_r``, k2 ``log_r**2 / 2``, k3 ``exp(log_r) - 1 - log_r``.
+
+    With ``mask``, the estimate is 0 off the mask and on tokens the policy gives probability 0 (``logprob`` -inf:
+    a token sampled by an older policy that the current top-k/top-p excludes; its importance weight is 0), with
+    a zero gradient there.
+    """
+    if estimator not in ("k1", "k2", "k3"):
+        raise ValueError(f"unknown KL estimator {estimator!r}; choose k1, k2 or k3")
+    if mask is not None:
+        mask = mask.bool() & torch.isfinite(logprob)
+        logprob, ref_logprob = masked(logprob, mask), masked(ref_logprob, mask)
     log_r = ref_logprob - logprob
     if estimator == "k1":
         return -log_r
     if estimator == "k2":
         return 0.5 * log_r.pow(2)
-    if estimator == "k3":
-        return log_r.exp() - 1.0 - log_r
-    raise ValueError(f"unknown KL estimator {estimator!r}; choose k1, k2 or k3")
+    return log_r.exp() - 1.0 - log_r
+
+
+def kl_shaped_reward(
+    reward: torch.Tensor,
+    logprob: torch.Tensor,
+    ref_logprob: torch.Tensor,
+    mask: torch.Tensor,
+    coef: float,
+    estimator: KLEstimator = "k3",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The KL penalty in the reward (``kl_in=reward``): returns ``(reward - coef * kl_seq, kl_seq)`` where
+    ``kl_seq`` is each sequence's summed per-token KL estimate over ``mask``. A sequence that drifts further from
+    the reference gets a LOWER reward."""
+    kl_seq = sequence_sum(kl_estimate(logprob, ref_logprob, estimator, mask), mask)
+    return reward - coef * kl_seq, kl_seq
 
 
 def sequence_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -100,25 +141,29 @@ def sequence_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask.bool(), values, torch.zeros_like(values)).sum(-1)
 
 
-def token_log_ratio(logprob: torch.Tensor, old_logprob: torch.Tensor) -> torch.Tensor:
-    """PPO/GRPO's per-token log importance ratio ``log pi(y_t) - log pi_old(y_t)``."""
-    return logprob - old_logprob
+def token_log_ratio(logprob: torch.Tensor, old_logprob: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """PPO/GRPO's per-token log importance ratio ``log pi(y_t) - log pi_old(y_t)``; 0 off ``mask``."""
+    return masked(logprob, mask) - masked(old_logprob, mask)
 
 
 def sequence_log_ratio(logprob: torch.Tensor, old_logprob: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """GSPO's sequence-level log ratio, per token: ``sg[s_i] + log pi(y_t) - sg[log pi(y_t)]`` where ``s_i`` is
     the length-normalised sequence log ratio ``mean_t (log pi - log pi_old)``. Every token of a sequence shares the
-    value ``s_i`` (so they are clipped together) and receives the gradient of its own log-prob scaled by it."""
+    value ``s_i`` (so they are clipped together) and receives the gradient of its own log-prob scaled by it.
+    Off the mask the gradient is 0; a token the current policy cannot produce (``logprob`` -inf) makes ``s_i``
+    -inf (ratio 0) and gets no gradient."""
     m = mask.bool()
-    diff = torch.where(m, logprob - old_logprob, torch.zeros_like(logprob))
-    seq = diff.sum(-1) / m.sum(-1).clamp(min=1)
-    return seq.detach().unsqueeze(-1) + logprob - logprob.detach()
+    seq = token_log_ratio(logprob, old_logprob, m).sum(-1) / m.sum(-1).clamp(min=1)
+    live = masked(logprob, m & torch.isfinite(logprob))
+    return seq.detach().unsqueeze(-1) + live - live.detach()
 
 
-def truncated_is_weight(learner_logprob: torch.Tensor, sampler_logprob: torch.Tensor, cap: float) -> torch.Tensor:
+def truncated_is_weight(
+    learner_logprob: torch.Tensor, sampler_logprob: torch.Tensor, cap: float, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """Truncated importance sampling: per-token ``min(pi_learner / pi_sampler, cap)`` (no gradient), the
-    correction for an engine whose probabilities differ from the learner's (e.g. vLLM in bf16)."""
-    return (learner_logprob - sampler_logprob).detach().exp().clamp(max=cap)
+    correction for an engine whose probabilities differ from the learner's (e.g. vLLM in bf16); 1 off ``mask``."""
+    return token_log_ratio(learner_logprob, sampler_logprob, mask).detach().exp().clamp(max=cap)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -184,13 +229,31 @@ class LMAlgorithm(Algorithm):
             return cfg.lr * 0.5 * (1.0 + math.cos(math.pi * p))
         return cfg.lr
 
-    def optimizer_step(self) -> tuple[float, float]:
-        """Clip the accumulated gradients, step, zero them; returns ``(grad_norm, lr)``."""
+    def optimizer_step(self, loss: float = 0.0) -> tuple[float, float]:
+        """Clip the accumulated gradients, step, zero them; returns ``(grad_norm, lr)``.
+
+        Refuses a non-finite ``loss`` (the step's summed micro-batch losses) or gradient with ``NonFiniteError``
+        BEFORE ``optimizer.step()``, so the weights and the optimizer state stay as they were (the gradients are
+        dropped). One fused check: the total gradient norm that clipping needs anyway is NaN/Inf exactly when
+        some gradient is, and reading it is the step's only host sync (the gradients are clipped after the check,
+        so on failure the first bad gradient is still the one named).
+        """
         lr = self.current_lr()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
             group["weight_decay"] = self.config.weight_decay
-        grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm))
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        total_norm = nn.utils.get_total_norm([p.grad for p in params])
+        grad_norm = float(total_norm)
+        if not (math.isfinite(grad_norm) and math.isfinite(loss)):
+            what = (
+                (f"loss = {loss}" if not math.isfinite(loss) else None)
+                or first_nonfinite(self.model.named_parameters(), grads=True)
+                or f"gradient norm = {grad_norm}"
+            )
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteError(f"{what} ({type(self).__name__} update {self.version}; the step was not applied)")
+        nn.utils.clip_grads_with_norm_(params, self.config.max_grad_norm, total_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return grad_norm, lr

@@ -45,7 +45,7 @@ class SFT(LMAlgorithm):
             loss.backward()
             loss_sum += loss.item()
             nll_sum += float(-logprob.detach()[mb["loss_mask"]].sum())
-        grad_norm, lr = self.optimizer_step()
+        grad_norm, lr = self.optimizer_step(loss_sum)
         self.model.eval()
         self.version += 1
         nll = nll_sum / max(total_tokens, 1.0)
