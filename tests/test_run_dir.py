@@ -18,7 +18,7 @@ from pickaxe.cli import main
 from pickaxe.errors import PickaxeError
 from pickaxe.recipes import get_recipe
 from pickaxe.runs.checkpoint import CheckpointManager
-from pickaxe.runs.run import MODEL_DIGEST_FILE, MODEL_FILE, Run, load_model, read_metrics
+from pickaxe.runs.run import MODEL_DIGEST_FILE, MODEL_FILE, Run, disk_error, load_model, read_metrics
 from pickaxe.runs.tracking import JsonlLogger
 from pickaxe.train.build import build_algorithm, evaluate_run, resume, train
 
@@ -241,6 +241,25 @@ def test_full_disk_during_training_is_one_line_and_keeps_what_was_written(tmp_pa
     monkeypatch.setattr(JsonlLogger, "__init__", real_init)
     result, _ = resume(run_dir)  # and the advice works
     assert result.steps == 1024 and [r["step"] for r in read_metrics(run_dir)] == [256, 512, 768, 1024]
+
+
+def test_disk_errors_from_safetensors_and_while_creating_the_run(tmp_path: Path, monkeypatch) -> None:
+    class SafetensorError(Exception):
+        """What safetensors raises for an I/O error (it is no OSError)."""
+
+    full = SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+    message = str(disk_error(full, Path("runs/x")))
+    assert message.startswith("no space left on device writing runs/x;") and "`pickaxe resume runs/x`" in message
+    assert disk_error(SafetensorError("header too large"), Path("runs/x")) is None
+    assert disk_error(OSError(errno.ENOENT, "No such file"), Path("runs/x")) is None
+
+    def full_manifest(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "r" / ".manifest.json.tmp"))
+
+    monkeypatch.setattr("pickaxe.runs.run.build_manifest", full_manifest)
+    with pytest.raises(PickaxeError, match="no run was created: free space and run the command again"):
+        train(_small_cfg(), run_dir=tmp_path / "r")
+    assert not (tmp_path / "r").exists()
 
 
 # ----------------------------------------------------------------------------------- the verified model

@@ -7,6 +7,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import sys
@@ -43,7 +44,16 @@ def default_run_dir(name: str, root: str | Path = "runs") -> Path:
     return path
 
 
-RUN_MARKERS = ("config.json", "metrics.jsonl", "checkpoints", MODEL_FILE, "manifest.json", "events.jsonl")
+RUN_MARKERS = (
+    "config.json",
+    "metrics.jsonl",
+    "checkpoints",
+    MODEL_FILE,
+    MODEL_DIGEST_FILE,
+    "manifest.json",
+    "events.jsonl",
+    "status.json",
+)
 """Entries whose presence means a folder already holds a run (training into it would mix two runs)."""
 
 
@@ -520,9 +530,10 @@ def _write_json_synced(path: Path, obj: Any) -> None:
     tmp.replace(path)
 
 
-def disk_error(e: OSError, run_dir: str | Path) -> PickaxeError | None:
+def disk_error(e: BaseException, run_dir: str | Path, resumable: bool = True) -> PickaxeError | None:
     """A one-line ``PickaxeError`` for a full disk, a quota or a read-only / unwritable folder met while writing a
-    run (None for other ``OSError``s)."""
+    run (None for any other error). safetensors reports these as ``SafetensorError("... (os error 28)")``.
+    ``resumable``: the run exists and ``pickaxe resume`` continues it; else the command is to be run again."""
     fixes = {
         errno.ENOSPC: ("no space left on device", "free space"),
         errno.EDQUOT: ("disk quota exceeded", "free space"),
@@ -530,10 +541,29 @@ def disk_error(e: OSError, run_dir: str | Path) -> PickaxeError | None:
         errno.EACCES: ("permission denied", f"make {run_dir} writable"),
         errno.EPERM: ("operation not permitted", f"make {run_dir} writable"),
     }
-    if e.errno not in fixes:
+    if isinstance(e, PickaxeError):  # already a user-facing message
         return None
-    what, fix = fixes[e.errno]
-    target = e.filename if e.filename is not None else run_dir
+    code, filename = _os_error_code(e)
+    if code not in fixes:
+        return None
+    what, fix = fixes[code]
+    target = filename if filename is not None else run_dir
+    if not resumable:
+        return PickaxeError(f"{what} writing {target}; no run was created: {fix} and run the command again")
     return PickaxeError(
         f"{what} writing {target}; what was written before is kept: {fix} and run `pickaxe resume {run_dir}`"
     )
+
+
+def _os_error_code(e: BaseException | None) -> tuple[int | None, str | None]:
+    """errno and file name of an ``OSError`` (or a safetensors I/O error) or of the error that caused it."""
+    for _ in range(4):  # a short walk down the chain of causes
+        if e is None:
+            break
+        if isinstance(e, OSError):
+            return e.errno, None if e.filename is None else str(e.filename)
+        match = re.search(r"\(os error (\d+)\)", str(e)) if type(e).__name__ == "SafetensorError" else None
+        if match:
+            return int(match.group(1)), None
+        e = e.__cause__ if e.__cause__ is not None else None if e.__suppress_context__ else e.__context__
+    return None, None

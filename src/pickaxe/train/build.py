@@ -121,8 +121,11 @@ def train(
             prometheus_port=prometheus_port,
             overwrite=overwrite,
         )
-    except OSError as e:
-        raise disk_error(e, path) or e from None
+    except Exception as e:
+        error = disk_error(e, path, resumable=False)  # Run removed what it had written
+        if error is None:
+            raise
+        raise error from None
     return _fit(builder, cfg, run, progress, resume=False), run
 
 
@@ -140,21 +143,24 @@ def _fit(builder: Builder, cfg: Any, run: Run, progress: bool, resume: bool) -> 
     ``PickaxeError`` (what was written before stays: metrics are flushed per record, checkpoints are atomic)."""
     try:
         result = _build_and_fit(builder, cfg, run, progress, resume)
-    except OSError as e:
-        with contextlib.suppress(OSError):
+    except Exception as e:
+        with contextlib.suppress(Exception):
             run.close()
         error = disk_error(e, run.path)
         if error is None:
             raise
         raise error from e
     except BaseException:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(Exception):
             run.close()
         raise
     try:
         run.close()
-    except OSError as e:
-        raise (disk_error(e, run.path) or e) from e
+    except Exception as e:
+        error = disk_error(e, run.path)
+        if error is None:
+            raise
+        raise error from e
     return result
 
 
