@@ -145,3 +145,30 @@ def test_bad_source_files(tmp_path: Path) -> None:
     ds = datasets.Dataset.from_list([{"prompt": b"ok", "answer": "1"}, {"prompt": b"\xc3\x28", "answer": "2"}])
     with pytest.raises(DatasetError, match=r"row 1: field 'prompt' is not valid UTF-8"):
         load_examples(ds)
+
+
+def test_text_env_modules_import_without_a_circle() -> None:
+    """``Example`` lives below both ``tasks`` and ``prompt_env``: no module of ``pickaxe.envs.text`` imports (even
+    for type checking only) a module that imports it back."""
+    import ast
+
+    import pickaxe.envs.text as text
+
+    folder = Path(text.__file__).parent
+    graph: dict[str, set[str]] = {}
+    for path in folder.glob("*.py"):
+        name = f"pickaxe.envs.text.{path.stem}" if path.stem != "__init__" else "pickaxe.envs.text"
+        graph[name] = {
+            node.module
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pickaxe.envs.text.")
+        }
+
+    def reaches(start: str, target: str, seen: set[str]) -> bool:
+        for nxt in graph.get(start, ()):
+            if nxt == target or (nxt not in seen and reaches(nxt, target, seen | {nxt})):
+                return True
+        return False
+
+    circular = sorted(m for m in graph if m != "pickaxe.envs.text" and reaches(m, m, {m}))
+    assert not circular, f"import circle through {circular}"

@@ -13,7 +13,8 @@ from tensordict import TensorDict
 from torch import nn
 
 from pickaxe.data.batch import Batch
-from pickaxe.envs.text.prompt_env import Example, PromptEnv
+from pickaxe.envs.text.example import Example
+from pickaxe.envs.text.prompt_env import PromptEnv
 from pickaxe.models.lm import chunked_logprobs
 from pickaxe.rollout.engines.base import Completion, Engine, SamplingParams
 

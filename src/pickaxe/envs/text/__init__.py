@@ -1,6 +1,7 @@
 """Text environments: ``PromptEnv`` (prompts + weighted rewards), generated verifiable tasks, reward functions."""
 
-from pickaxe.envs.text.prompt_env import DatasetError, Example, PromptEnv, load_examples
+from pickaxe.envs.text.example import Example
+from pickaxe.envs.text.prompt_env import DatasetError, PromptEnv, load_examples
 from pickaxe.envs.text.rewards import REWARDS, exact_match, format_reward, length_penalty, numeric_match
 from pickaxe.envs.text.tasks import (
     TASKS,

@@ -9,34 +9,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from pickaxe.envs.text.example import Example
 from pickaxe.envs.text.rewards import RewardFn, exact_match, reward_name
+from pickaxe.envs.text.tasks import GeneratedTask
 from pickaxe.errors import PickaxeError
 
-if TYPE_CHECKING:
-    from pickaxe.envs.text.tasks import GeneratedTask
+__all__ = ["DatasetError", "Example", "PromptEnv", "load_examples"]
 
 
 class DatasetError(PickaxeError):
     """A prompt dataset that cannot be used: missing file, unreadable row, missing or empty field."""
-
-
-@dataclass
-class Example:
-    """One prompt with its reference answer (may be ``None`` when rewards need none) and metadata."""
-
-    prompt: str
-    answer: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    def reward_metadata(self) -> dict[str, Any]:
-        """What reward functions receive: the metadata plus ``answer``."""
-        return {**self.metadata, "answer": self.answer}
 
 
 def load_examples(

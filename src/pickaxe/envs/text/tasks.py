@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from pickaxe.envs.text.prompt_env import Example
+from pickaxe.envs.text.example import Example
 
 Split = Literal["train", "heldout"]
 
