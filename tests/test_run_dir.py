@@ -202,6 +202,21 @@ def test_failure_while_creating_the_run_removes_it(tmp_path: Path, monkeypatch) 
     assert not (tmp_path / "a").exists()
 
 
+def test_failed_overwrite_puts_the_old_run_back(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "config.json").write_text('{"old": true}')
+    (tmp_path / "r" / "metrics.jsonl").write_text('{"step": 1}\n')
+    before = _snapshot(tmp_path / "r")
+
+    def broken_sinks(*args, **kwargs):
+        raise PickaxeError("tracker refused the run")
+
+    monkeypatch.setattr("pickaxe.runs.run._extra_sinks", broken_sinks)
+    with pytest.raises(PickaxeError, match="tracker refused"):
+        Run(tmp_path / "r", config={"a": 1}, overwrite=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["r"] and _snapshot(tmp_path / "r") == before
+
+
 # --------------------------------------------------------------------------- a full disk during training
 
 

@@ -88,10 +88,14 @@ class Run:
         self._tensorboard = tensorboard
         self._sinks: list[Any] = []
         self._extra_sinks: list[Any] = []
-        self._moved_to = _move_aside(self.path) if had_run else None
-        self._created = _make_dirs(self.path)
-        self._preexisting = set() if self._created else {p.name for p in self.path.iterdir()}
+        self._moved_to: Path | None = None
+        self._created: list[Path] | None = None  # None: nothing to undo
+        self._preexisting: set[str] = set()
         try:
+            if had_run:
+                self._moved_to = _move_aside(self.path)
+            self._preexisting = {p.name for p in self.path.iterdir()} if self.path.is_dir() else set()
+            self._created = _make_dirs(self.path)
             config_json = to_jsonable(config)
             if config is not None:
                 self._write_json("config.json", config_json)
