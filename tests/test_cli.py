@@ -1,6 +1,7 @@
 """The pickaxe CLI: a working train/eval round trip, and one clear line for every user error."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,32 +22,27 @@ def _error(capsys, argv: list[str]) -> str:
 def test_train_then_eval_round_trip(tmp_path: Path, capsys) -> None:
     run_dir = tmp_path / "run"
     argv = [
-        "train",
-        "cartpole-ppo",
-        "--trainer.total-steps",
-        "512",
-        "--run-dir",
-        str(run_dir),
-        "--no-progress",
-        "--seed",
-        "3",
-        "--algo.lr",
-        "5e-4",
-        "--model.hidden",
-        "32",
-        "32",
-        "--env.num_envs",
-        "4",
-    ]
+        "train", "cartpole-ppo", "--trainer.total-steps", "6144", "--trainer.eval-every", "3072", "--run-dir",
+        str(run_dir), "--no-progress", "--seed", "0", "--algo.ent-coef", "0.001", "--model.hidden", "64", "64",
+        "--env.num_envs", "8", "--trainer.log-every", "1024",
+    ]  # fmt: skip
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["steps"] == 512 and summary["run_dir"] == str(run_dir)
+    assert summary["steps"] == 6144 and summary["run_dir"] == str(run_dir)
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["seed"] == 3 and config["algo"]["lr"] == 5e-4 and config["model"]["hidden"] == [32, 32]
-    assert config["env"]["num_envs"] == 4 and config["algo_name"] == "ppo"
-    assert main(["eval", str(run_dir), "--episodes", "3"]) == 0
+    assert config["seed"] == 0 and config["algo"]["ent_coef"] == 0.001 and config["model"]["hidden"] == [64, 64]
+    assert config["env"]["num_envs"] == 8 and config["trainer"]["log_every"] == 1024 and config["algo_name"] == "ppo"
+    # it learned: the deterministic policy of an untrained network balances the pole for ~10 steps
+    records = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    evals = [r["eval/return_mean"] for r in records if "eval/return_mean" in r]
+    assert len(evals) == 2 and evals[-1] >= 150 and summary["eval_return"] == evals[-1]
+    # `pickaxe eval` with the run's own settings reproduces the run's last evaluation from the saved model
+    assert main(["eval", str(run_dir)]) == 0
     out = json.loads(capsys.readouterr().out.strip())
-    assert out["episodes"] == 3 and out["return_mean"] > 0
+    assert out["episodes"] == 10 and out["checkpoint"] == "final"
+    assert out["return_mean"] == pytest.approx(evals[-1])
+    assert main(["eval", str(run_dir), "--episodes", "3", "--checkpoint", "latest"]) == 0
+    assert json.loads(capsys.readouterr().out.strip())["episodes"] == 3
 
 
 def test_recipes_lists_one_line_each(capsys) -> None:
@@ -96,3 +92,167 @@ def test_installed_command_exits_2_without_traceback() -> None:
     assert proc.stderr.strip() == (
         "pickaxe: error: unknown recipe 'cartpole-pp'; did you mean 'cartpole-ppo'? (`pickaxe recipes` lists all)"
     )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--help"],
+        ["resume", "--help"],
+        ["eval", "--help"],
+        ["set", "--help"],
+        ["runs", "--help"],
+        ["sweep", "--help"],
+        ["sweep", "cartpole-ppo", "--algo.lr", "1e-3,3e-4", "--help"],
+        ["compare", "--help"],
+        ["queue", "--help"],
+        ["queue", "add", "--help"],
+        ["queue", "list", "--help"],
+        ["queue", "cancel", "--help"],
+        ["queue", "retry", "--help"],
+        ["worker", "--help"],
+        ["recipes", "--help"],
+    ],
+)
+def test_every_subcommand_has_help(capsys, argv: list[str]) -> None:
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "usage: pickaxe" in captured.out and not captured.err
+
+
+def test_train_help_lists_config_keys_and_run_options(capsys) -> None:
+    assert main(["train", "cartpole-ppo", "--help"]) == 0
+    out = capsys.readouterr().out
+    for flag in ("--algo.lr", "--env.kwargs", "--run-dir", "--save-every", "--max-restarts", "--no-progress",
+                 "--track", "--prometheus-port", "--overwrite"):  # fmt: skip
+        assert flag in out, flag
+
+
+def test_version(capsys) -> None:
+    from importlib.metadata import version
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"pickaxe {version('pickaxe')}"
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--algo.lr", "-1"], "--algo.lr must be > 0"),
+        (["--algo.epochs", "0"], "--algo.epochs must be >= 1"),
+        (["--trainer.total-steps", "0"], "--trainer.total-steps must be >= 1"),
+        (["--device", "tpu"], "--device must be auto, cpu, cuda"),
+        (["--collector.steps", "100"], "collector.steps (100) must be a multiple of env.num_envs (8)"),
+        (["--model.hidden", "64", "0"], "--model.hidden must be >= 1"),
+        (["--max-restarts", "-1"], "--max-restarts must be >= 0"),
+        (["--prometheus-port", "70000"], "--prometheus-port must be >= 1 and <= 65535"),
+        (["--save-every", "-5"], "--save-every must be >= 0"),
+        (["--track", "tensorboardx"], "tensorboardx"),
+        (["--env.kwargs", "[1, 2]"], "--env.kwargs takes a JSON object"),
+        (["--env.kwargs", "{bad"], "--env.kwargs takes a JSON object"),
+        (["--env.id", "no_such_module_xyz:Env-v0"], "cannot import module 'no_such_module_xyz'"),
+        (["--algo.normalize-advantage", "maybe"], "--algo.normalize-advantage takes True or False"),
+    ],
+)
+def test_bad_values_are_one_line_and_write_nothing(capsys, tmp_path: Path, flags: list[str], expected: str) -> None:
+    run_dir = tmp_path / "r"
+    err = _error(capsys, ["train", "cartpole-ppo", *flags, "--run-dir", str(run_dir), "--no-progress"])
+    assert expected in err
+    assert not run_dir.exists() and list(tmp_path.iterdir()) == []
+
+
+_NO_TORCH = """
+import json, sys
+from pathlib import Path
+from pickaxe.cli import main
+
+def check(argv):
+    code = main(argv)
+    assert code == 0, (argv, code)
+    assert "torch" not in sys.modules, f"pickaxe {' '.join(argv)} imported torch"
+
+root = Path(sys.argv[1])
+run = root / "runs" / "a"
+run.mkdir(parents=True)
+from pickaxe.recipes import get_recipe
+(run / "config.json").write_text(json.dumps(get_recipe("cartpole-ppo").to_dict()))
+(run / "metrics.jsonl").write_text(json.dumps({"step": 100, "eval/return_mean": 10.0}) + "\\n")
+for argv in (["--help"], ["--version"], ["recipes"], ["train", "cartpole-ppo", "--help"], ["sweep", "--help"],
+             ["set", str(run), "algo.lr=1e-4"], ["queue", "list", "--db", str(root / "q.db")],
+             ["queue", "add", "--db", str(root / "q.db"), "--", "pickaxe", "train", "cartpole-ppo"],
+             ["compare", str(root / "runs"), "--out", str(root / "cmp")], ["runs", str(root / "runs")]):
+    check(argv)
+print("ok")
+"""
+
+
+def test_commands_that_do_not_train_never_import_torch(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-c", _NO_TORCH, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+
+
+_ENV_MODULE = '''
+import json, os
+import gymnasium as gym
+import numpy as np
+
+
+class CountEnv(gym.Env):
+    """Observation: steps so far; an episode lasts `length` steps; reward 1 per step."""
+
+    def __init__(self, length=5):
+        self.length = length
+        self.observation_space = gym.spaces.Box(0, 1000, (1,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        with open(os.environ["ENV_LOG"], "a") as f:
+            f.write(json.dumps({"length": length}) + "\\n")
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.full(1, self.t, np.float32), 1.0, self.t >= self.length, False, {}
+
+
+gym.register("CountEnv-v0", entry_point=CountEnv)
+'''
+
+
+def test_custom_env_module_and_kwargs(tmp_path: Path) -> None:
+    pkg = tmp_path / "my_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "envs.py").write_text(_ENV_MODULE)
+    log, run_dir = tmp_path / "env.log", tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "ENV_LOG": str(log)}
+    head = [sys.executable, "-m", "pickaxe.cli", "train", "cartpole-ppo", "--env.id", "my_pkg.envs:CountEnv-v0"]
+    tail = [
+        "--env.num-envs", "2", "--env.eval-envs", "2", "--collector.steps", "64", "--trainer.total-steps", "128",
+        "--trainer.eval-every", "128", "--trainer.eval-episodes", "2", "--no-progress", "--device", "cpu",
+    ]  # fmt: skip
+    train = [*head, "--env.kwargs", '{"length": 7}', *tail, "--run-dir", str(run_dir)]
+    proc = subprocess.run(train, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["env"]["id"] == "my_pkg.envs:CountEnv-v0" and config["env"]["kwargs"] == {"length": 7}
+    made = [json.loads(ln) for ln in log.read_text().splitlines()]
+    assert made and all(m == {"length": 7} for m in made)  # training and eval envs got the kwargs
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["eval_return"] == 7.0  # episodes of 7 steps
+    log.unlink()
+    proc = subprocess.run([sys.executable, "-m", "pickaxe.cli", "eval", str(run_dir)], capture_output=True, text=True,
+                          env=env, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout)["return_mean"] == 7.0
+    assert all(json.loads(ln) == {"length": 7} for ln in log.read_text().splitlines())
+    # one key at a time, and a bad keyword is one line
+    bad = [*head, "--env.kwargs.colour", '"red"', *tail, "--run-dir", str(tmp_path / "r3")]
+    proc = subprocess.run(bad, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 2 and "colour" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert len(proc.stderr.strip().splitlines()) == 1
+    from pickaxe.recipes.args import parse_train
+
+    cfg, _ = parse_train("cartpole-ppo", ["--env.kwargs.length", "3", "--env.kwargs.name", "x"])
+    assert cfg.env.kwargs == {"length": 3, "name": "x"}

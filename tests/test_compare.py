@@ -47,10 +47,10 @@ def config(lr: float, seed: int, clip: float = 0.2, **extra) -> dict:
 
 @pytest.fixture
 def sweep(tmp_path: Path) -> Path:
-    """2 configs x 3 seeds at different depths; lr=0.001 clearly better. Seed 2 ran on another device."""
+    """2 configs x 4 seeds at different depths; lr=0.001 clearly better. Seed 2 ran on another device."""
     root = tmp_path / "sweep"
     for lr, level in ((0.001, 100.0), (0.0003, 20.0)):
-        for seed in range(3):
+        for seed in range(4):
             cfg = config(lr, seed, device="cuda" if seed == 2 else "cpu")
             evals = [(1000 * (i + 1), level * (i + 1) / 4 + seed) for i in range(4)]
             sub = root / f"lr={lr}" / (f"seed{seed}" if seed else "deeper/seed0")
@@ -67,13 +67,13 @@ def quiet() -> Console:
 
 def test_load_runs_finds_nested_runs_and_skips_torn_lines(sweep: Path):
     runs = load_runs([sweep])
-    assert len(runs) == 6
+    assert len(runs) == 8
     assert [r.path for r in runs] == sorted(r.path for r in runs)
     steps, _ = runs[1].series("eval/return_mean")
     np.testing.assert_array_equal(steps, [1000, 2000, 3000, 4000])
     assert runs[1].records[-1]["step"] == 4000  # the torn line is gone
     # a run dir given directly, and again inside its sweep, is loaded once
-    assert len(load_runs([runs[0].path, sweep])) == 6
+    assert len(load_runs([runs[0].path, sweep])) == 8
     assert len(load_runs([runs[0].path])) == 1
 
 
@@ -146,7 +146,7 @@ def test_flatten_config():
 
 def test_group_runs_pools_seeds_and_devices_and_labels_by_differing_keys(sweep: Path):
     groups = group_runs(load_runs([sweep]))
-    assert {g.label: len(g.runs) for g in groups} == {BAD: 3, GOOD: 3}
+    assert {g.label: len(g.runs) for g in groups} == {BAD: 4, GOOD: 4}
     assert all(g.varying == {"algo.lr": float(g.label.split("=")[1])} for g in groups)
 
 
@@ -173,11 +173,11 @@ def test_compare_names_the_better_config_and_writes_reports(sweep: Path, tmp_pat
     result = compare([sweep], out_dir=out, console=console)
 
     good = next(g for g in result.groups if g.label == GOOD)
-    assert good.n_runs == 3
-    assert good.final_values == [100.0, 101.0, 102.0]  # last eval of each run (seeds 0, 1, 2)
-    assert good.final_iqm.value == pytest.approx(101.0)  # 3 runs: IQM cuts nothing
-    assert good.final_mean.low <= 101.0 <= good.final_mean.high
-    assert good.best_values == [100.0, 101.0, 102.0]
+    assert good.n_runs == 4
+    assert good.final_values == [100.0, 101.0, 102.0, 103.0]  # last eval of each run (seeds 0, 1, 2, 3)
+    assert good.final_iqm.value == pytest.approx(101.5)  # 4 runs: IQM cuts one at each end
+    assert good.final_mean.low <= 101.5 <= good.final_mean.high
+    assert good.best_values == [100.0, 101.0, 102.0, 103.0]
     assert result.best == result.winner == GOOD
     (pair,) = result.pairs
     assert (pair.a, pair.b, pair.better) == (GOOD, BAD, GOOD)
@@ -194,7 +194,7 @@ def test_compare_names_the_better_config_and_writes_reports(sweep: Path, tmp_pat
     assert {r["group"]: r["algo.lr"] for r in rows} == {GOOD: "0.001", BAD: "0.0003"}
     assert {r["group"]: r["is_winner"] for r in rows} == {GOOD: "True", BAD: "False"}
     md = (out / "summary.md").read_text()
-    assert "| group | runs | final IQM |" in md and f"| {GOOD} * | 3 |" in md and "**Verdict:**" in md
+    assert "| group | runs | final IQM |" in md and f"| {GOOD} * | 4 |" in md and "**Verdict:**" in md
     printed = console.file.getvalue()
     assert GOOD in printed and "better than every other group" in printed
 
@@ -229,7 +229,7 @@ def test_single_runs_give_no_verdict(tmp_path: Path):
     make_run(tmp_path / "b", config(0.2, 0), [(10, 9.0)])
     result = compare([tmp_path], console=quiet())
     assert result.best == "algo.lr=0.2" and result.winner is None and result.pairs[0].better is None
-    assert any("1 run" in n for n in result.notes)
+    assert any("needs at least 4 seeds per group" in n for n in result.notes)
 
 
 def test_best_metric_is_the_maximum_over_evals(tmp_path: Path):
@@ -257,25 +257,65 @@ def test_learning_curve_interpolates_onto_a_common_grid(tmp_path: Path):
 # ------------------------------------------------------------------------------------------------------ CLI
 
 
-def test_main_compare_writes_to_first_path_by_default(sweep: Path, capsys):
+def test_main_compare_writes_to_the_current_folder_by_default(
+    sweep: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+):
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
     assert main_compare([str(sweep), "--seed", "3"]) == 0
-    summary = json.loads((sweep / "compare" / "summary.json").read_text())
+    summary = json.loads((here / "compare" / "summary.json").read_text())
     assert summary["winner"] == GOOD and summary["seed"] == 3
     assert GOOD in capsys.readouterr().out
-    assert len(load_runs([sweep])) == 6  # the report folder is not mistaken for a run
+    assert not (sweep / "compare").exists()  # nothing is written inside the runs compared
+    assert len(load_runs([sweep])) == 8
+
+
+def test_too_few_seeds_give_no_verdict_and_say_how_many(tmp_path: Path):
+    # 2 seeds per group, perfectly separated: the bootstrap alone would say P = 1 [1, 1]
+    for seed in range(2):
+        make_run(tmp_path / f"a{seed}", config(0.1, seed), [(10, 100.0 + seed)])
+        make_run(tmp_path / f"b{seed}", config(0.2, seed), [(10, 1.0 + seed)])
+    console = quiet()
+    result = compare([tmp_path], console=console)
+    assert result.best == "algo.lr=0.1" and result.winner is None and result.pairs[0].better is None
+    assert any("needs at least 4 seeds per group" in n and "run 2 more" in n for n in result.notes)
+    printed = console.file.getvalue()
+    assert "better than every other group" not in printed and "no verdict" in printed
+    assert compare([tmp_path], console=quiet(), min_seeds=2).winner == "algo.lr=0.1"  # the threshold is a choice
+
+
+def test_repeated_seeds_are_counted_once_with_a_warning(tmp_path: Path):
+    for seed in range(4):
+        make_run(tmp_path / f"a{seed}", config(0.1, seed), [(10, 100.0 + seed)])
+        make_run(tmp_path / f"b{seed}", config(0.2, seed), [(10, 1.0 + seed)])
+    for copy in range(3):  # the same config and seed run three more times: not new samples
+        make_run(tmp_path / f"a0-copy{copy}", config(0.1, 0), [(10, 100.0)])
+    result = compare([tmp_path], console=quiet())
+    good = next(g for g in result.groups if g.label == "algo.lr=0.1")
+    assert good.n_runs == 4 and good.final_values == [100.0, 101.0, 102.0, 103.0]
+    repeats = [n for n in result.notes if "repeats seed 0" in n]
+    assert len(repeats) == 3 and all("counted once" in n for n in repeats)
+    # only 1 distinct seed in a group: no verdict, however many copies
+    only = tmp_path / "only"
+    for copy in range(5):
+        make_run(only / f"a{copy}", config(0.1, 0), [(10, 100.0)])
+        make_run(only / f"b{copy}", config(0.2, copy), [(10, 1.0)])
+    assert compare([only], console=quiet()).winner is None
 
 
 def test_main_compare_options(sweep: Path, tmp_path: Path, capsys):
-    assert main_compare(["--help"]) == 0
-    assert "usage: pickaxe compare" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        main_compare(["--help"])
+    assert exit_.value.code == 0 and "usage: pickaxe compare" in capsys.readouterr().out
     out = tmp_path / "elsewhere"
     assert main_compare([f"--out={out}", str(sweep), "--metric", "eval/return_mean"]) == 0
     assert (out / "summary.md").is_file()
     with pytest.raises(PickaxeError, match="did you mean --metric"):
         main_compare([str(sweep), "--metrc", "x"])
-    with pytest.raises(PickaxeError, match="--seed must be an integer"):
+    with pytest.raises(PickaxeError, match="--seed"):
         main_compare([str(sweep), "--seed", "x"])
-    with pytest.raises(PickaxeError, match="--out needs a value"):
+    with pytest.raises(PickaxeError, match="--out"):
         main_compare([str(sweep), "--out"])
     with pytest.raises(PickaxeError, match="at least one run or sweep directory"):
         main_compare([])

@@ -21,8 +21,10 @@ from pathlib import Path
 import pytest
 
 from pickaxe.errors import PickaxeError
-from pickaxe.exp.queue import JobQueue, default_db_path, main_queue, process_alive
-from pickaxe.exp.worker import Worker, main_worker, run_jobs
+from pickaxe.exp.processes import process_alive
+from pickaxe.exp.queue_cli import main_queue, main_worker
+from pickaxe.exp.queue_store import JobQueue, default_db_path
+from pickaxe.exp.worker import Worker, run_jobs
 
 
 def _py(code: str) -> list[str]:
@@ -124,7 +126,9 @@ def test_dependencies_block_and_retry_unblocks(q: JobQueue, tmp_path: Path) -> N
     assert q.get(a).attempts == 2
 
 
-def test_slots_and_gpus_respected(q: JobQueue, tmp_path: Path) -> None:
+def test_slots_and_gpus_respected(q: JobQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a cluster-wide OMP_NUM_THREADS (here 4) must not leak into jobs: each gets its own cpus' worth
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
     trace = tmp_path / "trace"
     for i, cpus in enumerate([1, 2, 1, 1, 2, 1]):
         q.add(sh(f'echo "$(date +%s.%N) {cpus} $OMP_NUM_THREADS [$CUDA_VISIBLE_DEVICES]" >> {trace}; sleep 0.15; '
@@ -256,7 +260,7 @@ def test_worker_sigkill_loses_nothing_and_resumes_training(q: JobQueue, tmp_path
     fake = sh(f'if [ -n "$HANG" ]; then sleep 60 & echo $! >> {pids}; wait; fi; echo "$PICKAXE_JOB_ID" >> {done}')
     fakes = [q.add(fake, name=f"fake{i}") for i in range(3)]  # with 3 slots, the third waits in the queue
     worker = _py(
-        "from pickaxe.exp.worker import main_worker\n"
+        "from pickaxe.exp.queue_cli import main_worker\n"
         f"sys.exit(main_worker(['--db', {str(q.path)!r}, '--slots', '3', '--gpus', 'none', '--poll', '0.05']"
         " + sys.argv[1:]))"
     )
@@ -311,7 +315,7 @@ def test_sigterm_stops_worker_and_requeues_its_job(q: JobQueue, tmp_path: Path) 
 
 def test_concurrent_adds_lose_nothing(q: JobQueue) -> None:
     code = (
-        "from pickaxe.exp.queue import JobQueue\n"
+        "from pickaxe.exp.queue_store import JobQueue\n"
         f"q = JobQueue({str(q.path)!r})\n"
         "for i in range(25):\n"
         "    q.add(['echo', sys.argv[1], str(i)], name=f'{sys.argv[1]}-{i}')\n"
@@ -360,7 +364,7 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "cancelled" in capsys.readouterr().out
     for bad, message in [
         (["add", "--db", db, "sh"], "needs the command after --"),
-        (["add", "--db", db, "--cpus", "0", "--", "true"], "--cpus: must be >= 1"),
+        (["add", "--db", db, "--cpus", "0", "--", "true"], "--cpus must be >= 1, got 0"),
         (["add", "--db", db, "--after", "77", "--", "true"], "no job 77"),
         (["cancel", "77", "--db", db], "no job 77"),
         (["retry", str(second), "--db", db], f"retry job {first} first"),
@@ -370,3 +374,57 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ]:
         with pytest.raises(PickaxeError, match=message):
             main_queue(bad)
+
+
+def test_stale_finish_cannot_overwrite_the_new_owner(q: JobQueue) -> None:
+    job = q.add(["true"])
+    first = q.claim("w1", free_cpus=1)
+    assert first is not None and first.attempts == 1
+    assert q.release(job, 1, "w1", outcome="lost")  # w1 judged dead: its job is requeued
+    second = q.claim("w2", free_cpus=1)
+    assert second is not None and (second.worker_id, second.attempts) == ("w2", 2)
+    # the stale worker wakes up and reports its attempt: with its token it must not touch w2's attempt
+    assert not q.finish(job, 1, attempt=1, worker_id="w1")
+    now = q.get(job)
+    assert (now.state, now.worker_id, now.attempts, now.exit_status) == ("running", "w2", 2, None)
+    assert [a.outcome for a in q.attempts(job)] == ["lost", "running"]
+    assert q.finish(job, 0, attempt=2, worker_id="w2") and q.get(job).state == "succeeded"
+
+
+def test_reading_commands_never_create_the_queue(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "sub" / "none.db"
+    assert main_queue(["list", "--db", str(db)]) == 0
+    assert "no job queue at" in capsys.readouterr().err
+    for command in (["cancel", "1"], ["retry", "1"]):
+        with pytest.raises(PickaxeError, match="no job queue at"):
+            main_queue([*command, "--db", str(db)])
+    assert not db.exists() and not db.parent.exists()
+
+
+def test_list_shows_whole_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "q.db")
+    names = [f"lr=0.001_clip=0.2_ent-coef=0.01_vf-coef=0.5_gae-lambda=0.95/seed-{s}" for s in (7, 8)]
+    for name in names:
+        assert main_queue(["add", "--db", db, "--name", name, "--", "true"]) == 0
+    capsys.readouterr()
+    main_queue(["list", "--db", db])
+    table = capsys.readouterr().out
+    assert all(name in table for name in names)  # the seed, at the end, tells the runs apart
+
+
+def test_add_checks_train_commands_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pickaxe.cli import main
+
+    db = tmp_path / "q.db"
+    for bad, message in [
+        (["pickaxe", "train", "cartpole-ppo", "--algo.lrr", "1"], "did you mean --algo.lr?"),
+        ([sys.executable, "-m", "pickaxe.cli", "train", "cartpole-ppo", "--algo.lr", "-1"], "--algo.lr must be > 0"),
+        (["pickaxe", "train", "cartpole-pp"], "did you mean 'cartpole-ppo'"),
+    ]:
+        assert main(["queue", "add", "--db", str(db), "--", *bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err and "Traceback" not in err
+    assert not db.exists()  # nothing queued
+    good = ["pickaxe", "train", "cartpole-ppo", "--algo.lr", "1e-3", "--run-dir", str(tmp_path / "r")]
+    assert main(["queue", "add", "--db", str(db), "--", *good]) == 0
+    assert JobQueue(db).get(int(capsys.readouterr().out)).argv == good

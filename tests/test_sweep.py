@@ -7,7 +7,7 @@ import pytest
 
 from pickaxe.cli import main
 from pickaxe.errors import ConfigError
-from pickaxe.exp.sweep import expand_grid, parse_sweep_args
+from pickaxe.exp.sweep import default_sweep_dir, expand_grid, parse_sweep_args, sweep_spec
 
 
 def test_parse_splits_axes_fixed_flags_and_options() -> None:
@@ -42,38 +42,51 @@ def test_bad_sweep_flag_fails_before_anything_runs(tmp_path: Path, capsys) -> No
     assert not (tmp_path / "s").exists()
 
 
-def test_two_value_three_seed_sweep_names_the_better_value(tmp_path: Path) -> None:
-    sweep = tmp_path / "sweep"
-    code = main([
-        "sweep", "cartpole-ppo", "--algo.lr", "3e-3,1e-7", "--seeds", "3", "--workers", "2",
-        "--trainer.total-steps", "8192", "--trainer.eval-every", "4096", "--sweep-dir", str(sweep),
-    ])  # fmt: skip
-    assert code == 0
-    assert len(list(sweep.glob("*/seed-*/model.safetensors"))) == 6
+def test_default_sweep_dir_is_a_function_of_the_sweep() -> None:
+    spec = sweep_spec("cartpole-ppo", {"algo.lr": ["1e-3", "3e-4"]}, ["--trainer.total-steps", "5000"], 3, 0)
+    same = sweep_spec("cartpole-ppo", {"algo.lr": ["1e-3", "3e-4"]}, ["--trainer.total-steps", "5000"], 3, 0)
+    assert default_sweep_dir(spec) == default_sweep_dir(same)
+    folder = default_sweep_dir(spec)
+    assert folder.parent == Path("runs") and folder.name.startswith("sweep-cartpole-ppo-")
+    others = [
+        sweep_spec("cartpole-dqn", {"algo.lr": ["1e-3", "3e-4"]}, ["--trainer.total-steps", "5000"], 3, 0),
+        sweep_spec("cartpole-ppo", {"algo.lr": ["1e-3", "1e-4"]}, ["--trainer.total-steps", "5000"], 3, 0),
+        sweep_spec("cartpole-ppo", {"algo.lr": ["1e-3", "3e-4"]}, ["--trainer.total-steps", "6000"], 3, 0),
+        sweep_spec("cartpole-ppo", {"algo.lr": ["1e-3", "3e-4"]}, ["--trainer.total-steps", "5000"], 4, 0),
+        sweep_spec("cartpole-ppo", {"algo.lr": ["1e-3", "3e-4"]}, ["--trainer.total-steps", "5000"], 3, 1),
+    ]
+    assert len({default_sweep_dir(o) for o in [spec, *others]}) == 6
+
+
+def test_two_value_four_seed_sweep_names_the_better_value_and_continues(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    command = [
+        "sweep", "cartpole-ppo", "--algo.lr", "3e-3,1e-7", "--seeds", "4", "--workers", "2",
+        "--trainer.total-steps", "8192", "--trainer.eval-every", "4096",
+    ]  # fmt: skip
+    assert main(command) == 0
+    err = capsys.readouterr().err
+    (sweep,) = (tmp_path / "runs").glob("sweep-cartpole-ppo-*")  # the default folder, derived from the command
+    models = sorted(sweep.glob("*/seed-*/model.safetensors"))
+    assert len(models) == 8
+    progress = [ln for ln in err.splitlines() if ln.startswith("pickaxe: [")]
+    assert len(progress) == 8 and progress[-1].startswith("pickaxe: [8/8]")  # a line per finished run
+    assert all("succeeded" in ln and "eval/return_mean" in ln for ln in progress)
     summary = json.loads((sweep / "compare" / "summary.json").read_text())
     assert "3e-3" in summary["winner"] or "0.003" in summary["winner"]
     assert (sweep / "compare" / "curves.png").is_file() and (sweep / "compare" / "summary.md").is_file()
     timing = json.loads((sweep / "sweep_timing.json").read_text())
-    assert timing["runs"] == 6 and timing["failed"] == 0
-    # running it again continues the same sweep: nothing to do, same answer
-    assert (
-        main(
-            [
-                "sweep",
-                "cartpole-ppo",
-                "--algo.lr",
-                "3e-3,1e-7",
-                "--seeds",
-                "3",
-                "--workers",
-                "2",
-                "--trainer.total-steps",
-                "8192",
-                "--trainer.eval-every",
-                "4096",
-                "--sweep-dir",
-                str(sweep),
-            ]
-        )
-        == 0
-    )
+    assert timing["runs"] == 8 and timing["failed"] == 0
+    stamps = [m.stat().st_mtime_ns for m in models]
+
+    # the same command again finds the same sweep: nothing reruns, and the answer is the same
+    assert main(command) == 0
+    err = capsys.readouterr().err
+    assert f"in {Path('runs') / sweep.name}" in err and "8 already finished" in err
+    assert not [ln for ln in err.splitlines() if ln.startswith("pickaxe: [")]
+    assert [m.stat().st_mtime_ns for m in models] == stamps
+    assert list((tmp_path / "runs").iterdir()) == [sweep]
+    again = json.loads((sweep / "compare" / "summary.json").read_text())
+    assert again["winner"] == summary["winner"] and again["groups"] == summary["groups"]

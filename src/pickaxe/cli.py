@@ -1,50 +1,58 @@
-"""The ``pickaxe`` command: ``train``, ``recipes``, ``eval``.
+"""The ``pickaxe`` command: one entry point dispatching to subcommands, each parsed by tyro.
 
-User errors (unknown recipe, config key, value type, env id) exit with status 2 and one line on stderr
-that names the problem and the closest valid choice; there is no traceback for them.
+User errors (unknown recipe, command, config key, value type or range, env id) exit with status 2 and one
+line on stderr that names the problem and the closest valid choice; there is no traceback for them.
+``--help`` on any subcommand prints its usage and exits 0. Commands that do not train (``recipes``,
+``set``, ``queue``, ``compare``, ``runs``, ``--help``, ``--version``) never import torch.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import difflib
-import io
 import json
-import re
 import sys
-import typing
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, Literal
 
 import tyro
 
-from pickaxe.config_keys import check_value, flat_fields
+from pickaxe.argparsing import parse, wants_help
+from pickaxe.config_keys import ranged
 from pickaxe.errors import ConfigError, PickaxeError
 
-T = TypeVar("T")
-
-USAGE = """usage: pickaxe COMMAND ...
+USAGE = """usage: pickaxe COMMAND ...   (pickaxe COMMAND --help for a command's options; pickaxe --version)
 
 commands:
-  train RECIPE [--key.sub VALUE ...] [--run-dir DIR] [--seed N] [--device auto|cpu|cuda] [--no-progress]
-               [--save-every N] [--max-restarts N] [--track wandb|mlflow] [--prometheus-port P]
-  resume RUN_DIR [--no-progress] [--track T] [--prometheus-port P]
+  train RECIPE [--key.sub VALUE ...] [--run-dir DIR] [--overwrite] [--save-every N] [--max-restarts N]
+               [--no-progress] [--track wandb|mlflow] [--prometheus-port P]
+                                       train a recipe (pickaxe train RECIPE --help lists every key)
+  resume RUN_DIR [--restart] [--no-progress] [--track T] [--prometheus-port P]
                                        continue a run from its newest good checkpoint to its original budget
+  eval RUN_DIR [--checkpoint final|best|latest|STEP] [--episodes N] [--device D]
+                                       evaluate a run's model with the run's own evaluation settings
   set RUN_DIR KEY=VALUE ...            change a mutable hyper-parameter of a running run (e.g. algo.lr=1e-4)
+  runs [DIR]                           list the runs under DIR (default runs) with their state
   sweep RECIPE --key v1,v2 ... [--seeds N] [--workers N] [--sweep-dir DIR]
                                        grid x seeds through the job queue, then compare
-  compare RUN_OR_SWEEP_DIR... [--metric M] [--out DIR]
+  compare RUN_OR_SWEEP_DIR... [--metric M] [--out DIR] [--min-seeds N]
                                        IQM, bootstrap CIs, probability of improvement, curves
-  queue add|list|cancel|retry ...      the persistent job queue (pickaxe queue --help)
+  queue add|list|cancel|retry ...      the persistent job queue
   worker [--slots N] [--until-empty]   run queued jobs
-  recipes                              list the recipes
-  eval RUN_DIR [--episodes N]          evaluate a finished run's model (LLM runs: N held-out prompts)
+  recipes                              list the recipes"""
 
-`pickaxe train RECIPE --help` lists every config key of a recipe."""
+COMMANDS = ("train", "resume", "eval", "set", "runs", "sweep", "compare", "queue", "worker", "recipes")
 
-COMMANDS = ("train", "resume", "set", "sweep", "compare", "queue", "worker", "recipes", "eval")
+
+def version() -> str:
+    """The installed package's version (``importlib.metadata``)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("pickaxe")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,186 +61,91 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
+    if argv[0] in ("--version", "-V"):
+        print(f"pickaxe {version()}")
+        return 0
     command, rest = argv[0], argv[1:]
+    handlers = {
+        "train": _train,
+        "resume": _resume,
+        "eval": _eval,
+        "set": _set,
+        "runs": _runs,
+        "sweep": _sweep,
+        "compare": _compare,
+        "queue": _queue,
+        "worker": _worker,
+        "recipes": _recipes,
+    }
     try:
-        if command == "train":
-            return _train(rest)
-        if command == "resume":
-            return _resume(rest)
-        if command == "set":
-            return _set(rest)
-        if command == "sweep":
-            return _sweep(rest)
-        if command == "compare":
-            from pickaxe.exp.compare import main_compare
-
-            return main_compare(rest)
-        if command == "queue":
-            from pickaxe.exp.queue import main_queue
-
-            return main_queue(rest)
-        if command == "worker":
-            from pickaxe.exp.worker import main_worker
-
-            return main_worker(rest)
-        if command == "recipes":
-            return _recipes()
-        if command == "eval":
-            return _eval(rest)
-        close = difflib.get_close_matches(command, COMMANDS, n=1, cutoff=0.0)
-        raise PickaxeError(f"unknown command {command!r}; did you mean {close[0]!r}? (pickaxe --help)")
+        handler = handlers.get(command)
+        if handler is None:
+            close = difflib.get_close_matches(command, COMMANDS, n=1, cutoff=0.0)
+            raise PickaxeError(f"unknown command {command!r}; did you mean {close[0]!r}? (pickaxe --help)")
+        return handler(rest)
     except PickaxeError as e:
         print(f"pickaxe: error: {e}", file=sys.stderr)
         return 2
+    except SystemExit as e:  # tyro after printing --help
+        if e.code in (0, None):
+            return 0
+        raise
     except KeyboardInterrupt:
         print("pickaxe: interrupted", file=sys.stderr)
         return 130
 
 
-def _pop_option(args: list[str], name: str, takes_value: bool = True) -> tuple[list[str], str | None]:
-    """Remove ``--name VALUE`` / ``--name=VALUE`` (or a flag) from ``args``; return the rest and the value."""
-    out, value, i = [], None, 0
-    while i < len(args):
-        a = args[i]
-        if a == name:
-            if not takes_value:
-                value = "true"
-            elif i + 1 >= len(args):
-                raise ConfigError(f"{name} needs a value")
-            else:
-                value, i = args[i + 1], i + 1
-        elif takes_value and a.startswith(name + "="):
-            value = a.split("=", 1)[1]
-        else:
-            out.append(a)
-        i += 1
-    return out, value
+# ------------------------------------------------------------------------------------------------ train
+TRAIN_USAGE = """usage: pickaxe train RECIPE [--key.sub VALUE ...] [run options]
 
-
-def _validate_overrides(cfg: Any, args: list[str], prog: str) -> None:
-    """One-line errors for unknown keys and badly typed scalar values, before tyro sees the arguments."""
-    fields = flat_fields(cfg)
-    by_flag = {k.replace("_", "-"): k for k in fields}
-    for i, arg in enumerate(args):
-        if not arg.startswith("--") or arg in ("--help",):
-            continue
-        flag, _, inline = arg[2:].partition("=")
-        key = by_flag.get(flag.replace("_", "-"))
-        if key is None:
-            close = difflib.get_close_matches(flag.replace("_", "-"), list(by_flag), n=1, cutoff=0.4)
-            hint = f"; did you mean --{close[0]}?" if close else ""
-            raise ConfigError(f"unknown config key --{flag}{hint} ({prog} --help lists all keys)")
-        hint_type, _ = fields[key]
-        value = inline or (args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else None)
-        if value is None:
-            if hint_type is not bool:
-                raise ConfigError(f"--{flag} needs a value")
-            continue
-        if not isinstance(fields[key][1], tuple):
-            check_value(flag, hint_type, value)
-
-
-def _tyro(fn: Callable[..., T] | type[T], args: list[str], prog: str, default: Any = None) -> T:
-    """Run tyro, turning its boxed error report into one ``ConfigError`` line."""
-    buf = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(buf):
-            return tyro.cli(fn, args=args, prog=prog, default=default)
-    except SystemExit as e:
-        if e.code in (0, None):
-            raise
-        lines = [re.sub(r"[│╭╮╰╯─]", "", ln).strip() for ln in buf.getvalue().splitlines()]
-        text = " ".join(ln for ln in lines if ln and not ln.lower().startswith(("for full helptext", "argument help")))
-        raise ConfigError(text or f"could not parse arguments {' '.join(args)}") from None
-
-
-def _concrete_type(cfg: Any) -> type:
-    """A subclass of ``type(cfg)`` whose ``Any``-typed dataclass fields (e.g. ``algo``) carry their value's type.
-
-    tyro builds ``--algo.*`` flags from type hints, so the concrete algorithm config type must be visible.
-    """
-    hints = typing.get_type_hints(type(cfg))
-    special = [
-        (f.name, type(v), dataclasses.field(default_factory=type(v)))
-        for f in dataclasses.fields(cfg)
-        if hints[f.name] is Any and dataclasses.is_dataclass(v := getattr(cfg, f.name))
-    ]
-    return dataclasses.make_dataclass(type(cfg).__name__, special, bases=(type(cfg),)) if special else type(cfg)
-
-
-def _parse_train(name: str, rest: list[str]) -> tuple[Any, dict[str, Any]]:
-    """A recipe's config with the command-line overrides applied, plus the run options (not config)."""
-    from pickaxe.recipes import get_recipe
-
-    cfg = get_recipe(name)
-    rest, run_dir = _pop_option(rest, "--run-dir")
-    rest, no_progress = _pop_option(rest, "--no-progress", takes_value=False)
-    rest, max_restarts = _pop_option(rest, "--max-restarts")
-    rest, sinks = _pop_sink_options(rest)
-    if max_restarts is not None:
-        check_value("max-restarts", int, max_restarts)
-    rest = [
-        "--trainer.save-every" if a == "--save-every" else a.replace("--save-every=", "--trainer.save-every=")
-        for a in rest
-    ]
-    prog = f"pickaxe train {name}"
-    _validate_overrides(cfg, rest, prog)
-    cli_type = _concrete_type(cfg)
-    default = cli_type(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
-    parsed = _tyro(cli_type, rest, prog, default=default)
-    cfg = type(cfg)(**{f.name: getattr(parsed, f.name) for f in dataclasses.fields(cfg)})
-    options = {"run_dir": run_dir, "no_progress": bool(no_progress), "max_restarts": max_restarts, **sinks}
-    return cfg, options
-
-
-def validate_train_args(recipe: str, args: list[str]) -> Any:
-    """Check ``pickaxe train RECIPE ARGS...`` without running it; returns the resolved config."""
-    return _parse_train(recipe, list(args))[0]
+Train a recipe (`pickaxe recipes` lists them); `pickaxe train RECIPE --help` lists every config key of that
+recipe with its default, and the run options: --run-dir DIR, --overwrite, --save-every N, --max-restarts N,
+--no-progress, --track wandb|mlflow, --prometheus-port P."""
 
 
 def _train(args: list[str]) -> int:
-    from pickaxe.train.build import train
+    from pickaxe.recipes.args import parse_train
 
     if not args or args[0].startswith("-"):
         if args and args[0] in ("-h", "--help"):
-            print(USAGE)
+            print(TRAIN_USAGE)
             return 0
         raise PickaxeError("pickaxe train needs a recipe name, e.g. `pickaxe train cartpole-ppo` (`pickaxe recipes`)")
     name = args[0]
-    cfg, opts = _parse_train(name, args[1:])
-    run_dir, no_progress, max_restarts = opts["run_dir"], opts["no_progress"], opts["max_restarts"]
-    if max_restarts is not None:
+    cfg, opts = parse_train(name, args[1:])
+    if opts.max_restarts is not None:
         from pickaxe.runs.run import default_run_dir
 
-        run_dir = run_dir or str(default_run_dir(name))
-        child = [a for a in args if a not in ("--max-restarts", max_restarts) and not a.startswith("--max-restarts=")]
-        return _supervise([*child, "--run-dir", run_dir], Path(run_dir), int(max_restarts))
+        run_dir = opts.run_dir or str(default_run_dir(name))
+        child = _without_option(args, "--max-restarts")
+        child = _without_option(child, "--run-dir")
+        return _supervise([*child, "--run-dir", run_dir], Path(run_dir), opts.max_restarts, opts.no_progress)
+
+    from pickaxe.train.build import train
+
     result, run = train(
-        cfg, run_dir=run_dir, progress=not no_progress, track=opts["track"], prometheus_port=opts["prometheus_port"]
+        cfg,
+        run_dir=opts.run_dir,
+        progress=not opts.no_progress,
+        track=opts.track,
+        prometheus_port=opts.prometheus_port,
+        overwrite=opts.overwrite,
     )
-    _print_result(result, run, no_progress)
+    _print_result(result, run, opts.no_progress)
     return 0
 
 
-def _pop_sink_options(args: list[str]) -> tuple[list[str], dict[str, Any]]:
-    """``--track NAME`` (repeatable) and ``--prometheus-port P``: where metrics go besides the run dir."""
-    track: list[str] = []
-    rest: list[str] = []
-    i = 0
-    while i < len(args):
-        if args[i] == "--track" and i + 1 < len(args):
-            track.append(args[i + 1])
-            i += 2
-            continue
-        if args[i].startswith("--track="):
-            track.append(args[i].split("=", 1)[1])
-        else:
-            rest.append(args[i])
-        i += 1
-    rest, port = _pop_option(rest, "--prometheus-port")
-    if port is not None:
-        check_value("prometheus-port", int, port)
-    return rest, {"track": tuple(track), "prometheus_port": int(port) if port is not None else None}
+def _without_option(args: list[str], name: str) -> list[str]:
+    """``args`` without ``name VALUE`` / ``name=VALUE``."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == name:
+            skip = True
+        elif not a.startswith(name + "="):
+            out.append(a)
+    return out
 
 
 def _print_result(result: Any, run: Any, quiet: bool) -> None:
@@ -246,55 +159,14 @@ def _print_result(result: Any, run: Any, quiet: bool) -> None:
         print(json.dumps(summary))
 
 
-def _resume(args: list[str]) -> int:
-    from pickaxe.train.build import resume
-
-    rest, no_progress = _pop_option(args, "--no-progress", takes_value=False)
-    rest, sinks = _pop_sink_options(rest)
-    if len(rest) != 1 or rest[0].startswith("-"):
-        raise PickaxeError("usage: pickaxe resume RUN_DIR [--no-progress] [--track T] [--prometheus-port P]")
-    result, run = resume(rest[0], progress=not no_progress, **sinks)
-    _print_result(result, run, no_progress)
-    return 0
-
-
-def _sweep(args: list[str]) -> int:
-    from pickaxe.exp.sweep import run_sweep
-
-    if not args or args[0].startswith("-"):
-        raise PickaxeError(
-            "usage: pickaxe sweep RECIPE --algo.lr 1e-3,3e-4 [--seeds N] [--workers N] [--sweep-dir DIR]"
-        )
-    return run_sweep(args[0], args[1:])
-
-
-def _set(args: list[str]) -> int:
-    from pickaxe.runs.run import Run
-    from pickaxe.train.build import config_from_dict
-    from pickaxe.train.overrides import mutable_keys, parse_changes, request
-
-    if len(args) < 2 or args[0].startswith("-"):
-        raise PickaxeError("usage: pickaxe set RUN_DIR KEY=VALUE [KEY=VALUE ...], e.g. pickaxe set runs/x algo.lr=1e-4")
-    run = Run.open(args[0])
-    cfg = config_from_dict(run.config())
-    changes = parse_changes(args[1:], mutable_keys(cfg.algo))
-    path = request(run.path, changes)
-    print(
-        f"pickaxe: {', '.join(f'{k}={v!r}' for k, v in changes.items())} queued for {run.path} "
-        f"({path.name}); the run applies it at its next update boundary"
-    )
-    return 0
-
-
-def _supervise(train_args: list[str], run_dir: Path, max_restarts: int) -> int:
+def _supervise(train_args: list[str], run_dir: Path, max_restarts: int, no_progress: bool) -> int:
     """Run training in a child process; restart it from its newest good checkpoint when it crashes.
 
     Exit status 0 (done) and 2 (a user error, or a deliberate stop) end supervision; any other status,
-    a signal included, is a crash and costs one of ``max_restarts`` restarts.
+    a signal included, is a crash and costs one of ``max_restarts`` restarts. A restart runs
+    ``pickaxe resume RUN_DIR --restart``, which starts over when the crash came before the first checkpoint.
     """
     import subprocess
-
-    from pickaxe.runs.run import Run
 
     command = [sys.executable, "-m", "pickaxe.cli", "train", *train_args]
     restarts = 0
@@ -312,20 +184,182 @@ def _supervise(train_args: list[str], run_dir: Path, max_restarts: int) -> int:
         restarts += 1
         message = f"restart {restarts}/{max_restarts} after exit status {code}: resuming from the newest checkpoint"
         if (run_dir / "config.json").is_file():
+            from pickaxe.runs.run import Run
+
             Run.open(run_dir).event(message, restart=restarts, exit_status=code)
         else:
             print(f"pickaxe: {message}", file=sys.stderr)
-        command = [
-            sys.executable,
-            "-m",
-            "pickaxe.cli",
-            "resume",
-            str(run_dir),
-            *(["--no-progress"] if "--no-progress" in train_args else []),
-        ]
+        command = [sys.executable, "-m", "pickaxe.cli", "resume", str(run_dir), "--restart"]
+        command += ["--no-progress"] if no_progress else []
 
 
-def _recipes() -> int:
+# ----------------------------------------------------------------------------------------------- resume
+@dataclass
+class ResumeArgs:
+    """Continue a run from its newest good checkpoint to its original budget."""
+
+    run_dir: tyro.conf.Positional[str]
+    """The run folder."""
+    restart: Annotated[bool, tyro.conf.FlagCreatePairsOff] = False
+    """Start the run over if it has no checkpoint yet (what --max-restarts uses); without it that is an error."""
+    no_progress: Annotated[bool, tyro.conf.FlagCreatePairsOff] = False
+    """No live progress view; print one JSON summary line at the end."""
+    track: tuple[Literal["wandb", "mlflow"], ...] = ()
+    """Also send metrics to these trackers."""
+    prometheus_port: int | None = ranged(None, ge=1, le=65_535)
+    """Serve metrics for Prometheus on 127.0.0.1:PORT."""
+
+
+def _resume(args: list[str]) -> int:
+    opts = parse(ResumeArgs, args, "pickaxe resume")
+    from pickaxe.train.build import resume
+
+    extra = {"allow_no_checkpoint": True} if opts.restart else {}
+    result, run = resume(
+        opts.run_dir,
+        progress=not opts.no_progress,
+        track=opts.track,
+        prometheus_port=opts.prometheus_port,
+        **extra,
+    )
+    _print_result(result, run, opts.no_progress)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------- eval
+@dataclass
+class EvalArgs:
+    """Evaluate a run's deterministic policy on fresh eval envs (LLM runs: its held-out prompts).
+
+    By default with the run's own evaluation settings: ``trainer.eval_episodes`` episodes, or the LLM run's
+    ``eval.prompts`` prompts."""
+
+    run_dir: tyro.conf.Positional[str]
+    """The run folder."""
+    checkpoint: str = "final"
+    """Which weights: final (model.safetensors), best, latest, or a checkpoint's env step."""
+    episodes: int | None = ranged(None, ge=1)
+    """Episodes (LLM runs: prompts) to evaluate; default: the run's own evaluation size."""
+    device: str | None = None
+    """Device to evaluate on (default: the run's)."""
+
+
+def _eval(args: list[str]) -> int:
+    opts = parse(EvalArgs, args, "pickaxe eval")
+    if opts.checkpoint not in ("final", "best", "latest") and not opts.checkpoint.isdigit():
+        raise ConfigError(f"--checkpoint must be final, best, latest or an env step, got {opts.checkpoint!r}")
+    checkpoint: str | int = int(opts.checkpoint) if opts.checkpoint.isdigit() else opts.checkpoint
+    from pickaxe.recipes.args import load_run_config
+    from pickaxe.train.config import TrainConfig
+
+    run_dir = Path(opts.run_dir)
+    cfg = load_run_config(run_dir)
+    if opts.device is not None:
+        cfg.device = opts.device
+    try:
+        if not isinstance(cfg, TrainConfig):  # an LLM run: held-out prompts instead of episodes
+            from pickaxe.train.llm import evaluate_llm_run
+
+            metrics = evaluate_llm_run(cfg, run_dir, prompts=opts.episodes, checkpoint=checkpoint)
+            print(json.dumps({"run_dir": str(run_dir), "checkpoint": opts.checkpoint, **metrics}))
+            return 0
+        import numpy as np
+
+        from pickaxe.train.build import evaluate_run
+
+        episodes = opts.episodes or cfg.trainer.eval_episodes
+        returns, lengths = evaluate_run(cfg, run_dir, episodes, checkpoint=checkpoint)
+    except FileNotFoundError as e:
+        raise PickaxeError(str(e)) from None
+    out = {
+        "run_dir": str(run_dir),
+        "checkpoint": opts.checkpoint,
+        "episodes": episodes,
+        "return_mean": float(np.mean(returns)),
+        "return_std": float(np.std(returns)),
+        "length_mean": float(np.mean(lengths)),
+    }
+    print(json.dumps(out))
+    return 0
+
+
+# -------------------------------------------------------------------------------------------------- set
+@dataclass
+class SetArgs:
+    """Change mutable hyper-parameters of a running run; it applies them at its next update boundary."""
+
+    run_dir: tyro.conf.Positional[str]
+    """The run folder."""
+    changes: tyro.conf.Positional[tuple[str, ...]]
+    """KEY=VALUE assignments, e.g. algo.lr=1e-4."""
+
+
+def _set(args: list[str]) -> int:
+    if not wants_help(args) and (len(args) < 2 or args[0].startswith("-")):
+        raise PickaxeError("usage: pickaxe set RUN_DIR KEY=VALUE [KEY=VALUE ...], e.g. pickaxe set runs/x algo.lr=1e-4")
+    opts = parse(SetArgs, args, "pickaxe set")
+    from pickaxe.recipes.args import load_run_config
+    from pickaxe.train.overrides import mutable_keys, parse_changes, request
+
+    cfg = load_run_config(opts.run_dir)
+    changes = parse_changes(list(opts.changes), mutable_keys(cfg.algo))
+    path = request(opts.run_dir, changes)
+    print(
+        f"pickaxe: {', '.join(f'{k}={v!r}' for k, v in changes.items())} queued for {opts.run_dir} "
+        f"({path.name}); the run applies it at its next update boundary"
+    )
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------- runs
+@dataclass
+class RunsArgs:
+    """List the runs under a folder: state, progress, last eval."""
+
+    dir: tyro.conf.Positional[str] = "runs"
+    """Folder holding run folders."""
+
+
+def _runs(args: list[str]) -> int:
+    opts = parse(RunsArgs, args, "pickaxe runs")
+    from pickaxe.runs.listing import format_runs, list_runs
+
+    print(format_runs(list_runs(Path(opts.dir))))
+    return 0
+
+
+# ------------------------------------------------------------------------------------- experiments
+def _sweep(args: list[str]) -> int:
+    from pickaxe.exp.sweep import main_sweep
+
+    return main_sweep(args)
+
+
+def _compare(args: list[str]) -> int:
+    from pickaxe.exp.compare import main_compare
+
+    return main_compare(args)
+
+
+def _queue(args: list[str]) -> int:
+    from pickaxe.exp.queue_cli import main_queue
+
+    return main_queue(args)
+
+
+def _worker(args: list[str]) -> int:
+    from pickaxe.exp.queue_cli import main_worker
+
+    return main_worker(args)
+
+
+@dataclass
+class RecipesArgs:
+    """List the recipes (named, complete configs), one per line with a description."""
+
+
+def _recipes(args: list[str]) -> int:
+    parse(RecipesArgs, args, "pickaxe recipes")
     from pickaxe.recipes import RECIPES
 
     width = max(len(name) for name in RECIPES)
@@ -334,51 +368,23 @@ def _recipes() -> int:
     return 0
 
 
-def _eval(args: list[str]) -> int:
-    def eval_command(run_dir: tyro.conf.Positional[str], episodes: int = 10, device: str | None = None) -> None:
-        """Evaluate the deterministic policy of a finished run on fresh eval envs."""
+# The parsing used to live here; these names stay for callers of the old private helpers (tests).
+def _validate_overrides(cfg: Any, args: list[str], prog: str) -> None:
+    from pickaxe.recipes.args import validate_flags
 
-    if not args or (args[0].startswith("-") and args[0] not in ("-h", "--help")):
-        raise PickaxeError("pickaxe eval needs a run directory, e.g. `pickaxe eval runs/cartpole-ppo-...`")
-    _tyro(eval_command, args, "pickaxe eval")  # validates and serves --help
-    rest, episodes_text = _pop_option(args[1:], "--episodes")
-    rest, device = _pop_option(rest, "--device")
-    return _evaluate_run(Path(args[0]), int(episodes_text or 10), device)
+    validate_flags(cfg, args, prog)
 
 
-def _evaluate_run(run_dir: Path, episodes: int, device: str | None) -> int:
-    import numpy as np
+def _concrete_type(cfg: Any) -> type:
+    from pickaxe.recipes.args import _concrete_type as concrete
 
-    from pickaxe.runs.run import Run
-    from pickaxe.train.build import config_from_dict, evaluate_run
-    from pickaxe.train.config import TrainConfig
+    return concrete(cfg)
 
-    if not (run_dir / "config.json").is_file():
-        raise PickaxeError(f"{run_dir} is not a run directory: {run_dir / 'config.json'} is missing")
-    cfg = config_from_dict(Run.open(run_dir).config())
-    if device is not None:
-        cfg.device = device
-    if episodes < 1:
-        raise ConfigError(f"--episodes must be >= 1, got {episodes}")
-    try:
-        if not isinstance(cfg, TrainConfig):  # an LLM run: held-out prompts instead of episodes
-            from pickaxe.train.llm import evaluate_llm_run
 
-            metrics = evaluate_llm_run(cfg, run_dir, prompts=episodes)
-            print(json.dumps({"run_dir": str(run_dir), "prompts": episodes, **metrics}))
-            return 0
-        returns, lengths = evaluate_run(cfg, run_dir, episodes)
-    except FileNotFoundError as e:
-        raise PickaxeError(str(e)) from None
-    out = {
-        "run_dir": str(run_dir),
-        "episodes": episodes,
-        "return_mean": float(np.mean(returns)),
-        "return_std": float(np.std(returns)),
-        "length_mean": float(np.mean(lengths)),
-    }
-    print(json.dumps(out))
-    return 0
+def _tyro(cls: Any, args: list[str], prog: str, default: Any = None) -> Any:
+    from pickaxe.argparsing import run_tyro
+
+    return run_tyro(cls, args, prog, default=default)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -52,8 +53,37 @@ class SeededVectorEnv(VectorWrapper):
         self._seeded = True
 
 
+def split_env_id(env_id: str) -> tuple[str | None, str]:
+    """``"my_pkg.envs:MyEnv-v0"`` -> ``("my_pkg.envs", "MyEnv-v0")``; a plain id -> ``(None, id)``.
+
+    Gymnasium's ``module:EnvId`` form: importing the module registers the env (as ``gymnasium.make`` does).
+    """
+    module, sep, name = env_id.partition(":")
+    return (module, name) if sep and module and "/" not in module else (None, env_id)
+
+
+def _import_env_module(module: str, env_id: str) -> None:
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        raise EnvError(
+            f"environment {env_id!r}: cannot import module {module!r} ({e}); fix: install it or add its folder "
+            "to PYTHONPATH"
+        ) from None
+
+
 def check_env_id(env_id: str) -> None:
-    """Raise ``EnvError`` naming the closest registered ids when ``env_id`` is unknown."""
+    """Raise ``EnvError`` naming the closest registered ids when ``env_id`` is unknown.
+
+    ``module:EnvId`` imports ``module`` first, then looks ``EnvId`` up."""
+    module, name = split_env_id(env_id)
+    if module is not None:
+        _import_env_module(module, env_id)
+        if name in gym.registry:
+            return
+        close = difflib.get_close_matches(name, list(gym.registry), n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise EnvError(f"module {module!r} registers no environment {name!r}{hint}")
     if env_id in gym.registry:
         return
     if env_id.startswith("ALE/"):  # Atari ids exist once ale-py registers them
@@ -83,8 +113,11 @@ def make(
     in a subprocess (for expensive envs). Episodes reset in the same step they end (gymnasium's
     ``SAME_STEP`` mode): the final observation is in ``info["final_obs"]`` and no reset step is ever
     returned as a transition. Each sub-env is wrapped in ``Snapshot`` so checkpoints can capture it.
+    ``env_id`` may be ``module:EnvId`` (the module is imported first); ``env_kwargs`` go to the env's
+    constructor (``gymnasium.make``), e.g. ``max_episode_steps=50``.
     """
     check_env_id(env_id)
+    env_id = split_env_id(env_id)[1]  # the module is imported: the env is registered under its own id
     if n < 1:
         raise EnvError(f"need at least one environment, got n={n}")
     if vectorization not in ("sync", "async"):
@@ -102,4 +135,10 @@ def make(
         extra = "mujoco" if "mujoco" in str(e).lower() else "atari" if "ale" in str(e).lower() else None
         fix = f"pip install 'pickaxe[{extra}]'" if extra else "install the package the message names"
         raise EnvError(f"environment {env_id!r} needs a missing dependency ({e}); fix: {fix}") from e
+    except TypeError as e:
+        if not env_kwargs:
+            raise
+        raise EnvError(
+            f"environment {env_id!r} does not take keyword arguments {env_kwargs} ({e}); fix --env.kwargs"
+        ) from None
     return SeededVectorEnv(envs, seed)

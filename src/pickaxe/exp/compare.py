@@ -1,8 +1,8 @@
 """Compare runs: group them by config (seeds pooled), summarise each group with IQM, mean and stratified
 bootstrap CIs, and test which group is better with the probability of improvement.
 
-``pickaxe compare RUN_OR_SWEEP_DIR... [--metric NAME] [--out DIR] [--seed N]`` is ``main_compare``; the
-library entry point is ``compare``. See ``docs/compare.md`` for what the numbers mean.
+``pickaxe compare RUN_OR_SWEEP_DIR... [--metric NAME] [--out DIR] [--seed N] [--min-seeds N]`` is
+``main_compare``; the library entry point is ``compare``. See ``docs/compare.md`` for what the numbers mean.
 """
 
 from __future__ import annotations
@@ -17,11 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import tyro
 from rich.box import SIMPLE_HEAD
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from pickaxe.argparsing import parse, wants_help
+from pickaxe.config_keys import ranged
 from pickaxe.errors import PickaxeError
 from pickaxe.eval.stats import (
     iqm,
@@ -61,6 +64,11 @@ IGNORED_KEYS: frozenset[str] = frozenset(
     }
 )
 """Config keys (dotted) that never change what a run learns: runs that differ only in these are pooled."""
+
+MIN_SEEDS = 4
+"""Fewest distinct seeds per group for a verdict. With 3 against 3 runs even a complete separation has a
+two-sided exact rank-test (Mann-Whitney) p-value of 0.1, while the bootstrap CI of P(A > B) collapses to
+[1, 1]; from 4 against 4 a complete separation reaches p = 0.029 < 0.05."""
 
 CURVE_POINTS = 100
 """At most this many steps on a group's learning-curve grid."""
@@ -348,6 +356,7 @@ class Comparison:
     seed: int
     notes: list[str] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
+    min_seeds: int = MIN_SEEDS
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (what ``summary.json`` holds)."""
@@ -356,6 +365,7 @@ class Comparison:
             "confidence": 1 - self.alpha,
             "bootstrap_reps": self.reps,
             "seed": self.seed,
+            "min_seeds": self.min_seeds,
             "best": self.best,
             "winner": self.winner,
             "groups": [g.to_dict() for g in self.groups],
@@ -378,7 +388,16 @@ def _summarise(
 ) -> tuple[GroupSummary | None, list[str]]:
     notes: list[str] = []
     finals, bests, steps, dirs = [], [], [], []
+    seen: dict[Any, RunRecord] = {}
     for run in group.runs:
+        key = json.dumps(run.seed, default=str)
+        if key in seen:  # the same config and seed: a repeat of one sample, not another one
+            notes.append(
+                f"group {group.label}: {run.path} repeats seed {run.seed} of {seen[key].path} with the same config; "
+                "counted once (a repeat is not an independent sample)"
+            )
+            continue
+        seen[key] = run
         s, v = run.series(metric)
         if len(v) == 0:
             notes.append(f"{run.path}: no value of {metric} yet, left out")
@@ -389,8 +408,6 @@ def _summarise(
         dirs.append(str(run.path))
     if not finals:
         return None, notes
-    if len(finals) == 1:
-        notes.append(f"group {group.label}: 1 run, so no confidence interval and no verdict; run more seeds")
     if len(set(steps)) > 1:
         notes.append(f"group {group.label}: runs end at different steps ({min(steps)} to {max(steps)})")
     f, b = np.array(finals), np.array(bests)
@@ -409,7 +426,9 @@ def _summarise(
     return summary, notes
 
 
-def _pairs(groups: list[GroupSummary], best: GroupSummary, reps: int, alpha: float, seed: int) -> list[PairComparison]:
+def _pairs(
+    groups: list[GroupSummary], best: GroupSummary, reps: int, alpha: float, seed: int, min_seeds: int
+) -> list[PairComparison]:
     out = []
     for g in groups:
         if g is best:
@@ -418,7 +437,7 @@ def _pairs(groups: list[GroupSummary], best: GroupSummary, reps: int, alpha: flo
         low, high = probability_of_improvement_ci(x, y, reps=reps, alpha=alpha, seed=seed)
         p = Estimate(probability_of_improvement(x, y), low, high)
         better = best.label if low > 0.5 else g.label if high < 0.5 else None
-        if min(len(x), len(y)) < 2:  # one run has no spread to bootstrap: its zero-width CI is no evidence
+        if min(len(x), len(y)) < min_seeds:  # too few seeds: a bootstrap CI of [1, 1] is no evidence
             better = None
         out.append(PairComparison(a=best.label, b=g.label, probability=p, better=better))
     return out
@@ -432,6 +451,7 @@ def compare(
     reps: int = 2000,
     alpha: float = 0.05,
     console: Console | None = None,
+    min_seeds: int = MIN_SEEDS,
 ) -> Comparison:
     """Compare the runs at or below ``paths``, grouped by config with seeds pooled.
 
@@ -440,6 +460,8 @@ def compare(
     probability that the best group (highest final IQM) beats each other group, with a bootstrap CI.
     Prints rich tables on ``console``; with ``out_dir`` also writes ``summary.md``, ``summary.csv``,
     ``summary.json`` and ``curves.png`` (IQM learning curves with CI bands). Higher is assumed better.
+    No group is called better or worse unless both groups have ``min_seeds`` distinct seeds (a note says
+    how many more are needed); runs repeating a seed of their group with the same config count once.
     Deterministic given ``seed``. User errors raise ``PickaxeError``.
     """
     if isinstance(paths, str | Path):
@@ -458,10 +480,19 @@ def compare(
             kept_groups.append(g)
     if not summaries:
         raise _metric_error(runs, metric)
+    if min_seeds < 1:
+        raise PickaxeError(f"--min-seeds must be >= 1, got {min_seeds}")
+    short = [s for s in summaries if s.n_runs < min_seeds]
+    if len(summaries) > 1 and short:
+        notes.append(
+            f"no verdicts: a verdict needs at least {min_seeds} seeds per group and "
+            + ", ".join(f"{s.label} has {s.n_runs}" for s in short)
+            + f"; run {min_seeds - min(s.n_runs for s in short)} more seed(s) (--seeds {min_seeds} in a sweep)"
+        )
     best = max(summaries, key=lambda s: (s.final_iqm.value, s.final_mean.value))
-    pairs = _pairs(summaries, best, reps, alpha, seed)
+    pairs = _pairs(summaries, best, reps, alpha, seed, min_seeds)
     winner = best.label if pairs and all(p.better == best.label for p in pairs) else None
-    result = Comparison(metric, summaries, pairs, best.label, winner, alpha, reps, seed, notes)
+    result = Comparison(metric, summaries, pairs, best.label, winner, alpha, reps, seed, notes, min_seeds=min_seeds)
     _print(result, console)
     if out_dir is not None:
         out = Path(out_dir)
@@ -488,6 +519,13 @@ def _verdict(result: Comparison) -> str:
         return f"one group only ({result.best}); nothing to compare"
     if result.winner is not None:
         return f"{result.winner} is better than every other group ({conf} CI of P(improvement) above 0.5)"
+    short = [g for g in result.groups if g.n_runs < result.min_seeds]
+    if short:
+        need = result.min_seeds - min(g.n_runs for g in short)
+        return (
+            f"no verdict: {len(short)} group(s) have fewer than the {result.min_seeds} seeds a verdict needs "
+            f"(run {need} more); best IQM so far: {result.best}"
+        )
     return f"no group is better than all others with {conf} confidence; best IQM: {result.best}"
 
 
@@ -642,14 +680,22 @@ def _write_curves(
 
 # ----------------------------------------------------------------------------------------------------- CLI
 
-COMPARE_USAGE = """usage: pickaxe compare RUN_OR_SWEEP_DIR... [--metric NAME] [--out DIR] [--seed N]
 
-Group runs by config (seeds pooled), report IQM and mean with 95% stratified-bootstrap CIs and the
-probability of improvement, and write summary.md, summary.csv, summary.json and curves.png.
+@dataclass
+class CompareArgs:
+    """Group runs by config (seeds pooled), report IQM and mean with 95% stratified-bootstrap CIs and the
+    probability of improvement, and write summary.md, summary.csv, summary.json and curves.png."""
 
-  --metric NAME  metric to compare (default eval/return_mean; higher is better)
-  --out DIR      where to write the reports (default: FIRST_DIR/compare)
-  --seed N       bootstrap seed (default 0)"""
+    paths: tyro.conf.Positional[tuple[str, ...]]
+    """Run folders and folders holding runs (sweeps), searched at any depth."""
+    metric: str = DEFAULT_METRIC
+    """Metric to compare (higher is better)."""
+    out: str = "compare"
+    """Folder for the reports (relative to the current folder)."""
+    seed: int = 0
+    """Bootstrap seed."""
+    min_seeds: int = ranged(MIN_SEEDS, ge=1)
+    """Fewest distinct seeds per group before any group is called better or worse."""
 
 
 def main_compare(argv: Sequence[str]) -> int:
@@ -657,35 +703,9 @@ def main_compare(argv: Sequence[str]) -> int:
 
     ``-h``/``--help`` prints the usage. User errors raise ``PickaxeError`` (one line naming the fix).
     """
-    paths: list[str] = []
-    options: dict[str, str] = {}
-    args = list(argv)
-    i = 0
-    while i < len(args):
-        a = args[i]
-        if a in ("-h", "--help"):
-            print(COMPARE_USAGE)
-            return 0
-        if a.startswith("--"):
-            name, eq, value = a.partition("=")
-            if name not in ("--metric", "--out", "--seed"):
-                close = difflib.get_close_matches(name, ["--metric", "--out", "--seed"], n=1, cutoff=0.5)
-                hint = f"did you mean {close[0]}?" if close else "options: --metric, --out, --seed"
-                raise PickaxeError(f"unknown option {name} for pickaxe compare; {hint}")
-            if not eq:
-                if i + 1 >= len(args):
-                    raise PickaxeError(f"{name} needs a value (pickaxe compare --help)")
-                value, i = args[i + 1], i + 1
-            options[name] = value
-        else:
-            paths.append(a)
-        i += 1
-    if not paths:
+    argv = list(argv)
+    if not wants_help(argv) and not [a for a in argv if not a.startswith("-")]:
         raise PickaxeError("pickaxe compare needs at least one run or sweep directory (pickaxe compare --help)")
-    try:
-        seed = int(options.get("--seed", "0"))
-    except ValueError:
-        raise PickaxeError(f"--seed must be an integer, got {options['--seed']!r}") from None
-    out = Path(options.get("--out") or Path(paths[0]) / "compare")
-    compare(paths, metric=options.get("--metric", DEFAULT_METRIC), out_dir=out, seed=seed)
+    args = parse(CompareArgs, argv, "pickaxe compare")
+    compare(list(args.paths), metric=args.metric, out_dir=Path(args.out), seed=args.seed, min_seeds=args.min_seeds)
     return 0

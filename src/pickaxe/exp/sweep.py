@@ -3,24 +3,50 @@
 ``pickaxe sweep cartpole-ppo --algo.lr 1e-3,3e-4 --algo.clip 0.1,0.2 --seeds 5 --workers 2`` expands
 to 2 x 2 x 5 runs under one sweep directory (``<sweep>/<point>/seed-<s>``), queues them in the sweep's
 own SQLite queue (``<sweep>/queue.db``), runs them with an in-process worker of ``--workers`` slots and
-finishes with ``pickaxe compare`` on the sweep. Running the same command with the same ``--sweep-dir``
-again continues it: finished runs are kept, interrupted ones resume from their checkpoints.
+finishes with ``pickaxe compare`` on the sweep. A line per finished run (with its last evaluation) shows
+progress. The default sweep directory, ``runs/sweep-<recipe>-<hash>``, is derived from the recipe, the grid,
+the fixed flags and the seeds, so running the same command again finds it and continues the sweep: finished
+runs are kept, interrupted ones resume from their checkpoints.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
+import math
 import os
 import re
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from pickaxe.argparsing import parse, wants_help
+from pickaxe.config_keys import ranged
 from pickaxe.errors import ConfigError, PickaxeError
 
 SWEEP_FILE = "sweep.json"
+OPTION_FLAGS = ("--seeds", "--workers", "--sweep-dir", "--seed-offset")
+
+
+@dataclass
+class SweepOptions:
+    """Run a grid of config values x seeds through a job queue, then compare the groups.
+
+    Every other flag is a `pickaxe train` config flag: `--key v1,v2` (comma-separated) is swept, `--key v` is
+    fixed for every run, e.g. `pickaxe sweep cartpole-ppo --algo.lr 3e-3,3e-4 --seeds 5 --workers 2`.
+    Rerunning the same command continues the sweep (same default folder)."""
+
+    seeds: int = ranged(3, ge=1)
+    """Seeds per grid point (runs seeds seed-offset .. seed-offset + seeds - 1)."""
+    workers: int | None = ranged(None, ge=1)
+    """Runs at a time (default: the number of cores)."""
+    sweep_dir: str | None = None
+    """Sweep folder (default runs/sweep-<recipe>-<hash of recipe, grid, flags and seeds>)."""
+    seed_offset: int = ranged(0, ge=0)
+    """First seed."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +73,7 @@ def parse_sweep_args(args: list[str]) -> tuple[dict[str, list[str]], list[str], 
 
     Sweep options: ``--seeds N``, ``--workers N``, ``--sweep-dir DIR``, ``--seed-offset K``.
     """
-    options_with_value = {"--seeds", "--workers", "--sweep-dir", "--seed-offset"}
+    options_with_value = set(OPTION_FLAGS)
     axes: dict[str, list[str]] = {}
     fixed: list[str] = []
     options: dict[str, str] = {}
@@ -102,32 +128,73 @@ def expand_grid(axes: dict[str, list[str]], seeds: int, seed_offset: int = 0) ->
     return points
 
 
-def run_sweep(recipe: str, args: list[str]) -> int:
-    """``pickaxe sweep RECIPE [--key v1,v2 ...] [--seeds N] [--workers N] [--sweep-dir DIR]``."""
-    from pickaxe.cli import validate_train_args
-    from pickaxe.exp.compare import compare
-    from pickaxe.exp.queue import JobQueue
-    from pickaxe.exp.worker import run_jobs
-    from pickaxe.runs.run import default_run_dir
+def sweep_spec(recipe: str, axes: dict[str, list[str]], fixed: list[str], seeds: int, offset: int) -> dict[str, Any]:
+    """What decides a sweep's runs (saved as ``sweep.json``; its hash names the default sweep folder)."""
+    return {"recipe": recipe, "axes": axes, "fixed": fixed, "seeds": seeds, "seed_offset": offset}
 
-    axes, fixed, options = parse_sweep_args(args)
+
+def default_sweep_dir(spec: dict[str, Any], root: str | Path = "runs") -> Path:
+    """``runs/sweep-<recipe>-<8 hex digits>``: the same recipe, grid, flags and seeds give the same folder."""
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
+    return Path(root) / f"sweep-{spec['recipe']}-{digest}"
+
+
+def main_sweep(args: list[str]) -> int:
+    """``pickaxe sweep RECIPE [--key v1,v2 ...] [--seeds N] [--workers N] [--sweep-dir DIR] [--seed-offset K]``."""
+    if wants_help(args):
+        parse(SweepOptions, ["--help"], "pickaxe sweep RECIPE [--key v1,v2 ...]")
+    if not args or args[0].startswith("-"):
+        raise PickaxeError(
+            "usage: pickaxe sweep RECIPE --algo.lr 1e-3,3e-4 [--seeds N] [--workers N] [--sweep-dir DIR]"
+        )
+    return run_sweep(args[0], args[1:])
+
+
+def _last_eval(run_dir: str | None) -> str:
+    """``, eval/return_mean 187.2`` from a run's metrics.jsonl ('' when it has none)."""
+    if not run_dir:
+        return ""
     try:
-        seeds = int(options.get("seeds", "3"))
-        workers = int(options.get("workers", str(os.cpu_count() or 1)))
-        offset = int(options.get("seed-offset", "0"))
-    except ValueError as e:
-        raise ConfigError(f"--seeds, --workers and --seed-offset take integers ({e})") from None
-    points = expand_grid(axes, seeds, offset)
+        lines = (Path(run_dir) / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        for key in ("eval/return_mean", "eval/accuracy"):
+            value = record.get(key) if isinstance(record, dict) else None
+            if isinstance(value, int | float) and math.isfinite(value):
+                return f", {key} {value:.4g}"
+    return ""
+
+
+def run_sweep(recipe: str, args: list[str]) -> int:
+    """Expand, validate, queue and run the sweep, then compare it; returns the exit status (1 if a run failed)."""
+    from pickaxe.exp.compare import compare
+    from pickaxe.exp.queue_store import JobQueue
+    from pickaxe.exp.worker import run_jobs
+    from pickaxe.recipes.args import parse_train
+
+    axes, fixed, option_values = parse_sweep_args(args)
+    opts = parse(
+        SweepOptions,
+        [a for k, v in option_values.items() for a in (f"--{k}", v)],
+        f"pickaxe sweep {recipe}",
+    )
+    workers = opts.workers or os.cpu_count() or 1
+    points = expand_grid(axes, opts.seeds, opts.seed_offset)
     for p in points:  # every run's flags are checked before anything is queued
-        validate_train_args(recipe, [*fixed, *p.args()])
-    sweep_dir = Path(options.get("sweep-dir") or default_run_dir(f"sweep-{recipe}"))
-    spec = {"recipe": recipe, "axes": axes, "fixed": fixed, "seeds": seeds, "seed_offset": offset}
-    sweep_dir.mkdir(parents=True, exist_ok=True)
+        parse_train(recipe, [*fixed, *p.args()])
+    spec = sweep_spec(recipe, axes, fixed, opts.seeds, opts.seed_offset)
+    sweep_dir = Path(opts.sweep_dir) if opts.sweep_dir else default_sweep_dir(spec)
     spec_path = sweep_dir / SWEEP_FILE
+    if spec_path.exists() and json.loads(spec_path.read_text()) != spec:
+        raise PickaxeError(f"{sweep_dir} holds a different sweep ({spec_path}); use another --sweep-dir")
+    sweep_dir.mkdir(parents=True, exist_ok=True)
     queue = JobQueue(sweep_dir / "queue.db")
-    if spec_path.exists():  # continuing: the same spec must be asked for
-        if json.loads(spec_path.read_text()) != spec:
-            raise PickaxeError(f"{sweep_dir} holds a different sweep ({spec_path}); use another --sweep-dir")
+    if spec_path.exists():  # continuing: the same spec was asked for
         ids = [job.id for job in queue.list()]
     else:
         ids = [
@@ -139,13 +206,25 @@ def run_sweep(recipe: str, args: list[str]) -> int:
             for p in points
         ]  # fmt: skip
         spec_path.write_text(json.dumps(spec, indent=2) + "\n")
+    done = sum(queue.get(i).state == "succeeded" for i in ids)
     print(
-        f"pickaxe: sweep of {len(points)} runs ({len(points) // seeds} points x {seeds} seeds) in {sweep_dir}, "
-        f"{workers} workers",
+        f"pickaxe: sweep of {len(points)} runs ({len(points) // opts.seeds} points x {opts.seeds} seeds) in "
+        f"{sweep_dir}, {workers} workers" + (f"; {done} already finished" if done else ""),
         file=sys.stderr,
     )
+    finished = [done]
+
+    def report(job: Any) -> None:
+        finished[0] += 1
+        took = f" in {job.wall_s:.1f} s" if job.wall_s is not None else ""
+        print(
+            f"pickaxe: [{finished[0]}/{len(ids)}] {job.name} {job.state}{took}{_last_eval(job.run_dir)}",
+            file=sys.stderr,
+            flush=True,
+        )
+
     start = time.perf_counter()
-    statuses = run_jobs(queue, ids, slots=workers)
+    statuses = run_jobs(queue, ids, slots=workers, on_finish=report)
     wall = time.perf_counter() - start
     failed = [queue.get(i) for i, status in statuses.items() if status != 0]
     timing = queue.timing(ids)

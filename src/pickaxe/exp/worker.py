@@ -1,4 +1,5 @@
-"""The queue's worker: ``pickaxe worker [--slots N] [--until-empty]`` runs queued jobs as subprocesses.
+"""Running the queue's jobs: a ``Worker`` runs queued jobs as subprocesses (``pickaxe worker``; its command
+line is in :mod:`pickaxe.exp.queue_cli`).
 
 Each job runs in its own session (process group), with ``CUDA_VISIBLE_DEVICES`` set to the GPU ids the
 worker gave it, stdout and stderr appended to its log file, and (on Linux) a parent-death signal so it
@@ -27,13 +28,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from secrets import token_hex
-from types import FrameType
 from typing import IO
 
 from pickaxe.errors import PickaxeError
-from pickaxe.exp.queue import HOST, TERMINAL, Job, JobQueue, _parser, _positive, kill_group, process_start
+from pickaxe.exp.processes import kill_group, process_start
+from pickaxe.exp.queue_store import HOST, TERMINAL, Job, JobQueue
 
-__all__ = ["Worker", "detect_gpus", "main_worker", "resume_command", "run_jobs"]
+__all__ = ["Worker", "detect_gpus", "resume_command", "run_jobs"]
 
 
 def detect_gpus() -> tuple[str, ...]:
@@ -97,7 +98,8 @@ class Worker:
 
     ``slots`` defaults to ``os.cpu_count()``, ``gpus`` to :func:`detect_gpus`. ``poll`` is the longest the
     worker waits between looks at the queue (a finished job wakes it at once). ``echo`` receives one line
-    per job start and end (e.g. ``print``). One ``Worker`` object runs in one thread at a time.
+    per job start and end (e.g. ``print``); ``on_finish`` gets each job this worker finished. One ``Worker``
+    object runs in one thread at a time.
     """
 
     def __init__(
@@ -112,6 +114,7 @@ class Worker:
         recover_every: float = 5.0,
         kill_grace: float = 5.0,
         echo: Callable[[str], None] | None = None,
+        on_finish: Callable[[Job], None] | None = None,
     ) -> None:
         self.queue = queue
         self.slots = int(slots if slots is not None else (os.cpu_count() or 1))
@@ -122,6 +125,7 @@ class Worker:
         self.id = worker_id or f"{HOST}:{os.getpid()}:{token_hex(3)}"
         self.heartbeat, self.recover_every, self.kill_grace = heartbeat, recover_every, kill_grace
         self.echo = echo
+        self.on_finish = on_finish
         self._running: dict[int, _Running] = {}
         self._child_setup = _child_setup_factory()
 
@@ -204,8 +208,7 @@ class Worker:
         env = dict(os.environ)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(job.gpu_ids)
         env["PICKAXE_JOB_ID"], env["PICKAXE_JOB_ATTEMPT"] = str(job.id), str(attempt)
-        if "OMP_NUM_THREADS" not in os.environ:
-            env["OMP_NUM_THREADS"] = str(job.cpus)
+        env["OMP_NUM_THREADS"] = str(job.cpus)  # the job's share of the slots, whatever the worker inherited
         how = " (resuming its run)" if resumed else ""
         try:
             log.parent.mkdir(parents=True, exist_ok=True)
@@ -251,6 +254,8 @@ class Worker:
                 results[job_id] = status
                 job = self.queue.get(job_id)
                 self._say(f"job {job_id} {job.state} ({job.reason or 'exit status 0'}); log {job.log_path}")
+                if self.on_finish is not None:
+                    self.on_finish(job)
 
     def _check_running(self) -> None:
         """Honour cancellations and give up attempts that are no longer this worker's."""
@@ -316,16 +321,17 @@ class Worker:
 
 def run_jobs(
     queue: JobQueue, job_ids: Iterable[int], slots: int | None = None, gpus: Sequence[str | int] | None = None,
-    poll: float = 0.05,
+    poll: float = 0.05, on_finish: Callable[[Job], None] | None = None,
 ) -> dict[int, int | None]:  # fmt: skip
     """Run ``job_ids`` (and the jobs they depend on) with an in-process worker until they have all ended.
 
     Returns each job's exit status (None for a job that never ran: blocked, or cancelled while queued).
+    ``on_finish`` is called with each job as it ends (e.g. to print progress).
     ``queue.timing(job_ids)`` then tells how much of the wall time was spent inside the jobs' processes.
     Raises ``PickaxeError`` if a job needs more cpus or GPUs than the worker has.
     """
     ids = [int(j) for j in job_ids]
-    worker = Worker(queue, slots=slots, gpus=gpus, poll=poll)
+    worker = Worker(queue, slots=slots, gpus=gpus, poll=poll, on_finish=on_finish)
     for j in sorted(queue.dependency_closure(ids)):
         job = queue.get(j)
         if job.cpus > worker.slots or job.gpus > len(worker.gpus):
@@ -335,53 +341,3 @@ def run_jobs(
             )
     worker.run(until_empty=False, jobs=ids)
     return {j: queue.get(j).exit_status for j in ids}
-
-
-WORKER_USAGE = """usage: pickaxe worker [--slots N] [--gpus IDS] [--until-empty] [--poll S] [--db PATH]
-
-Run queued jobs (pickaxe queue add ...) until stopped, or with --until-empty until none is left.
---slots N    cpus to fill (default: all of this machine's); a job takes --cpus of them
---gpus IDS   GPU ids to hand out, comma-separated, or 'none' (default: CUDA_VISIBLE_DEVICES or nvidia-smi -L)
-Ctrl-C or SIGTERM stops the running jobs and puts them back in the queue."""
-
-
-def main_worker(argv: list[str]) -> int:
-    """``pickaxe worker ...``; returns the exit status, raises ``PickaxeError`` on user errors."""
-    if any(a in ("-h", "--help") for a in argv):
-        print(WORKER_USAGE)
-        return 0
-    p = _parser("pickaxe worker")
-    p.add_argument("--slots", type=_positive(1), default=None)
-    p.add_argument("--gpus", default=None)
-    p.add_argument("--until-empty", action="store_true")
-    p.add_argument("--poll", type=float, default=0.2)
-    args = p.parse_args(argv)
-    gpus = None
-    if args.gpus is not None:
-        gpus = [] if args.gpus.strip().lower() in ("", "none") else [g.strip() for g in args.gpus.split(",")]
-    queue = JobQueue(args.db)
-    worker = Worker(queue, slots=args.slots, gpus=gpus, poll=args.poll, echo=lambda s: print(s, file=sys.stderr))
-    print(
-        f"pickaxe worker: {worker.id} on {queue.path}: {worker.slots} slots, gpus {list(worker.gpus) or 'none'}",
-        file=sys.stderr,
-    )
-
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = None
-    with contextlib.suppress(ValueError):  # only the main thread may set handlers
-        previous = signal.signal(signal.SIGTERM, on_term)
-    try:
-        worker.run(until_empty=args.until_empty)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-        queue.close()
-    return 0
-
-
-if __name__ == "__main__":
-    from pickaxe.exp.queue import main
-
-    raise SystemExit(main(["worker", *sys.argv[1:]]))

@@ -43,15 +43,21 @@ class TrainerConfig:
 
 @dataclass
 class EnvConfig:
-    """Which environment and how many copies."""
+    """Which environment, how many copies, and the keyword arguments it is made with."""
 
     id: str = "CartPole-v1"
+    """A registered gymnasium id, or ``module:EnvId`` to import ``module`` (which registers it) first."""
     num_envs: int = ranged(8, ge=1, le=65_536)
     vectorization: Literal["sync", "async"] = "sync"
     """sync: step copies in this process (cheap envs); async: one subprocess per copy (expensive envs)."""
     eval_envs: int = ranged(10, ge=0, le=65_536)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for the env's constructor (gymnasium.make), e.g. {"max_episode_steps": 50}; on the
+    command line --env.kwargs '{"max_episode_steps": 50}' or --env.kwargs.max_episode_steps 50."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.kwargs, dict) or not all(isinstance(k, str) for k in self.kwargs):
+            raise ConfigError(f"env.kwargs must be a JSON object with string keys, got {self.kwargs!r}")
         validate(self)
 
 

@@ -1,0 +1,112 @@
+"""How every ``pickaxe`` subcommand parses its options: tyro on a dataclass, each user error one line.
+
+A subcommand declares its options as a dataclass (docstrings become the ``--help`` text); :func:`parse`
+checks the flags against the dataclass first (an unknown flag gets the closest known one), then lets tyro
+parse and serve ``--help``. tyro's boxed error report becomes one ``ConfigError`` line. Torch-free.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import io
+import re
+import typing
+from collections.abc import Iterable
+from typing import Any, TypeVar
+
+from pickaxe.config_keys import check_field
+from pickaxe.errors import ConfigError
+
+T = TypeVar("T")
+
+HELP_FLAGS = ("-h", "--help")
+
+
+def wants_help(args: Iterable[str]) -> bool:
+    """Whether ``-h`` or ``--help`` is among ``args`` (before any ``--``)."""
+    for a in args:
+        if a == "--":
+            return False
+        if a in HELP_FLAGS:
+            return True
+    return False
+
+
+def option_flags(cls: type) -> list[str]:
+    """The ``--flags`` tyro makes for the (non-positional) fields of dataclass ``cls``."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    flags: list[str] = []
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        if _is_positional(hint):
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        flags.append(flag)
+        if _base(hint) is bool and not _pairs_off(hint):
+            flags.append("--no-" + f.name.replace("_", "-"))
+    return flags
+
+
+def _base(hint: Any) -> Any:
+    while typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    return hint
+
+
+def _markers(hint: Any) -> tuple[Any, ...]:
+    return typing.get_args(hint)[1:] if typing.get_origin(hint) is typing.Annotated else ()
+
+
+def _is_positional(hint: Any) -> bool:
+    return any("Positional" in repr(m) for m in _markers(hint))
+
+
+def _pairs_off(hint: Any) -> bool:
+    return any("FlagCreatePairsOff" in repr(m) for m in _markers(hint))
+
+
+def check_flags(args: Iterable[str], known: Iterable[str], prog: str) -> None:
+    """Raise one ``ConfigError`` line for the first ``--flag`` in ``args`` that is not in ``known``."""
+    known = list(known)
+    for a in args:
+        if a == "--":
+            return
+        if not a.startswith("--") or a == "--help":
+            continue
+        flag = a.partition("=")[0]
+        if flag not in known:
+            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.5)
+            hint = f"did you mean {close[0]}?" if close else f"options: {', '.join(known) or 'none'}"
+            raise ConfigError(f"unknown option {flag} for {prog}; {hint} ({prog} --help)")
+
+
+def run_tyro(cls: Any, args: list[str], prog: str, default: Any = None, description: str | None = None) -> Any:
+    """``tyro.cli`` whose error report becomes one ``ConfigError`` line; ``--help`` exits 0 as tyro does."""
+    import tyro
+
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(buf):
+            return tyro.cli(cls, args=args, prog=prog, default=default, description=description)
+    except SystemExit as e:
+        if e.code in (0, None):
+            raise
+        lines = [re.sub(r"[│╭╮╰╯─]", "", ln).strip() for ln in buf.getvalue().splitlines()]
+        skip = ("for full helptext", "argument help", "usage:")
+        text = " ".join(ln for ln in lines if ln and not ln.lower().startswith(skip))
+        raise ConfigError(f"{prog}: {text}" if text else f"{prog}: could not parse {' '.join(args)}") from None
+
+
+def parse(cls: type[T], args: list[str], prog: str, description: str | None = None) -> T:
+    """Parse ``args`` into dataclass ``cls`` (a subcommand's options): unknown flags, bad values and values
+    outside a field's declared range raise one ``ConfigError`` line; ``--help`` prints the usage and raises
+    ``SystemExit(0)``."""
+    if not wants_help(args):
+        check_flags(args, option_flags(cls), prog)
+    parsed = run_tyro(cls, list(args), prog, description=description)
+    for f in dataclasses.fields(cls):  # the declared ranges (config_keys.ranged) of the options
+        if "range" in f.metadata:
+            check_field(cls, f.name, getattr(parsed, f.name), "--" + f.name.replace("_", "-"))
+    return parsed
