@@ -14,7 +14,7 @@ trainer = px.Trainer(
     algo,
     collector,
     eval_envs=px.envs.make("CartPole-v1", n=10, seed=1000),
-    run=px.Run("runs/example-cartpole-ppo"),
+    run=px.Run("runs/example-cartpole-ppo", overwrite=True),  # a rerun moves the previous run aside
     config=px.TrainerConfig(eval_every=6_000, target_return=475),
     progress=True,
 )
