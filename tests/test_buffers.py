@@ -1,9 +1,10 @@
 """Replay buffer ring semantics and state, rollout minibatches."""
 
+import pytest
 import torch
 from tensordict import TensorDict
 
-from pickaxe.data import ReplayBuffer, RolloutBuffer
+from pickaxe.data import ReplayBuffer, RolloutBuffer, minibatches
 
 
 def _batch(start: int, n: int) -> TensorDict:
@@ -57,3 +58,66 @@ def test_rollout_minibatches_cover_every_step_once() -> None:
     assert flat.batch_size == torch.Size([T * N]) and "advantage" in flat and "return" in flat
     seen = torch.cat([mb["obs"] for mb in buf.minibatches(5)])
     assert sorted(seen.tolist()) == list(range(T * N))
+
+
+def test_replay_samples_only_filled_slots_uniformly() -> None:
+    # 4 of 100 slots filled; unfilled slots hold copies of the first item, so a sampler over the whole
+    # capacity would return item 0 almost always.
+    buf = ReplayBuffer(capacity=100, seed=0)
+    buf.extend(_batch(0, 4))
+    counts = torch.bincount(buf.sample(4000)["reward"].long(), minlength=4)
+    assert counts.numel() == 4 and bool(((counts > 850) & (counts < 1150)).all()), counts
+
+
+def test_replay_keeps_the_newest_when_a_batch_exceeds_capacity() -> None:
+    buf = ReplayBuffer(capacity=4, seed=0)
+    buf.extend(_batch(0, 2))
+    buf.extend(_batch(10, 6))
+    assert len(buf) == 4 and sorted(buf._storage["reward"].tolist()) == [12.0, 13.0, 14.0, 15.0]
+    buf.extend(_batch(20, 1))  # the write position continues after the wrap: the oldest (12) goes
+    assert sorted(buf._storage["reward"].tolist()) == [13.0, 14.0, 15.0, 20.0]
+
+
+def test_replay_refuses_bad_capacity_and_empty_sampling() -> None:
+    with pytest.raises(ValueError, match="capacity"):
+        ReplayBuffer(capacity=0)
+    with pytest.raises(RuntimeError, match="empty"):
+        ReplayBuffer(capacity=3).sample(1)
+    empty = ReplayBuffer(capacity=3, seed=0)
+    restored = ReplayBuffer(capacity=3, seed=1)
+    restored.load_state_dict(empty.state_dict())
+    assert len(restored) == 0
+    with pytest.raises(RuntimeError, match="empty"):
+        restored.sample(1)
+
+
+def test_rollout_buffer_uses_its_gamma_and_lambda() -> None:
+    # One env, 3 steps, V = 0, next V = 1: delta_t = r_t + 0.5, so A_2 = 3.5, A_1 = 2.5 + 0.5*0.8*3.5 = 3.9,
+    # A_0 = 1.5 + 0.4*3.9 = 3.06 (with V = 0 and next V = 0, gamma and lambda would be interchangeable).
+    T = 3
+    batch = TensorDict(
+        {
+            "reward": torch.tensor([[1.0], [2.0], [3.0]]),
+            "value": torch.zeros(T, 1),
+            "terminated": torch.zeros(T, 1, dtype=torch.bool),
+            "truncated": torch.zeros(T, 1, dtype=torch.bool),
+        },
+        batch_size=[T, 1],
+    )
+    flat = RolloutBuffer(gamma=0.5, gae_lambda=0.8).add(batch, next_value=torch.ones(T, 1))
+    torch.testing.assert_close(flat["advantage"], torch.tensor([3.06, 3.9, 3.5]))
+    torch.testing.assert_close(flat["return"], flat["advantage"])
+
+
+def test_rollout_minibatches_before_add_is_an_error() -> None:
+    with pytest.raises(RuntimeError, match="add"):
+        next(iter(RolloutBuffer(0.9, 0.9).minibatches(2)))
+
+
+def test_minibatches_sizes_drop_last_and_generator() -> None:
+    data = TensorDict({"x": torch.arange(10)}, batch_size=[10])
+    assert [mb.batch_size[0] for mb in minibatches(data, 4)] == [4, 4, 2]
+    assert [mb.batch_size[0] for mb in minibatches(data, 4, drop_last=True)] == [4, 4]
+    first = [mb["x"].tolist() for mb in minibatches(data, 4, torch.Generator().manual_seed(3))]
+    again = [mb["x"].tolist() for mb in minibatches(data, 4, torch.Generator().manual_seed(3))]
+    assert first == again and sorted(x for mb in first for x in mb) == list(range(10)) and first[0] != [0, 1, 2, 3]

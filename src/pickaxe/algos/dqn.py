@@ -19,18 +19,26 @@ from pickaxe.models.q_network import EpsilonGreedy, QNetwork
 _REPLAY_KEYS = ("obs", "action", "reward", "terminated", "next_obs")
 
 
+@torch.no_grad()
+def dqn_target(qnet: QNetwork, target: QNetwork, mb: Batch, cfg: DQNConfig) -> torch.Tensor:
+    """TD targets ``r + gamma * (1 - terminated) * Q_target(s', a')`` of a replay minibatch.
+
+    ``a'`` is the online network's argmax when ``cfg.double`` (double DQN), else the target network's.
+    """
+    next_q_target = target(mb["next_obs"])
+    if cfg.double:  # online net picks the action, target net scores it
+        next_action = qnet(mb["next_obs"]).argmax(-1, keepdim=True)
+    else:
+        next_action = next_q_target.argmax(-1, keepdim=True)
+    next_value = next_q_target.gather(-1, next_action).squeeze(-1)
+    return td_target(mb["reward"], next_value, mb["terminated"], cfg.gamma)
+
+
 def dqn_loss(
     qnet: QNetwork, target: QNetwork, mb: Batch, cfg: DQNConfig
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """TD loss on a replay minibatch; the target bootstraps unless ``terminated`` (truncation bootstraps)."""
-    with torch.no_grad():
-        next_q_target = target(mb["next_obs"])
-        if cfg.double:  # online net picks the action, target net scores it
-            next_action = qnet(mb["next_obs"]).argmax(-1, keepdim=True)
-        else:
-            next_action = next_q_target.argmax(-1, keepdim=True)
-        next_value = next_q_target.gather(-1, next_action).squeeze(-1)
-        y = td_target(mb["reward"], next_value, mb["terminated"], cfg.gamma)
+    """TD loss (``cfg.loss``: Huber or MSE) on a replay minibatch against ``dqn_target``."""
+    y = dqn_target(qnet, target, mb, cfg)
     q = qnet(mb["obs"]).gather(-1, mb["action"].long().unsqueeze(-1)).squeeze(-1)
     loss = huber(q, y) if cfg.loss == "huber" else F.mse_loss(q, y)
     return loss, {"loss/q": loss.detach(), "dqn/q_mean": q.detach().mean()}

@@ -44,6 +44,17 @@ def ppo_loss(
     return loss, stats
 
 
+def compute_targets(policy: ActorCritic, rollout: RolloutBuffer, batch: Batch) -> Batch:
+    """GAE advantages and returns of a ``[T, N]`` rollout, stored in ``rollout``; returns the flattened batch.
+
+    Bootstraps from V(``next_obs``) under ``policy`` unless ``terminated`` (truncation bootstraps); the
+    rollout's ``gamma`` and ``gae_lambda`` apply.
+    """
+    with torch.no_grad():
+        next_value = policy.value(batch["next_obs"].flatten(0, 1)).view(batch.batch_size)
+    return rollout.add(batch, next_value)
+
+
 class PPO(Algorithm):
     """PPO on an ``ActorCritic``: GAE over each rollout, then ``epochs`` passes of shuffled minibatches."""
 
@@ -64,15 +75,15 @@ class PPO(Algorithm):
     def update(self, batch: Batch) -> dict[str, float]:
         """GAE on the ``[T, N]`` rollout (bootstrapping from V(next_obs) unless terminated), then PPO epochs."""
         cfg = self.config
-        with torch.no_grad():
-            next_value = self.policy.value(batch["next_obs"].flatten(0, 1)).view(batch.batch_size)
-        data = self.rollout.add(batch, next_value)
+        data = compute_targets(self.policy, self.rollout, batch)
         lr = self._scheduled(cfg.lr, cfg.lr_schedule)
         clip = self._scheduled(cfg.clip, cfg.clip_schedule)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         history: list[dict[str, torch.Tensor]] = []
+        epochs_done = 0
         for _ in range(cfg.epochs):
+            epochs_done += 1
             for mb in self.rollout.minibatches(cfg.minibatch_size):
                 loss, stats = ppo_loss(self.policy, mb, cfg, clip)
                 stats["grad_norm"] = guarded_step(loss, self.policy, self.optimizer, cfg.max_grad_norm, "ppo loss")
@@ -83,6 +94,8 @@ class PPO(Algorithm):
         metrics["ppo/explained_variance"] = explained_variance(data["value"], data["return"])
         metrics["ppo/lr"] = lr
         metrics["ppo/clip"] = clip
+        metrics["ppo/epochs"] = float(epochs_done)  # fewer than cfg.epochs when target_kl stopped the update
+        metrics["ppo/gradient_steps"] = float(len(history))
         return metrics
 
     def networks(self) -> dict[str, nn.Module]:
