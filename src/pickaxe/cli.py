@@ -9,6 +9,7 @@ line on stderr that names the problem and the closest valid choice; there is no 
 from __future__ import annotations
 
 import difflib
+import inspect
 import json
 import sys
 from dataclasses import dataclass
@@ -215,6 +216,8 @@ def _resume(args: list[str]) -> int:
     from pickaxe.train.build import resume
 
     extra = {"allow_no_checkpoint": True} if opts.restart else {}
+    if extra and "allow_no_checkpoint" not in inspect.signature(resume).parameters:
+        extra = {}  # a build.resume without the keyword (before it lands) already starts such a run over
     result, run = resume(
         opts.run_dir,
         progress=not opts.no_progress,
