@@ -270,3 +270,22 @@ def test_custom_env_module_and_kwargs(tmp_path: Path) -> None:
 
     cfg, _ = parse_train("cartpole-ppo", ["--env.kwargs.length", "3", "--env.kwargs.name", "x"])
     assert cfg.env.kwargs == {"length": 3, "name": "x"}
+
+
+def test_nothing_below_the_cli_imports_it() -> None:
+    import ast
+
+    import pickaxe
+
+    root = Path(pickaxe.__file__).parent
+    offenders = []
+    for path in root.rglob("*.py"):
+        if path.name == "cli.py" and path.parent == root:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            if any(n == "pickaxe.cli" or n.startswith("pickaxe.cli.") for n in names):
+                offenders.append(str(path.relative_to(root)))
+    assert offenders == []  # the queue and sweeps check `pickaxe train` commands through pickaxe.recipes.args

@@ -301,7 +301,7 @@ def test_worker_sigkill_loses_nothing_and_resumes_training(q: JobQueue, tmp_path
 def test_sigterm_stops_worker_and_requeues_its_job(q: JobQueue, tmp_path: Path) -> None:
     job = q.add(sh("sleep 30"))
     worker = subprocess.Popen(
-        _py(f"from pickaxe.exp.queue import main\nsys.exit(main(['worker', '--db', {str(q.path)!r}, '--slots', '1']))"),
+        _py(f"from pickaxe.cli import main\nsys.exit(main(['worker', '--db', {str(q.path)!r}, '--slots', '1']))"),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     wait_for(lambda: q.get(job).pid, what="job start")
