@@ -69,6 +69,14 @@ def test_recipes_lists_one_line_each(capsys) -> None:
         (["train"], "needs a recipe name"),
         (["trian", "cartpole-ppo"], "unknown command 'trian'; did you mean 'train'?"),
         (["eval", "/nonexistent/run"], "is not a run directory"),
+        (["eval"], "pickaxe eval needs a run directory first"),
+        (["resume", "--no-progress"], "pickaxe resume needs a run directory first"),
+        (["set", "RUN"], "usage: pickaxe set RUN_DIR KEY=VALUE"),
+        (["eval", "RUN", "--checkpoint", "newest"], "--checkpoint must be final, best, latest or an env step"),
+        (["compare", "RUN", "--metrc", "x"], "did you mean --metric?"),
+        (["queue", "list", "--stat", "failed"], "did you mean --state?"),
+        (["worker", "--slots", "0"], "--slots must be >= 1, got 0"),
+        (["sweep", "cartpole-ppo", "--seeds", "0", "--algo.lr", "1e-3,3e-4"], "--seeds must be >= 1, got 0"),
     ],
 )
 def test_user_errors_are_one_clear_line(capsys, tmp_path: Path, argv: list[str], expected: str) -> None:

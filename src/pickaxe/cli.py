@@ -211,7 +211,13 @@ class ResumeArgs:
     """Serve metrics for Prometheus on 127.0.0.1:PORT."""
 
 
+def _needs_run_dir(args: list[str], command: str) -> None:
+    if not wants_help(args) and (not args or args[0].startswith("-")):
+        raise PickaxeError(f"pickaxe {command} needs a run directory first, e.g. `pickaxe {command} runs/my-run`")
+
+
 def _resume(args: list[str]) -> int:
+    _needs_run_dir(args, "resume")
     opts = parse(ResumeArgs, args, "pickaxe resume")
     from pickaxe.train.build import resume
 
@@ -248,6 +254,7 @@ class EvalArgs:
 
 
 def _eval(args: list[str]) -> int:
+    _needs_run_dir(args, "eval")
     opts = parse(EvalArgs, args, "pickaxe eval")
     if opts.checkpoint not in ("final", "best", "latest") and not opts.checkpoint.isdigit():
         raise ConfigError(f"--checkpoint must be final, best, latest or an env step, got {opts.checkpoint!r}")
