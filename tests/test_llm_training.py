@@ -183,8 +183,14 @@ def test_tiny_llm_run_end_to_end(tmp_path: Path) -> None:
     assert config["kind"] == "llm" and config["algo_name"] == "grpo"
     assert LLMTrainConfig.from_dict(config) == _tiny_cfg(seed=3)
     assert (tmp_path / "a" / "model.safetensors").is_file()
-    final = evaluate_llm_run(LLMTrainConfig.from_dict(config), tmp_path / "a")
+    run_cfg = LLMTrainConfig.from_dict(config)
+    final = evaluate_llm_run(run_cfg, tmp_path / "a")  # the run's own eval settings: 12 prompts, pass@2 of 4
     assert final == {k: v for k, v in evals[-1].items() if k.startswith("eval/")}  # same weights, same numbers
+    assert evaluate_llm_run(run_cfg, tmp_path / "a", checkpoint="latest") == final
+    at_16 = evaluate_llm_run(run_cfg, tmp_path / "a", checkpoint=16)  # the checkpoint of the step-16 evaluation
+    assert at_16 == {k: v for k, v in evals[1].items() if k.startswith("eval/")}
+    assert evaluate_llm_run(run_cfg, tmp_path / "a", prompts=5)["eval/prompts"] == 5.0
+    assert run_cfg == _tiny_cfg(seed=3)  # evaluating did not change the config
     train(_tiny_cfg(seed=3), run_dir=tmp_path / "b")
     assert _records(tmp_path / "b") == records  # same seed, same numbers
 
@@ -256,3 +262,17 @@ def test_set_changes_grpo_learning_rate_live(tmp_path: Path) -> None:
     updates = [r for r in _records(run.path) if "grpo/lr" in r]
     assert updates and all(r["grpo/lr"] == pytest.approx(2e-4) for r in updates)
     assert updates[0]["override/algo.lr"] == 2e-4
+
+
+def test_warm_start_stops_at_its_target_nll() -> None:
+    """The warm start ends at a stage of learning (windowed token NLL), not at an update count that lands before
+    SFT's sharp transition on one machine and after it on another."""
+    from pickaxe.train.llm import build_model, warm_start
+
+    cfg = _tiny_cfg(seed=2)
+    cfg.warm_start = WarmStartConfig(updates=60, target_nll=50.0, batch_size=8, log_every=100)  # reached at once
+    model, tok = build_model(cfg, torch.device("cpu"), 0)
+    out = warm_start(cfg, model, tok, 0, None, False)
+    assert out["warm_start/updates"] == WarmStartConfig.NLL_WINDOW  # as soon as the window is full
+    cfg.warm_start = WarmStartConfig(updates=30, target_nll=1e-6, batch_size=8)  # never reached: the cap
+    assert warm_start(cfg, model, tok, 0, None, False)["warm_start/updates"] == 30

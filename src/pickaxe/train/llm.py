@@ -176,24 +176,33 @@ def build_engine(cfg: LLMTrainConfig, model: nn.Module, tokenizer: Any, seed: in
 def warm_start(
     cfg: LLMTrainConfig, model: nn.Module, tokenizer: Any, seed: int, run: Run | None, progress: bool
 ) -> dict[str, float]:
-    """SFT for ``cfg.warm_start.updates`` updates on the task's reference answers; records under ``warm_start/``
-    (logged at step 0). Uses its own prompt stream, so the RL prompts do not depend on it."""
+    """SFT for ``cfg.warm_start.updates`` updates on the task's reference answers, or fewer once the windowed
+    token NLL reaches ``cfg.warm_start.target_nll``; records under ``warm_start/`` (logged at step 0). Uses its
+    own prompt stream, so the RL prompts do not depend on it."""
     w = cfg.warm_start
     env = build_env(cfg, seed, seed)  # its own prompt stream; its held-out set is unused
     collector = DemoCollector(env, tokenizer, w.batch_size, device=next(model.parameters()).device)
     sft = SFT(model, SFTConfig(lr=w.lr, lr_schedule=w.lr_schedule, micro_batch_size=w.batch_size))
     start, last = time.perf_counter(), {}
+    window: list[float] = []
     for i in range(w.updates):
         sft.set_progress(i, w.updates)
         last = sft.update(collector.collect())
-        if (i + 1) % w.log_every == 0 or i + 1 == w.updates:
+        window = [*window[-(w.NLL_WINDOW - 1) :], last["sft/token_nll"]]
+        reached = w.target_nll is not None and len(window) == w.NLL_WINDOW and sum(window) / len(window) <= w.target_nll
+        if (i + 1) % w.log_every == 0 or i + 1 == w.updates or reached:
             record = {f"warm_start/{k.split('/')[-1]}": v for k, v in last.items()}
             record.update({"warm_start/update": float(i + 1), "time/warm_start_s": time.perf_counter() - start})
+            record["warm_start/window_nll"] = sum(window) / len(window)
             if run is not None:
                 run.log(record, 0)
             if progress:
                 Console().print(f"warm start (SFT) {i + 1}/{w.updates}: token NLL {last['sft/token_nll']:.3f}")
-    return {"warm_start/wall_s": time.perf_counter() - start, **last}
+        if reached:
+            if progress:
+                Console().print(f"warm start reached token NLL {w.target_nll} after {i + 1} updates")
+            break
+    return {"warm_start/wall_s": time.perf_counter() - start, "warm_start/updates": float(sft.version), **last}
 
 
 class LLMTrainer(Trainer):
@@ -292,16 +301,22 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
     return trainer
 
 
-def evaluate_llm_run(cfg: LLMTrainConfig, run_dir: str | Path, prompts: int | None = None) -> dict[str, float]:
-    """Rebuild a finished LLM run's model from its config and ``model.safetensors`` and evaluate it on the held-out
-    prompts (``prompts`` overrides ``cfg.eval.prompts``); what ``pickaxe eval RUN_DIR`` prints for LLM runs."""
+def evaluate_llm_run(
+    cfg: LLMTrainConfig, run_dir: str | Path, prompts: int | None = None, checkpoint: str | int = "final"
+) -> dict[str, float]:
+    """Rebuild an LLM run's model from its config, load its weights and evaluate it on the held-out prompts with
+    the run's own evaluation settings (``cfg.eval``: prompts, samples, pass@k, temperature), so the numbers match
+    what the run logged for the same weights; ``prompts`` overrides ``cfg.eval.prompts``. ``checkpoint``:
+    ``"final"`` (``model.safetensors``), ``"latest"``, ``"best"`` or an env step (see
+    ``pickaxe.runs.run.load_model``). What ``pickaxe eval RUN_DIR`` prints for LLM runs."""
+    cfg = copy.deepcopy(cfg)  # the caller's config stays as it was
+    if prompts is not None:
+        cfg.eval.prompts = prompts
     set_torch_threads(cfg.torch_threads)
     seeds = derive_llm_seeds(cfg.seed)
     device = resolve_device(cfg.device)
-    if prompts is not None:
-        cfg.eval.prompts = prompts
     model, tokenizer = build_model(cfg, device, seeds["model"])
-    load_model(run_dir, {"policy": model}, device)
+    load_model(run_dir, {"policy": model}, device, checkpoint=checkpoint)
     env = build_env(cfg, seeds["env"], seeds["eval_env"])
     engine = HFEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, cfg.engine.max_batch, seeds["engine"])
     evaluator = TextEvaluator(env, engine, tokenizer, cfg.eval, cfg.engine.max_new_tokens, seeds["eval"])

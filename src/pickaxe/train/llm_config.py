@@ -119,10 +119,19 @@ class WarmStartConfig:
     """SFT on the task's reference answers before the main algorithm (0 updates: none)."""
 
     updates: int = ranged(0, ge=0)
+    """SFT updates; with ``target_nll``, the most it may take."""
+    target_nll: float | None = ranged(None, gt=0)
+    """Stop early once the training token NLL, averaged over the last ``NLL_WINDOW`` updates, is at or below this.
+    The warm start then ends at the same stage of learning on every machine, however fast SFT gets there (a fixed
+    number of updates can stop before a sharp transition on one machine and after it on another). None: always
+    run ``updates``."""
     lr: float = ranged(1e-3, gt=0, le=10)
     batch_size: int = ranged(64, ge=1)
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
     log_every: int = ranged(50, ge=1)
+
+    NLL_WINDOW: ClassVar[int] = 20
+    """Updates averaged for ``target_nll`` (one batch's NLL is noisy)."""
 
     def __post_init__(self) -> None:
         validate(self)
