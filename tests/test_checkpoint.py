@@ -18,6 +18,7 @@ import pytest
 import torch
 from torch import nn
 
+from pickaxe.errors import PickaxeError
 from pickaxe.runs.checkpoint import (
     CheckpointError,
     CheckpointManager,
@@ -394,12 +395,15 @@ def test_corruption_is_detected_and_load_falls_back(tmp_path, corrupt, caplog):
         mgr.load(bad)
     with (
         caplog.at_level(logging.WARNING),
-        pytest.warns(CheckpointWarning, match=f"step-000000000002.*{fname}"),
+        pytest.warns(CheckpointWarning, match=f"skipping damaged checkpoint step-000000000002.*{fname}") as warned,
     ):
         out, info = mgr.load()
     assert info.step == 1
     assert_same(_state(1), out)
-    assert "step-000000000002" in caplog.text and fname in caplog.text and "skipping" in caplog.text
+    assert len(warned) == 1 and caplog.text == ""  # reported once, not once as a warning and again as a log line
+    reports: list[str] = []
+    assert mgr.load(on_skip=reports.append)[1].step == 1  # or to a handler (the Trainer's events.jsonl)
+    assert len(reports) == 1 and fname in reports[0] and "\n" not in reports[0]
     with pytest.warns(CheckpointWarning):
         assert mgr.latest().step == 1
 
@@ -412,6 +416,7 @@ def test_all_bad_raises_listing_what_was_tried(tmp_path):
         mgr.load()
     msg = str(exc.value)
     assert "no good checkpoint" in msg and "step-000000000001" in msg and "step-000000000002" in msg
+    assert "\n" not in msg and isinstance(exc.value, PickaxeError)  # the CLI prints it as one line, exit 2
     with pytest.warns(CheckpointWarning):
         assert mgr.latest() is None
 

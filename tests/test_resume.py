@@ -106,9 +106,10 @@ def test_supervisor_restarts_a_crashed_run_and_it_ends_exact(tmp_path: Path) -> 
     )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "fired").exists()
-    events = [json.loads(line) for line in (b / "events.jsonl").read_text().splitlines()]
-    assert events[0]["message"].startswith("restart 1/2 after exit status -9")
-    assert "resume is exact" in events[1]["message"]
+    events = [json.loads(line)["message"] for line in (b / "events.jsonl").read_text().splitlines()]
+    restart = next(i for i, m in enumerate(events) if m.startswith("restart "))
+    assert events[restart].startswith("restart 1/2 after exit status -9")
+    assert "resume is exact" in next(m for m in events[restart:] if m.startswith("resumed"))
     assert _metrics(a) == _metrics(b)
 
 
@@ -132,7 +133,7 @@ def test_corrupt_newest_checkpoint_is_skipped_and_resume_stays_exact(tmp_path: P
     assert _metrics(a) == _metrics(b)
 
 
-def test_resume_without_checkpoint_starts_over(tmp_path: Path) -> None:
+def test_resume_without_checkpoint_says_so_instead_of_starting_over(tmp_path: Path) -> None:
     args = RECIPES["cartpole-ppo"]
     b = tmp_path / "b"
     env = {**os.environ, "PICKAXE_FAULT": "iteration:2"}
@@ -140,9 +141,11 @@ def test_resume_without_checkpoint_starts_over(tmp_path: Path) -> None:
         _cmd("train", "cartpole-ppo", *args, "--run-dir", str(b), "--no-progress"), env=env, capture_output=True
     )
     assert len(_metrics(b)) == 2 and not list(b.glob("checkpoints/step-*"))
-    subprocess.run(_cmd("resume", str(b), "--no-progress"), check=True, capture_output=True)
-    steps = [r["step"] for r in _metrics(b)]
-    assert steps == sorted(set(steps)) and steps[-1] == 10240
+    proc = subprocess.run(_cmd("resume", str(b), "--no-progress"), capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"pickaxe: error: {b} has no checkpoint to resume from;")
+    assert len(proc.stderr.splitlines()) == 1
+    assert len(_metrics(b)) == 2  # nothing lost
 
 
 class _Walk(gym.Env):

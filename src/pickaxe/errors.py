@@ -1,5 +1,9 @@
 """User-facing errors: the CLI prints these as one line, without a traceback."""
 
+from __future__ import annotations
+
+from typing import Literal
+
 
 class PickaxeError(Exception):
     """A problem with the user's input (config, recipe, env id, run directory); the message names the fix."""
@@ -9,9 +13,22 @@ class ConfigError(PickaxeError, ValueError):
     """An unknown config key or a value of the wrong type."""
 
 
-class NonFiniteError(RuntimeError):
-    """A NaN or Inf in a loss, a gradient or a parameter; raised before the bad update is applied."""
+class CheckpointError(PickaxeError):
+    """A checkpoint is missing, damaged or unreadable; the one-line message names the file and the fix."""
 
-    def __init__(self, what: str) -> None:
+
+NonFiniteSource = Literal["update", "parameter", "input"]
+
+
+class NonFiniteError(RuntimeError):
+    """A NaN or Inf found by a guard; ``what`` names the tensor, ``source`` where it was found.
+
+    ``source``: ``"update"`` a loss or gradient (raised before that optimizer step is applied),
+    ``"parameter"`` a weight after an update (the update was applied), ``"input"`` the collected batch
+    (reward or observation: nothing was learned from it).
+    """
+
+    def __init__(self, what: str, source: NonFiniteSource = "update") -> None:
         super().__init__(what)
         self.what = what
+        self.source = source

@@ -1,9 +1,17 @@
 """Fault injection for tests: SIGKILL this process at a named point, the way a crash or OOM-kill would.
 
-``PICKAXE_FAULT="<point>:<n>"`` kills the process the n-th time it reaches ``point`` (points:
-``iteration`` after each training iteration, ``checkpoint-write`` after a checkpoint's files are
-written but before it is renamed into place). With ``PICKAXE_FAULT_ONCE=<file>`` the fault fires only
-if that file does not exist yet (it is created first), so a restarted process runs through.
+``PICKAXE_FAULT="<point>:<n>"`` kills the process the n-th time it reaches ``point``. Points:
+
+- ``iteration``: after each training iteration (its log record and any checkpoint written);
+- every write of the checkpoint protocol, in order: ``checkpoint-tensors`` (tensor file written),
+  ``checkpoint-meta`` (meta.json written), ``checkpoint-manifest`` (MANIFEST.json written),
+  ``checkpoint-write`` (all files synced, folder not yet renamed into place), ``checkpoint-renamed``
+  (folder in place, ``latest`` not yet updated), ``latest-tmp`` (the new ``latest`` written to a temporary
+  file, not yet renamed over the old one), ``checkpoint-retention`` (an old checkpoint renamed aside for
+  deletion, not yet deleted).
+
+With ``PICKAXE_FAULT_ONCE=<file>`` the fault fires only if that file does not exist yet (it is created
+first), so a restarted process runs through.
 """
 
 from __future__ import annotations
@@ -12,6 +20,17 @@ import os
 import signal
 from collections import Counter
 from pathlib import Path
+
+CHECKPOINT_POINTS = (
+    "checkpoint-tensors",
+    "checkpoint-meta",
+    "checkpoint-manifest",
+    "checkpoint-write",
+    "checkpoint-renamed",
+    "latest-tmp",
+    "checkpoint-retention",
+)
+"""The fault points of one checkpoint save, in the order a save reaches them."""
 
 _hits: Counter[str] = Counter()
 

@@ -31,7 +31,8 @@ def _cartpole_ppo() -> TrainConfig:
         env=EnvConfig(id="CartPole-v1", num_envs=8),
         model=ModelConfig(hidden=(64, 64), activation="relu"),
         collector=CollectorConfig(steps=256),
-        trainer=TrainerConfig(total_steps=100_000, eval_every=6_000),
+        # CartPole-v1 counts as solved at 475; stop there (--trainer.stop-at-target False trains the full budget)
+        trainer=TrainerConfig(total_steps=100_000, eval_every=6_000, target_return=475.0),
     )
 
 
@@ -47,7 +48,7 @@ def _cartpole_dqn() -> TrainConfig:
         env=EnvConfig(id="CartPole-v1", num_envs=8),
         model=ModelConfig(hidden=(64, 64), activation="relu"),
         collector=CollectorConfig(steps=256),
-        trainer=TrainerConfig(total_steps=100_000, eval_every=6_000),
+        trainer=TrainerConfig(total_steps=100_000, eval_every=6_000, target_return=475.0),
     )  # fmt: skip
 
 
@@ -74,9 +75,15 @@ RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
         Recipe(
-            "cartpole-ppo", "PPO on CartPole-v1, discrete actions; solves (eval >= 475) in ~18k steps", _cartpole_ppo
+            "cartpole-ppo",
+            "PPO on CartPole-v1, discrete actions; stops when solved (eval >= 475), in ~18k steps",
+            _cartpole_ppo,
         ),
-        Recipe("cartpole-dqn", "Double DQN on CartPole-v1 with a target network and epsilon decay", _cartpole_dqn),
+        Recipe(
+            "cartpole-dqn",
+            "Double DQN on CartPole-v1 with a target network and epsilon decay; stops when solved (eval >= 475)",
+            _cartpole_dqn,
+        ),
         Recipe("pendulum-ppo", "PPO with Gaussian actions on Pendulum-v1 (continuous control)", _pendulum_ppo),
     )
 }

@@ -28,6 +28,7 @@ import secrets
 import shutil
 import time
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from typing import Any, BinaryIO
 import torch
 from safetensors.torch import load_file, save_file
 
+from pickaxe.errors import CheckpointError
 from pickaxe.faults import fault_point
 from pickaxe.runs.state import flatten_state, unflatten_state
 
@@ -58,12 +60,12 @@ _STEP_RE = re.compile(r"step-(\d{12})")
 _FIX = "delete this checkpoint folder or load an older checkpoint"
 
 
-class CheckpointError(Exception):
-    """A checkpoint is missing, damaged or unreadable; the message names the file and the fix."""
-
-
 class CheckpointWarning(UserWarning):
     """A damaged checkpoint was skipped while looking for the newest good one."""
+
+
+SkipHandler = Callable[[str], None]
+"""Receives the one-line report of a skipped (damaged) checkpoint."""
 
 
 @dataclass
@@ -81,6 +83,7 @@ def _name(step: int) -> str:
 
 
 def _bad(folder: Path, fname: str, problem: str) -> CheckpointError:
+    problem = " ".join(problem.split())  # one line, whatever the underlying error printed
     return CheckpointError(f"checkpoint {folder}: {fname} {problem}; {_FIX}")
 
 
@@ -137,6 +140,8 @@ def _read_json(folder: Path, fname: str) -> Any:
         raise _bad(folder, fname, f"cannot be read ({e})") from e
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise _bad(folder, fname, f"is not valid JSON ({e})") from e
+    except RecursionError as e:  # absurdly nested JSON: damaged, never a crash
+        raise _bad(folder, fname, "nests JSON too deeply to read") from e
 
 
 def _check_file(folder: Path, fname: str, entry: Any) -> None:
@@ -270,6 +275,7 @@ class CheckpointManager:
         tmp.mkdir()
         try:
             save_file(tensors, tmp / TENSORS)
+            fault_point("checkpoint-tensors")  # tests kill at each write of the protocol
             # The fsyncs run in helper threads, overlapping the sha256 (CPU) and each other (the file system
             # can commit them together); all three files are durable before the folder is synced and renamed.
             with ThreadPoolExecutor(3) as pool:
@@ -278,9 +284,11 @@ class CheckpointManager:
                     TENSORS: _digest_mapped(tmp / TENSORS),
                     META: _write_bytes(tmp / META, meta_bytes, False),
                 }
+                fault_point("checkpoint-meta")
                 synced.append(pool.submit(_fsync_file, tmp / META))
                 manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "files": files}
                 _write_bytes(tmp / MANIFEST, json.dumps(manifest, indent=1).encode(), sync=False)
+                fault_point("checkpoint-manifest")
                 synced.append(pool.submit(_fsync_file, tmp / MANIFEST))
                 for done in synced:
                     done.result()  # re-raises an fsync error
@@ -291,6 +299,7 @@ class CheckpointManager:
                 old = self.dir / f"{_TMP}old-{name}-{secrets.token_hex(4)}"
                 os.replace(final, old)
             os.replace(tmp, final)
+            fault_point("checkpoint-renamed")  # in place, ``latest`` still names the previous one
             _fsync_dir(self.dir)
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
@@ -311,6 +320,7 @@ class CheckpointManager:
     def _write_pointer(self, name: str) -> None:
         tmp = self.dir / f"{_TMP}{LATEST}-{secrets.token_hex(4)}"
         _write_bytes(tmp, f"{name}\n".encode())
+        fault_point("latest-tmp")  # new name written and synced, old pointer not yet replaced
         os.replace(tmp, self.dir / LATEST)
         _fsync_dir(self.dir)
 
@@ -335,6 +345,7 @@ class CheckpointManager:
                 trash = self.dir / f"{_TMP}del-{info.path.name}-{secrets.token_hex(4)}"
                 try:
                     os.replace(info.path, trash)
+                    fault_point("checkpoint-retention")
                     shutil.rmtree(trash, ignore_errors=True)
                 except OSError as e:
                     logger.warning("could not delete old checkpoint %s: %s", info.path, e)
@@ -353,7 +364,7 @@ class CheckpointManager:
             try:
                 doc = json.loads((p / META).read_bytes())
                 metric, meta = _metric(doc.get("metric")), doc.get("meta") or {}
-            except (OSError, ValueError, AttributeError):
+            except (OSError, ValueError, AttributeError, RecursionError):
                 pass  # damaged: listed anyway, verify()/load() will report it
             out.append(CheckpointInfo(p, int(m.group(1)), metric, meta if isinstance(meta, dict) else {}))
         return sorted(out, key=lambda i: i.step)
@@ -380,48 +391,73 @@ class CheckpointManager:
         i = names.index(pointer)
         return [infos[i], *infos[:i][::-1], *infos[i + 1 :][::-1]]
 
-    def _skip(self, info: CheckpointInfo, err: CheckpointError) -> None:
+    def _skip(self, info: CheckpointInfo, err: CheckpointError, on_skip: SkipHandler | None) -> None:
+        """Report a skipped checkpoint once: to ``on_skip`` if given, else as a :class:`CheckpointWarning`."""
         msg = f"skipping damaged checkpoint {info.path.name} and trying the previous one: {err}"
-        logger.warning(msg)
-        warnings.warn(msg, CheckpointWarning, stacklevel=3)
+        if on_skip is not None:
+            on_skip(msg)
+        else:
+            warnings.warn(msg, CheckpointWarning, stacklevel=3)
 
     def _none_good(self, tried: list[str]) -> CheckpointError:
         if not tried:
             return CheckpointError(f"no checkpoint found in {self.dir}; check run_dir or start training from scratch")
-        lines = "\n".join(f"  - {t}" for t in tried)
+        names = ", ".join(tried)
         return CheckpointError(
-            f"no good checkpoint in {self.dir}; tried newest to oldest:\n{lines}\n"
+            f"no good checkpoint in {self.dir} (tried newest to oldest: {names}; each reason is reported above); "
             "restore the folder from a backup or start training from scratch"
         )
 
     def load(
-        self, path: str | Path | None = None, map_location: str | torch.device = "cpu"
+        self,
+        path: str | Path | None = None,
+        map_location: str | torch.device = "cpu",
+        accept: Callable[[Any, CheckpointInfo], None] | None = None,
+        on_skip: SkipHandler | None = None,
     ) -> tuple[Any, CheckpointInfo]:
         """Load a checkpoint's state and info; nothing is unpickled.
 
         With ``path`` None, start at the checkpoint ``latest`` points to (else the newest by step) and walk
-        to older ones, skipping damaged ones with a :class:`CheckpointWarning` and a log message; raise
-        :class:`CheckpointError` listing what was tried if none is good. With ``path`` given, load exactly
-        that checkpoint or raise :class:`CheckpointError`. Tensors are moved to ``map_location``.
+        to older ones, skipping damaged ones; raise :class:`CheckpointError` naming what was tried if none is
+        good. Each skip is reported once: to ``on_skip(message)`` if given, else as a :class:`CheckpointWarning`.
+        ``accept(state, info)``, if given, is part of the check: a checkpoint whose state it refuses (any
+        exception, e.g. another algorithm's state or wrong shapes) counts as damaged and the walk goes on.
+        With ``path`` given, load exactly that checkpoint or raise :class:`CheckpointError`. Tensors are moved
+        to ``map_location``.
         """
         if path is not None:
-            return _load_one(self._resolve(path), map_location)
+            return self._load_accepted(self._resolve(path), map_location, accept)
         tried = []
         for info in self._candidates():
             try:
-                return _load_one(info.path, map_location)
+                return self._load_accepted(info.path, map_location, accept)
             except CheckpointError as e:
-                self._skip(info, e)
-                tried.append(str(e))
+                self._skip(info, e, on_skip)
+                tried.append(info.path.name)
         raise self._none_good(tried)
 
-    def latest(self) -> CheckpointInfo | None:
+    @staticmethod
+    def _load_accepted(
+        folder: Path, map_location: str | torch.device, accept: Callable[[Any, CheckpointInfo], None] | None
+    ) -> tuple[Any, CheckpointInfo]:
+        state, info = _load_one(folder, map_location)
+        if accept is not None:
+            try:
+                accept(state, info)
+            except CheckpointError:
+                raise
+            except Exception as e:  # any refusal of the state makes this checkpoint unusable
+                problem = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+                raise _bad(folder, META, f"holds state this run cannot load ({problem})") from e
+        return state, info
+
+    def latest(self, on_skip: SkipHandler | None = None) -> CheckpointInfo | None:
         """Info of the checkpoint :meth:`load` would pick (digests verified), or None if there is none."""
         for info in self._candidates():
             try:
                 return _info(info.path, _verify(info.path))
             except CheckpointError as e:
-                self._skip(info, e)
+                self._skip(info, e, on_skip)
         return None
 
 

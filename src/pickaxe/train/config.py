@@ -23,11 +23,21 @@ class TrainerConfig:
     """Env steps between evaluations (0: only at the end)."""
     eval_episodes: int = ranged(10, ge=1)
     target_return: float | None = None
-    """Stop as soon as the eval mean return reaches this."""
+    """The eval mean return that counts as solved (recorded as ``solved_step``); None: no target."""
+    stop_at_target: bool = True
+    """Stop at the first evaluation that reaches ``target_return`` (False: train on, still record when)."""
     log_every: int = ranged(0, ge=0)
     """Env steps between log records (0: every update). Evaluations are always logged."""
     save_every: int = ranged(0, ge=0)
-    """Env steps between checkpoints (0: only the final one). Needs a Run."""
+    """Env steps between checkpoints on top of those at evaluations (0: none). Needs a Run."""
+    save_at_eval: bool = True
+    """Checkpoint at every evaluation, with its eval return as the metric (needs a Run).
+
+    The default that makes every run resumable without choosing an interval: a crash loses at most the work
+    since the last evaluation, the best evaluation is always on disk for ``keep_best``, and a checkpoint costs a
+    small fraction of the evaluation it follows (cartpole-ppo on a busy 2-core machine: ~0.1 s against ~1 s).
+    Ctrl-C and SIGTERM checkpoint at the next iteration boundary anyway; the end of training always does.
+    Evaluations that beat the best so far are checkpointed even when this is False."""
     keep_last: int = ranged(3, ge=1)
     """Checkpoints kept by recency."""
     keep_best: int = ranged(1, ge=0)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from pickaxe.algos.base import Algorithm, first_nonfinite
-from pickaxe.errors import NonFiniteError, PickaxeError
+from pickaxe.errors import CheckpointError, NonFiniteError, PickaxeError
 from pickaxe.faults import fault_point
 from pickaxe.rollout.collector import Collector
 from pickaxe.runs.checkpoint import CheckpointInfo, CheckpointManager
@@ -23,7 +27,7 @@ from pickaxe.runs.monitor import SystemMonitor
 from pickaxe.runs.run import Run
 from pickaxe.train.config import TrainerConfig
 from pickaxe.train.evaluate import evaluate
-from pickaxe.train.overrides import Override, OverrideLog
+from pickaxe.train.overrides import Override, OverrideLog, mutable_keys
 from pickaxe.utils import get_rng_state, seed_everything, set_rng_state, set_torch_threads
 
 
@@ -42,6 +46,29 @@ class FitResult:
 
 class TrainingStopped(PickaxeError):
     """Training stopped on purpose (e.g. the non-finite guard); the message says why and what to do."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Training stopped by SIGINT or SIGTERM after checkpointing at an iteration boundary.
+
+    A ``KeyboardInterrupt``, so the CLI exits with a nonzero status that is not 2 (130), and a supervisor
+    must not restart it. ``checkpoint`` is the folder saved; the message (already printed and recorded in
+    ``events.jsonl``) names it and the ``pickaxe resume`` command; ``signum`` is the signal received.
+    """
+
+    reported = True
+    """The message was already printed on stderr (the CLI need not print another line)."""
+
+    def __init__(self, message: str, signum: int, checkpoint: Path | None) -> None:
+        super().__init__(message)
+        self.signum = signum
+        self.checkpoint = checkpoint
+
+
+METRIC = "eval/return_mean"
+"""The eval metric that decides ``best_eval_return``, ``target_return`` and the best checkpoints."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""Signals that make ``fit`` checkpoint at the next iteration boundary and stop (a second one aborts)."""
 
 
 Evaluator = Callable[[Algorithm], dict[str, float]]
@@ -96,10 +123,16 @@ class Trainer:
         self.evaluator = evaluator
         self.progress = progress
         self.checkpoints = CheckpointManager(run.path, cfg.keep_last, cfg.keep_best) if run is not None else None
-        self.overrides = OverrideLog(run.path) if run is not None else None
+        self.overrides = None
+        if run is not None:
+            self.overrides = OverrideLog(run.path, mutable_keys(algo.config), report=self._event)
         self.step = 0
         self._next_eval = self._next_log = self._next_save = 0
         self._rollbacks = 0
+        self._applied: list[tuple[Override, Any]] = []  # live changes in force, with the value each replaced
+        self._stop_signal: int | None = None
+        self._saved: tuple[int, Path] | None = None  # (step, folder) of the newest checkpoint this process wrote
+        self._eval_metric: tuple[int, float] | None = None  # (step, value) of the newest evaluation
         self.result = FitResult(steps=0, wall_s=0.0)
         self.monitor = SystemMonitor()
         set_torch_threads(torch_threads)
@@ -121,31 +154,102 @@ class Trainer:
         if self.step == 0:
             self._next_eval = cfg.eval_every if cfg.eval_every > 0 else total
             self._next_save = cfg.save_every if cfg.save_every > 0 else total
-        with self._progress_bar(total) as bar:
-            task = (
-                bar.add_task("train", total=total, completed=self.step, eval="-", sps="-", phases="") if bar else None
-            )
-            while self.step < total and result.solved_step is None:
-                try:
-                    record = self._iteration(total, start)
-                except NonFiniteError as e:
-                    self._handle_nonfinite(e)
-                    continue
-                fault_point("iteration")
-                if task is not None:
-                    if "eval/return_mean" in record:
-                        bar.update(task, eval=f"{record['eval/return_mean']:.1f}")
-                    bar.update(
-                        task, completed=self.step, sps=f"{record['time/steps_per_s']:,.0f}", phases=_phase_split(record)
-                    )
+        self._set_status("running", step=self.step)
+        try:
+            with self._stop_signals(), self._progress_bar(total) as bar:
+                self._loop(total, start, bar)
+        except KeyboardInterrupt:  # TrainingInterrupted, or a second Ctrl-C that aborted at once
+            self._set_status("interrupted", step=self.step)
+            raise
+        except TrainingStopped as e:
+            self._set_status("stopped", step=self.step, reason=str(e))
+            raise
+        except BaseException as e:
+            self._set_status("crashed", step=self.step, reason=f"{type(e).__name__}: {e}")
+            raise
         result.steps, result.wall_s = self.step, time.perf_counter() - start
         if self.run is not None:
             self.run.save_model(self.algo.networks())
-            self.save_checkpoint()
+            self.save_checkpoint(self._metric_now())
             self.run.flush()
+            self._set_status("finished", step=self.step)
         if self.progress:
             print_summary(result, self.run)
         return result
+
+    def _loop(self, total: int, start: float, bar: Progress | None) -> None:
+        """Iterations until ``total`` env steps (or the target, if it stops the run)."""
+        cfg, result = self.config, self.result
+        task = bar.add_task("train", total=total, completed=self.step, eval="-", sps="-", phases="") if bar else None
+        while self.step < total and not (result.solved_step is not None and cfg.stop_at_target):
+            if self._stop_signal is not None:
+                self._interrupt(self._stop_signal, bar)
+            try:
+                record = self._iteration(total, start)
+            except NonFiniteError as e:
+                self._handle_nonfinite(e)
+                continue
+            fault_point("iteration")
+            if bar is not None and task is not None:
+                if METRIC in record:
+                    bar.update(task, eval=f"{record[METRIC]:.1f}")
+                bar.update(
+                    task, completed=self.step, sps=f"{record['time/steps_per_s']:,.0f}", phases=_phase_split(record)
+                )
+
+    # ------------------------------------------------------------------------------- stop signals
+    @contextlib.contextmanager
+    def _stop_signals(self) -> Iterator[None]:
+        """While training with a Run in the main thread, SIGINT/SIGTERM ask for a checkpoint and a stop.
+
+        The first signal sets a flag the loop reads at the next iteration boundary (the state is consistent
+        there); a second one raises ``KeyboardInterrupt`` at once, leaving the last checkpoint as it was. A
+        signal ignored by the parent (``SIG_IGN``) stays ignored; the previous handlers come back after ``fit``.
+        """
+        self._stop_signal = None
+        if self.run is None or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_signal(signum: int, frame: object) -> None:
+            if self._stop_signal is not None:
+                raise KeyboardInterrupt(f"{signal.Signals(signum).name} again: aborted at once")
+            self._stop_signal = signum
+            print(
+                f"pickaxe: {signal.Signals(signum).name} received: checkpointing at the end of this iteration, "
+                "then stopping (press Ctrl-C again to abort at once)",
+                file=sys.stderr,
+            )
+
+        previous = {}
+        for sig in STOP_SIGNALS:
+            handler = signal.getsignal(sig)
+            if handler is not signal.SIG_IGN:
+                previous[sig] = signal.SIG_DFL if handler is None else handler
+                signal.signal(sig, on_signal)
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _interrupt(self, signum: int, bar: Progress | None) -> None:
+        """Checkpoint the state at this iteration boundary, record it, and raise ``TrainingInterrupted``."""
+        path = self._saved[1] if self._saved is not None and self._saved[0] == self.step else None
+        if path is None:
+            path = self.save_checkpoint(self._metric_now())
+        if self.run is not None:
+            self.run.flush()
+        if bar is not None:
+            bar.stop()  # the message goes below the finished bar, not into it
+        name = signal.Signals(signum).name
+        run_dir = self.run.path if self.run is not None else "RUN_DIR"
+        message = (
+            f"interrupted ({name}) at env step {self.step}: checkpoint {path} saved; "
+            f"continue with `pickaxe resume {run_dir}`"
+        )
+        self._event(message, signal=name)
+        raise TrainingInterrupted(message, signum, path)
 
     def _iteration(self, total: int, start: float) -> dict[str, Any]:
         """One collect + update (+ eval, log, checkpoint when due); returns the iteration's record."""
@@ -154,6 +258,7 @@ class Trainer:
         self.algo.set_progress(self.step, total)
         t0 = time.perf_counter()
         batch = self.collector.collect()
+        _check_batch(batch)
         t1 = time.perf_counter()
         metrics = self.algo.update(batch)
         self._check_parameters()
@@ -177,26 +282,42 @@ class Trainer:
             if self.run is not None:
                 self.run.log(record, self.step)
             result.history.append({"step": self.step, **record})
-        metric = record.get("eval/return_mean") if evaluated else None
+        metric = record.get(METRIC) if evaluated else None
+        improved = False
         if metric is not None:
+            self._eval_metric = (self.step, metric)
             result.eval_return = metric
+            improved = result.best_eval_return is None or metric > result.best_eval_return
             result.best_eval_return = max(metric, result.best_eval_return or -float("inf"))
-            if cfg.target_return is not None and metric >= cfg.target_return:
+            if cfg.target_return is not None and metric >= cfg.target_return and result.solved_step is None:
                 result.solved_step, result.solved_wall_s = self.step, elapsed
-        if self.run is not None and cfg.save_every > 0 and self.step >= self._next_save and self.step < total:
+        due = cfg.save_every > 0 and self.step >= self._next_save
+        if due:
             while self._next_save <= self.step:
                 self._next_save += cfg.save_every
-            if result.solved_step is None:  # the final checkpoint follows at once otherwise
-                t3 = time.perf_counter()
-                self.save_checkpoint(metric)
-                self._checkpoint_s += time.perf_counter() - t3
+        wanted = due or (metric is not None and (cfg.save_at_eval or (improved and cfg.keep_best > 0)))
+        # the last iteration and a stop at the target are followed at once by the final checkpoint
+        final = self.step >= total or (result.solved_step is not None and cfg.stop_at_target)
+        if self.run is not None and wanted and not final:
+            t3 = time.perf_counter()
+            self.save_checkpoint(metric)
+            self._checkpoint_s += time.perf_counter() - t3
         return record
 
+    def _metric_now(self) -> float | None:
+        """The eval metric of the current step, if this step was evaluated (a checkpoint here carries it)."""
+        return self._eval_metric[1] if self._eval_metric is not None and self._eval_metric[0] == self.step else None
+
     def _apply(self, overrides: list[Override], announce: bool = True) -> dict[str, Any]:
-        """Set live changes on the algorithm's or the loop's config (``algo.lr``, ``trainer.eval_every``)."""
+        """Set live changes on the algorithm's or the loop's config (``algo.lr``, ``trainer.eval_every``).
+
+        Each change was checked against the allow-list and the field's range by the ``OverrideLog``.
+        """
         for o in overrides:
             section, name = o.key.split(".", 1)
-            setattr(self.algo.config if section == "algo" else self.config, name, o.value)
+            target = self.algo.config if section == "algo" else self.config
+            self._applied.append((o, getattr(target, name)))
+            setattr(target, name, o.value)
             if announce:
                 self._event(f"set {o.key}={o.value!r} at step {o.step}")
         return {o.key: o.value for o in overrides}
@@ -205,26 +326,49 @@ class Trainer:
         for net_name, net in self.algo.networks().items():
             bad = first_nonfinite(net.named_parameters())
             if bad is not None:
-                raise NonFiniteError(f"{net_name} {bad}")
+                raise NonFiniteError(f"{net_name} {bad}", source="parameter")
 
     def _handle_nonfinite(self, error: NonFiniteError) -> None:
-        """Roll back to the newest good checkpoint (then take a different random path) or stop."""
+        """Stop (naming a recent live change and its undo, if one preceded it) or roll back to the newest good
+        checkpoint and take a different random path."""
         cfg, step = self.config, self.step
-        can_roll_back = self.checkpoints is not None and self.checkpoints.latest() is not None
-        if cfg.on_nonfinite == "stop" or not can_roll_back or self._rollbacks >= cfg.max_rollbacks:
+        latest = self.checkpoints.latest(on_skip=self._event) if self.checkpoints is not None else None
+        what = _nonfinite_what(error, step)
+        run_dir = self.run.path if self.run is not None else "RUN_DIR"
+        recent = [(o, old) for o, old in self._applied if latest is None or o.step >= latest.step]
+        if recent:  # a rollback would bring the same change back: stop and say how to undo it
+            first: dict[str, Any] = {}
+            for o, old in recent:
+                first.setdefault(o.key, old)
+            last = {o.key: o for o, _ in recent}
+            made = ", ".join(f"{k}={o.value!r} at step {o.step}" for k, o in last.items())
+            undo = " ".join(f"{k}={_cli_value(v)}" for k, v in first.items())
+            since = f"checkpoint at step {latest.step}" if latest is not None else "start"
+            self._event(f"{what}; stopping: it follows the live change {made}")
+            raise TrainingStopped(
+                f"{what}, after the live change {made} (since the {since}); training stopped. Undo it with "
+                f"`pickaxe set {run_dir} {undo}` then `pickaxe resume {run_dir}`"
+            ) from error
+        if cfg.on_nonfinite == "stop" or latest is None or self._rollbacks >= cfg.max_rollbacks:
             why = (
                 "trainer.on_nonfinite=stop"
                 if cfg.on_nonfinite == "stop"
                 else "no checkpoint to roll back to"
-                if not can_roll_back
+                if latest is None
                 else f"{self._rollbacks} rollbacks already (trainer.max_rollbacks)"
             )
-            self._event(f"non-finite {error.what} at step {step}; stopping ({why})")
-            raise TrainingStopped(
-                f"non-finite {error.what} in the update after env step {step}; that optimizer step was not applied and "
-                f"training stopped ({why}). Lower the learning rate or check the reward scale; "
-                "`pickaxe resume RUN_DIR` continues from the last checkpoint."
-            ) from error
+            advice = (
+                "check the env's rewards and observations"
+                if error.source == "input"
+                else "lower algo.lr (or algo.max_grad_norm) or check the reward scale"
+            )
+            then = (
+                f"`pickaxe resume {run_dir}` continues from the last checkpoint"
+                if latest is not None
+                else "there is no checkpoint to resume from"
+            )
+            self._event(f"{what}; stopping ({why})")
+            raise TrainingStopped(f"{what}; training stopped ({why}). {advice.capitalize()}; {then}") from error
         rollbacks = self._rollbacks + 1
         info = self.resume()
         self._rollbacks = rollbacks
@@ -257,38 +401,64 @@ class Trainer:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore ``state_dict()``; random generators are restored last."""
+        """Restore ``state_dict()``: algorithm and collector first (they refuse foreign state), then the loop
+        counters, random generators last."""
         t = state["trainer"]
-        self.step = int(t["step"])
-        self._next_eval, self._next_log, self._next_save = int(t["next_eval"]), int(t["next_log"]), int(t["next_save"])
-        self._rollbacks = int(t["rollbacks"])
-        self.result.eval_return, self.result.best_eval_return = t["eval_return"], t["best_eval_return"]
-        self.result.solved_step = t["solved_step"]
+        step = int(t["step"])
+        counters = (int(t["next_eval"]), int(t["next_log"]), int(t["next_save"]), int(t["rollbacks"]))
         self.algo.load_state_dict(state["algo"])
         # envs whose state cannot be captured restart from a seed fixed by the step: deterministic resume
-        self.collector.load_state_dict(state["collector"], reseed=self.step * 1_000_003 % 2**31)
+        self.collector.load_state_dict(state["collector"], reseed=step * 1_000_003 % 2**31)
+        self.step = step
+        self._next_eval, self._next_log, self._next_save, self._rollbacks = counters
+        self.result.eval_return, self.result.best_eval_return = t["eval_return"], t["best_eval_return"]
+        self.result.solved_step = t["solved_step"]
         set_rng_state(state["rng"])
 
     def save_checkpoint(self, metric: float | None = None) -> Path | None:
-        """Write a checkpoint of the current state (needs a Run)."""
+        """Write a checkpoint of the current state (needs a Run); ``metric`` ranks it for ``keep_best``.
+
+        Saving only reads the state: a run's numbers are the same whichever checkpoints it writes.
+        """
         if self.checkpoints is None:
             return None
         support = self.collector.state_support() if hasattr(self.collector, "state_support") else "deterministic"
-        return self.checkpoints.save(self.step, self.state_dict(), metric=metric, meta={"env_state": support})
+        meta = {"env_state": support, "algo": type(self.algo).__name__}
+        path = self.checkpoints.save(self.step, self.state_dict(), metric=metric, meta=meta)
+        self._saved = (self.step, path)
+        return path
 
-    def resume(self) -> CheckpointInfo | None:
-        """Continue from the newest good checkpoint of the run; returns it, or None if there is none.
+    def _accept(self, state: dict[str, Any], info: CheckpointInfo) -> None:
+        """Load a checkpoint's state into this trainer, refusing another algorithm's (the fallback goes on)."""
+        algo = info.meta.get("algo")
+        if algo is not None and algo != type(self.algo).__name__:
+            raise CheckpointError(
+                f"checkpoint {info.path}: holds the state of a {algo} run, this run trains {type(self.algo).__name__}"
+            )
+        self.load_state_dict(state)
 
-        Bad checkpoints are reported and skipped. ``metrics.jsonl`` is cut back to the checkpoint's step so
-        the resumed run appends no duplicated and no missing steps.
+    def resume(self, allow_empty: bool = False) -> CheckpointInfo | None:
+        """Continue from the newest good checkpoint of the run; returns it.
+
+        A checkpoint is good if its files verify *and* its state loads into this trainer's algorithm and
+        collector; damaged ones (each reported once, on stderr and in ``events.jsonl``) are skipped for older
+        ones, and ``CheckpointError`` (a ``PickaxeError``) is raised if none is good. A run without any
+        checkpoint raises ``PickaxeError``, unless ``allow_empty`` (then it starts again from step 0 and None is
+        returned). ``metrics.jsonl`` is cut back to the checkpoint's step so the resumed run appends no
+        duplicated and no missing steps.
         """
         if self.checkpoints is None or self.run is None:
             raise RuntimeError("resume needs a Trainer with a Run")
         if not self.checkpoints.list():
+            if not allow_empty:
+                raise PickaxeError(
+                    f"{self.run.path} has no checkpoint to resume from; it stopped before its first checkpoint: "
+                    f"train it again (its config is {self.run.path / 'config.json'})"
+                )
             self.run.rewind(0)
             return None
-        state, info = self.checkpoints.load()
-        self.load_state_dict(state)
+        _, info = self.checkpoints.load(accept=self._accept, on_skip=self._event)
+        self._applied, self._saved, self._eval_metric = [], None, None
         if self.overrides is not None:  # changes made before the checkpoint are part of its config
             self._apply(self.overrides.before(self.step), announce=False)
         self.run.rewind(self.step)
@@ -297,9 +467,26 @@ class Trainer:
         self._event(f"resumed from {info.path.name} at step {self.step}; resume is {how}")
         return info
 
-    def _event(self, message: str) -> None:
+    def _event(self, message: str, **fields: Any) -> None:
+        """Record ``message`` in ``events.jsonl`` and print it once on stderr (without a Run: print only)."""
         if self.run is not None:
-            self.run.event(message, step=self.step)
+            self.run.event(message, step=self.step, **fields)
+        else:
+            print(f"pickaxe: {message}", file=sys.stderr)
+
+    def _set_status(self, state: str, **fields: Any) -> None:
+        """Record the run's state (running, finished, interrupted, crashed, stopped) in its ``status.json``.
+
+        The end states are written while an exception is on its way out: a failure to write them must not
+        replace that exception.
+        """
+        if self.run is None:
+            return
+        if state in ("running", "finished"):
+            self.run.set_status(state, **fields)
+            return
+        with contextlib.suppress(Exception):
+            self.run.set_status(state, **fields)
 
     def close(self) -> None:
         """Close the collector's and evaluator's environments (if they have any)."""
@@ -320,6 +507,30 @@ class Trainer:
             TextColumn("[dim]{task.fields[phases]}"),
             TimeElapsedColumn(),
         )
+
+
+def _check_batch(batch: Any) -> None:
+    """Raise ``NonFiniteError`` (source ``input``) if a reward or observation of the batch is NaN/Inf."""
+    keys = batch.keys() if hasattr(batch, "keys") else ()
+    for key in ("reward", "obs", "next_obs"):
+        if key in keys:
+            t = batch[key]
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and not torch.isfinite(t).all():
+                raise NonFiniteError(f"{key} in the collected batch", source="input")
+
+
+def _nonfinite_what(error: NonFiniteError, step: int) -> str:
+    """What was found and what it did, true to where the guard caught it."""
+    if error.source == "input":
+        return f"non-finite {error.what} after env step {step}; no update was made from it"
+    if error.source == "parameter":
+        return f"non-finite {error.what} after the update at env step {step}; that update was applied"
+    return f"non-finite {error.what} in the update after env step {step}; that optimizer step was not applied"
+
+
+def _cli_value(value: Any) -> str:
+    """``value`` as ``pickaxe set`` parses it back (``0.003``, ``None``, ``True``)."""
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def _phase_split(record: dict[str, Any]) -> str:
