@@ -297,3 +297,26 @@ def test_nothing_below_the_cli_imports_it() -> None:
             if any(n == "pickaxe.cli" or n.startswith("pickaxe.cli.") for n in names):
                 offenders.append(str(path.relative_to(root)))
     assert offenders == []  # the queue and sweeps check `pickaxe train` commands through pickaxe.recipes.args
+
+
+@pytest.mark.parametrize(("statuses", "expected", "runs"), [([130], 130, 1), ([-9, 0], 0, 2), ([2], 2, 1)])
+def test_supervisor_restarts_crashes_but_not_a_user_interrupt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, statuses: list[int], expected: int, runs: int
+) -> None:
+    import pickaxe.cli as cli
+
+    started: list[list[str]] = []
+
+    class FakeChild:
+        def __init__(self, command: list[str]) -> None:
+            started.append(command)
+
+        def wait(self) -> int:
+            return statuses[len(started) - 1]
+
+    monkeypatch.setattr(subprocess, "Popen", FakeChild)
+    assert cli._supervise(["cartpole-ppo"], tmp_path / "run", max_restarts=3, no_progress=True) == expected
+    assert len(started) == runs  # an interrupted run (130: checkpointed on Ctrl-C/SIGTERM) is not restarted
+    if runs > 1:
+        assert started[1] == [sys.executable, "-m", "pickaxe.cli", "resume", str(tmp_path / "run"), "--restart",
+                              "--no-progress"]  # fmt: skip

@@ -160,20 +160,33 @@ def _print_result(result: Any, run: Any, quiet: bool) -> None:
         print(json.dumps(summary))
 
 
+STOP_STATUSES = (0, 2, 130, -2)
+"""Child exit statuses that end ``--max-restarts`` supervision: done, user error / deliberate stop, interrupted
+(130, or killed by SIGINT: -2)."""
+
+
 def _supervise(train_args: list[str], run_dir: Path, max_restarts: int, no_progress: bool) -> int:
     """Run training in a child process; restart it from its newest good checkpoint when it crashes.
 
-    Exit status 0 (done) and 2 (a user error, or a deliberate stop) end supervision; any other status,
-    a signal included, is a crash and costs one of ``max_restarts`` restarts. A restart runs
-    ``pickaxe resume RUN_DIR --restart``, which starts over when the crash came before the first checkpoint.
+    Exit status 0 (done), 2 (a user error, or a deliberate stop) and 130 (interrupted by the user: Ctrl-C or
+    SIGTERM, after the child checkpointed) end supervision; any other status, a signal included, is a crash
+    and costs one of ``max_restarts`` restarts. A restart runs ``pickaxe resume RUN_DIR --restart``, which
+    starts over when the crash came before the first checkpoint. A Ctrl-C in the terminal reaches the child
+    too; the supervisor waits for it to checkpoint and exit instead of killing it.
     """
     import subprocess
 
     command = [sys.executable, "-m", "pickaxe.cli", "train", *train_args]
     restarts = 0
     while True:
-        code = subprocess.call(command)
-        if code in (0, 2):
+        child = subprocess.Popen(command)
+        while True:
+            try:
+                code = child.wait()
+                break
+            except KeyboardInterrupt:
+                continue  # the child got the same Ctrl-C: it checkpoints and exits 130
+        if code in STOP_STATUSES:
             return code
         if restarts >= max_restarts:
             print(
