@@ -51,8 +51,9 @@ def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = Fal
     seed_everything(cfg.seed)
     seeds = derive_seeds(cfg.seed)
     device = resolve_device(cfg.device)
-    envs = make(cfg.env.id, cfg.env.num_envs, seeds["env"], cfg.env.vectorization)
-    eval_envs = make(cfg.env.id, cfg.env.eval_envs, seeds["eval_env"]) if cfg.env.eval_envs > 0 else None
+    e = cfg.env
+    envs = make(e.id, e.num_envs, seeds["env"], e.vectorization, **e.kwargs)
+    eval_envs = make(e.id, e.eval_envs, seeds["eval_env"], **e.kwargs) if e.eval_envs > 0 else None
     algo = build_algorithm(cfg, envs)
     collector = Collector(envs, algo.policy, steps=cfg.collector.steps, device=device)
     return Trainer(
@@ -189,7 +190,8 @@ def evaluate_run(
     """
     set_torch_threads(cfg.torch_threads)
     device = resolve_device(cfg.device)
-    envs = make(cfg.env.id, max(1, min(episodes, cfg.env.eval_envs or 1)), derive_seeds(cfg.seed)["eval_env"])
+    n = max(1, min(episodes, cfg.env.eval_envs or 1))
+    envs = make(cfg.env.id, n, derive_seeds(cfg.seed)["eval_env"], **cfg.env.kwargs)
     try:
         algo = build_algorithm(cfg, envs)
         load_model(run_dir, algo.networks(), device, checkpoint=checkpoint)
