@@ -2,9 +2,18 @@
 
 import math
 
+import pytest
 import torch
 
-from pickaxe.algos.core import approx_kl, clipped_surrogate, linear_schedule, normalize, td_target, value_loss
+from pickaxe.algos.core import (
+    approx_kl,
+    clipped_surrogate,
+    explained_variance,
+    linear_schedule,
+    normalize,
+    td_target,
+    value_loss,
+)
 
 
 def test_clipped_surrogate_hand_values() -> None:
@@ -44,3 +53,24 @@ def test_misc() -> None:
     r = torch.tensor([1.5])
     torch.testing.assert_close(approx_kl(torch.log(r), torch.zeros(1)), torch.tensor(0.5 - math.log(1.5)))
     assert linear_schedule(1.0, 0.0, 0.25) == 0.75 and linear_schedule(1.0, 0.0, 2.0) == 0.0
+
+
+def test_value_clip_bounds_the_move_below_the_old_value() -> None:
+    # V = -1, old V = 1, target -3: unclipped 0.5 * 2^2 = 2; V clipped to 1 - 0.5 = 0.5 -> 0.5 * 3.5^2 = 6.125.
+    out = value_loss(torch.tensor([-1.0]), torch.tensor([1.0]), torch.tensor([-3.0]), clip=0.5)
+    torch.testing.assert_close(out, torch.tensor([6.125]))
+
+
+def test_approx_kl_uses_the_log_ratio() -> None:
+    # log r = log 1.5 whatever the old log-prob: KL estimate (r - 1) - log r.
+    old = torch.tensor([-2.0])
+    out = approx_kl(old + math.log(1.5), old)
+    torch.testing.assert_close(out, torch.tensor(0.5 - math.log(1.5)))
+
+
+def test_explained_variance_hand_values() -> None:
+    target = torch.tensor([1.0, 2.0, 3.0, 4.0])  # variance 1.25 (population)
+    pred = torch.tensor([1.0, 2.0, 3.0, 2.0])  # residual [0, 0, 0, 2]: variance 0.75
+    assert explained_variance(pred, target) == pytest.approx(1.0 - 0.75 / 1.25)
+    assert explained_variance(target, target) == 1.0
+    assert math.isnan(explained_variance(pred, torch.full((4,), 3.0)))

@@ -10,6 +10,7 @@ from tensordict import TensorDict
 
 from pickaxe.algos.configs import DQNConfig
 from pickaxe.algos.dqn import DQN, dqn_loss, dqn_target
+from pickaxe.errors import NonFiniteError
 from pickaxe.models.q_network import QNetwork
 
 
@@ -21,12 +22,12 @@ def _linear_q(w: list[float], b: list[float] | None = None) -> QNetwork:
     return q
 
 
-# At s = s' = 1 the online net scores the actions [1, 0] (argmax 0), the target net [2, 5] (argmax 1).
+# Online Q(s) = [s, 0], target Q(s) = [2s, 5s]. At s' = 1 the online net's argmax is 0, the target net's 1.
 ONLINE, TARGET = _linear_q([1.0, 0.0]), _linear_q([2.0, 5.0])
 MB = TensorDict(
     {
-        "obs": torch.ones(2, 1),
-        "action": torch.tensor([0, 1]),
+        "obs": torch.tensor([[1.0], [2.0]]),
+        "action": torch.tensor([0, 0]),
         "reward": torch.tensor([4.0, 1.0]),
         "terminated": torch.tensor([False, True]),
         "next_obs": torch.ones(2, 1),
@@ -50,10 +51,10 @@ def test_gamma_discounts_the_bootstrap() -> None:
 
 @pytest.mark.parametrize(("loss", "expected"), [("huber", (3.5 + 0.5) / 2), ("mse", (16.0 + 1.0) / 2)])
 def test_loss_option_picks_huber_or_mse(loss: str, expected: float) -> None:
-    # q = [1, 0], y = [5, 1]: errors 4 and 1; Huber (delta 1) = |e| - 0.5 beyond 1, 0.5 e^2 within.
+    # q = Q(s)[a] = [1, 2], y = [5, 1]: errors 4 and 1; Huber (delta 1) = |e| - 0.5 beyond 1, 0.5 e^2 within.
     value, stats = dqn_loss(ONLINE, TARGET, MB, DQNConfig(double=True, gamma=0.5, loss=loss))
     assert float(value.detach()) == pytest.approx(expected)
-    assert float(stats["dqn/q_mean"]) == pytest.approx(0.5)
+    assert float(stats["dqn/q_mean"]) == pytest.approx(1.5)
 
 
 @pytest.mark.parametrize(("step", "epsilon"), [(0, 0.9), (250, 0.5), (500, 0.1), (900, 0.1)])
@@ -94,6 +95,27 @@ def _params(module: torch.nn.Module) -> list[torch.Tensor]:
 
 def _same(a: list[torch.Tensor], module: torch.nn.Module) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a, module.parameters(), strict=True))
+
+
+def test_acting_policy_target_net_and_sampler_seed() -> None:
+    algo = _algo()
+    obs = torch.randn(5, 3)
+    action, _ = algo.policy.act(obs, deterministic=True)
+    assert torch.equal(action, algo.qnet(obs).argmax(-1))  # acts on the online network
+    assert not any(p.requires_grad for p in algo.target.parameters())
+    seeded = DQN(QNetwork(3, 2, hidden=(8,)), DQNConfig(), seed=7)
+    assert seeded.buffer.generator.initial_seed() == 7
+
+
+def test_update_metrics_name_epsilon_and_a_nonfinite_loss() -> None:
+    algo = _algo(gradient_steps=1)
+    algo.policy.epsilon = 0.3
+    assert algo.update(_transitions())["dqn/epsilon"] == 0.3
+    bad = _transitions()
+    bad["reward"][:] = float("nan")
+    nan_algo = _algo(gradient_steps=1, buffer_size=16)
+    with pytest.raises(NonFiniteError, match="td loss"):
+        nan_algo.update(bad)
 
 
 def test_first_step_follows_lr() -> None:

@@ -13,7 +13,9 @@ import torch
 from tensordict import TensorDict
 
 from pickaxe.algos.configs import PPOConfig
+from pickaxe.algos.core import explained_variance
 from pickaxe.algos.ppo import PPO, compute_targets, ppo_loss
+from pickaxe.errors import NonFiniteError
 from pickaxe.models.actor_critic import ActorCritic
 
 LOG_HALF = math.log(0.5)
@@ -189,10 +191,35 @@ def test_epochs_and_minibatch_size_set_the_number_of_steps() -> None:
     assert any(not torch.equal(a, b) for a, b in zip(before, algo.policy.parameters(), strict=True))
 
 
-@pytest.mark.parametrize(("target_kl", "epochs_run"), [(None, 4), (1e6, 4), (1e-12, 1)])
-def test_target_kl_stops_the_epochs_early(target_kl: float | None, epochs_run: int) -> None:
-    # The check runs after each epoch on the last minibatch's approx KL, which is > 0 once the policy moved.
-    algo = _algo(lr=1e-2, epochs=4, minibatch_size=8, target_kl=target_kl)
+@pytest.mark.parametrize(
+    ("target_kl", "minibatch_size", "epochs_run"), [(None, 8, 4), (1e6, 8, 4), (1e-12, 8, 1), (1e-12, 32, 2)]
+)
+def test_target_kl_stops_the_epochs_early(target_kl: float | None, minibatch_size: int, epochs_run: int) -> None:
+    # The check runs after each epoch on the epoch's last minibatch's approx KL, measured before that
+    # minibatch's step: > 0 once the policy moved. With one minibatch per epoch the first epoch's KL is 0
+    # (nothing moved yet), so the stop comes after the second.
+    algo = _algo(lr=1e-2, epochs=4, minibatch_size=minibatch_size, target_kl=target_kl)
     metrics = algo.update(_rollout(algo.policy))
     assert metrics["ppo/epochs"] == epochs_run
-    assert metrics["ppo/gradient_steps"] == 4 * epochs_run
+    assert metrics["ppo/gradient_steps"] == (32 // minibatch_size) * epochs_run
+
+
+def test_schedules_start_at_full_value_and_end_at_zero() -> None:
+    fresh = _algo(lr=0.01, lr_schedule="linear", clip_schedule="linear", epochs=1, minibatch_size=32)
+    metrics = fresh.update(_rollout(fresh.policy))  # no set_progress yet: progress 0
+    assert metrics["ppo/lr"] == 0.01 and metrics["ppo/clip"] == 0.2
+    done = _algo(lr=0.01, lr_schedule="linear", epochs=1, minibatch_size=32)
+    done.set_progress(1, 1)
+    assert done.update(_rollout(done.policy))["ppo/lr"] == 0.0
+
+
+def test_update_reports_explained_variance_and_names_a_nonfinite_loss() -> None:
+    algo = _algo(epochs=1, minibatch_size=32)
+    batch = _rollout(algo.policy)
+    metrics = algo.update(batch)
+    data = algo.rollout.data
+    assert metrics["ppo/explained_variance"] == pytest.approx(explained_variance(data["value"], data["return"]))
+    bad = _rollout(algo.policy)
+    bad["value"][:] = float("nan")
+    with pytest.raises(NonFiniteError, match="ppo loss"):
+        algo.update(bad)
