@@ -236,7 +236,7 @@ def _resume(args: list[str]) -> int:
 
     extra = {"allow_no_checkpoint": True} if opts.restart else {}
     if extra and "allow_no_checkpoint" not in inspect.signature(resume).parameters:
-        extra = {}  # a build.resume without the keyword (before it lands) already starts such a run over
+        extra = {}  # until build.resume takes the keyword (being written); then this fallback goes
     result, run = resume(
         opts.run_dir,
         progress=not opts.no_progress,
