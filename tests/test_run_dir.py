@@ -418,3 +418,16 @@ def test_config_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
         Run.open(tmp_path / "r").config()
     assert str(tmp_path / "r" / "config.json") in str(info.value) and "UTF-8" in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_resume_without_a_checkpoint_is_refused_but_a_supervisor_restart_starts_over(tmp_path: Path) -> None:
+    cfg = _small_cfg()
+    run = Run(tmp_path / "run", config=cfg.to_dict(), seed=cfg.seed)  # killed before its first checkpoint
+    run.close()
+    with pytest.raises(PickaxeError, match="has no checkpoint to resume from"):
+        resume(tmp_path / "run")
+    assert not (tmp_path / "run" / MODEL_FILE).exists()
+    result, _ = resume(tmp_path / "run", allow_no_checkpoint=True)  # what `pickaxe resume --restart` does
+    assert result.steps == cfg.trainer.total_steps
+    train(cfg, run_dir=tmp_path / "fresh")
+    assert read_metrics(tmp_path / "run", deterministic=True) == read_metrics(tmp_path / "fresh", deterministic=True)

@@ -9,7 +9,6 @@ line on stderr that names the problem and the closest valid choice; there is no 
 from __future__ import annotations
 
 import difflib
-import inspect
 import json
 import sys
 from dataclasses import dataclass
@@ -234,15 +233,12 @@ def _resume(args: list[str]) -> int:
     opts = parse(ResumeArgs, args, "pickaxe resume")
     from pickaxe.train.build import resume
 
-    extra = {"allow_no_checkpoint": True} if opts.restart else {}
-    if extra and "allow_no_checkpoint" not in inspect.signature(resume).parameters:
-        extra = {}  # until build.resume takes the keyword (being written); then this fallback goes
     result, run = resume(
         opts.run_dir,
         progress=not opts.no_progress,
         track=opts.track,
         prometheus_port=opts.prometheus_port,
-        **extra,
+        allow_no_checkpoint=opts.restart,
     )
     _print_result(result, run, opts.no_progress)
     return 0

@@ -127,19 +127,28 @@ def train(
         if error is None:
             raise
         raise error from None
-    return _fit(builder, cfg, run, progress, resume=False), run
+    return _fit(builder, cfg, run, progress, resume=None), run
 
 
 def resume(
-    run_dir: str | Path, progress: bool = False, track: tuple[str, ...] = (), prometheus_port: int | None = None
+    run_dir: str | Path,
+    progress: bool = False,
+    track: tuple[str, ...] = (),
+    prometheus_port: int | None = None,
+    allow_no_checkpoint: bool = False,
 ) -> tuple[FitResult, Run]:
-    """Continue a run from its newest good checkpoint to its original budget (from scratch if it has none)."""
+    """Continue a run from its newest good checkpoint to its original budget.
+
+    A run without a checkpoint is a one-line ``PickaxeError``, unless ``allow_no_checkpoint`` (what the
+    ``--max-restarts`` supervisor uses): then it starts again from step 0.
+    """
     run = Run.open(run_dir, track=track, prometheus_port=prometheus_port)
     cfg = config_from_dict(run.config())
-    return _fit(builder_for(cfg), cfg, run, progress, resume=True), run
+    how = "restart" if allow_no_checkpoint else "resume"
+    return _fit(builder_for(cfg), cfg, run, progress, resume=how), run
 
 
-def _fit(builder: Builder, cfg: Any, run: Run, progress: bool, resume: bool) -> FitResult:
+def _fit(builder: Builder, cfg: Any, run: Run, progress: bool, resume: str | None) -> FitResult:
     """Build and run the Trainer, then close the run; a full disk or an unwritable run folder becomes a one-line
     ``PickaxeError`` (what was written before stays: metrics are flushed per record, checkpoints are atomic)."""
     try:
@@ -165,16 +174,17 @@ def _fit(builder: Builder, cfg: Any, run: Run, progress: bool, resume: bool) -> 
     return result
 
 
-def _build_and_fit(builder: Builder, cfg: Any, run: Run, progress: bool, resume: bool) -> FitResult:
+def _build_and_fit(builder: Builder, cfg: Any, run: Run, progress: bool, resume: str | None) -> FitResult:
+    """``resume``: None (a new run), ``"resume"`` (needs a checkpoint) or ``"restart"`` (step 0 if none)."""
     try:
         trainer = builder(cfg, run, progress)
     except PickaxeError:
-        if not resume:  # a user error found while building: leave no half-made run behind
+        if resume is None:  # a user error found while building: leave no half-made run behind
             run.discard()
         raise
     try:
-        if resume:
-            trainer.resume()
+        if resume is not None:
+            trainer.resume(allow_empty=resume == "restart")
         return trainer.fit()
     finally:
         trainer.close()
