@@ -83,3 +83,47 @@ def test_nan_parameter_is_named(tmp_path: Path) -> None:
     with pytest.raises(TrainingStopped, match=r"parameter critic\.0\.weight"):
         trainer.fit()
     run.close()
+
+
+def test_nan_loss_message_says_the_step_was_not_applied_and_advises_on_lr(tmp_path: Path, monkeypatch) -> None:
+    _inject_nan(monkeypatch, at_call=75)
+    trainer, run = _trainer(tmp_path, "stop")
+    with pytest.raises(TrainingStopped) as exc:
+        trainer.fit()
+    run.close()
+    message = str(exc.value)
+    assert "that optimizer step was not applied" in message and "lower algo.lr" in message.lower()
+    assert f"`pickaxe resume {run.path}`" in message and "\n" not in message
+
+
+def test_nan_reward_is_caught_before_the_update_without_lr_advice(tmp_path: Path) -> None:
+    trainer, run = _trainer(tmp_path, "stop")
+    real_collect = trainer.collector.collect
+    calls = [0]
+
+    def collect():
+        batch = real_collect()
+        calls[0] += 1
+        if calls[0] == 6:
+            batch["reward"][0, 0] = float("nan")  # an env that returned a NaN reward
+        return batch
+
+    trainer.collector.collect = collect
+    last: list[torch.Tensor] = []
+    real_update = trainer.algo.update
+
+    def update(batch):
+        metrics = real_update(batch)
+        last[:] = [p.detach().clone() for p in trainer.algo.policy.parameters()]  # weights after the last update
+        return metrics
+
+    trainer.algo.update = update
+    with pytest.raises(TrainingStopped) as exc:
+        trainer.fit()
+    run.close()
+    message = str(exc.value)
+    assert "non-finite reward in the collected batch after env step 1280; no update was made from it" in message
+    assert "learning rate" not in message and "algo.lr" not in message and "not applied" not in message
+    assert "rewards and observations" in message
+    after = list(trainer.algo.policy.parameters())
+    assert all(torch.equal(b, a) for b, a in zip(last, after, strict=True))  # nothing learned from the NaN batch

@@ -123,10 +123,10 @@ class Trainer:
         self.evaluator = evaluator
         self.progress = progress
         self.checkpoints = CheckpointManager(run.path, cfg.keep_last, cfg.keep_best) if run is not None else None
+        self.step = 0
         self.overrides = None
         if run is not None:
             self.overrides = OverrideLog(run.path, mutable_keys(algo.config), report=self._event)
-        self.step = 0
         self._next_eval = self._next_log = self._next_save = 0
         self._rollbacks = 0
         self._applied: list[tuple[Override, Any]] = []  # live changes in force, with the value each replaced
