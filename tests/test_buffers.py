@@ -121,3 +121,29 @@ def test_minibatches_sizes_drop_last_and_generator() -> None:
     first = [mb["x"].tolist() for mb in minibatches(data, 4, torch.Generator().manual_seed(3))]
     again = [mb["x"].tolist() for mb in minibatches(data, 4, torch.Generator().manual_seed(3))]
     assert first == again and sorted(x for mb in first for x in mb) == list(range(10)) and first[0] != [0, 1, 2, 3]
+
+
+def test_replay_capacity_one_holds_the_newest() -> None:
+    buf = ReplayBuffer(capacity=1, seed=0)
+    buf.extend(_batch(0, 3))
+    assert len(buf) == 1 and buf.sample(4)["reward"].tolist() == [2.0] * 4
+
+
+def test_replay_emptied_by_a_restored_state_refuses_to_sample() -> None:
+    buf = ReplayBuffer(capacity=4, seed=0)
+    buf.extend(_batch(0, 2))
+    buf.load_state_dict(ReplayBuffer(capacity=4, seed=0).state_dict())  # an empty buffer's state
+    assert len(buf) == 0
+    with pytest.raises(RuntimeError, match="cannot sample from an empty replay buffer"):
+        buf.sample(1)
+
+
+def test_rollout_minibatches_follow_the_given_generator() -> None:
+    data = TensorDict({"reward": torch.zeros(6, 1), "value": torch.zeros(6, 1), "x": torch.arange(6.0).view(6, 1)},
+                      batch_size=[6, 1])  # fmt: skip
+    data["terminated"] = data["truncated"] = torch.zeros(6, 1, dtype=torch.bool)
+    buf = RolloutBuffer(0.9, 0.9)
+    flat = buf.add(data, torch.zeros(6, 1))
+    got = [mb["x"].tolist() for mb in buf.minibatches(2, torch.Generator().manual_seed(5))]
+    want = [mb["x"].tolist() for mb in minibatches(flat, 2, torch.Generator().manual_seed(5))]
+    assert got == want and got != [mb["x"].tolist() for mb in minibatches(flat, 2, torch.Generator().manual_seed(6))]

@@ -65,3 +65,14 @@ def test_multiple_envs_are_independent() -> None:
     adv1, _ = gae(REWARD, VALUE, NEXT_VALUE, TERM, TRUNC, 0.9, 0.8)
     torch.testing.assert_close(adv2[:, :1], adv1)
     torch.testing.assert_close(adv2[:, 1:], adv1)
+
+
+def test_single_step_rollouts() -> None:
+    # T = 1 (one step per env per collect): the step bootstraps from next_value unless terminated.
+    reward, value, next_value = torch.tensor([[1.0, 1.0]]), torch.tensor([[0.5, 0.5]]), torch.tensor([[2.0, 2.0]])
+    term, trunc = torch.tensor([[False, True]]), torch.tensor([[False, False]])
+    adv, _ = gae(reward, value, next_value, term, trunc, 0.9, 0.8)
+    torch.testing.assert_close(adv, torch.tensor([[1.0 + 0.9 * 2.0 - 0.5, 1.0 - 0.5]]))
+    torch.testing.assert_close(
+        discounted_returns(reward, next_value, term, trunc, 0.9), torch.tensor([[1.0 + 0.9 * 2.0, 1.0]])
+    )
