@@ -60,11 +60,13 @@ def test_signal_checkpoints_at_a_boundary_and_resume_continues_exactly(
     line = next(ln for ln in stderr.splitlines() if "interrupted" in ln)
     assert str(ckpt) in line and f"pickaxe resume {b}" in line
     assert any(e["message"].startswith("interrupted") for e in _events(b))
+    assert json.loads((b / "status.json").read_text())["state"] == "interrupted"
 
     capfd.readouterr()
     resume(b)  # what `pickaxe resume DIR` runs
     assert f"resumed from {ckpt.name} at step {steps[-1]}" in capfd.readouterr().err
     assert read_metrics(a, deterministic=True) == read_metrics(b, deterministic=True)
+    assert json.loads((b / "status.json").read_text())["state"] == "finished"
 
 
 def _small_trainer(tmp_path: Path, name: str, **trainer: object):

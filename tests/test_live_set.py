@@ -180,6 +180,7 @@ def test_nonfinite_after_a_live_change_stops_with_an_undo_that_works(tmp_path: P
     assert f"`pickaxe set {run.path} algo.lr=0.003` then `pickaxe resume {run.path}`" in message
     events = (run.path / "events.jsonl").read_text()
     assert "rolled back" not in events  # no doomed rollback loop
+    assert json.loads((run.path / "status.json").read_text())["state"] == "stopped"
 
     capsys.readouterr()
     assert main(["set", str(run.path), "algo.lr=0.003"]) == 0  # the undo, as the message says
