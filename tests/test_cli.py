@@ -307,3 +307,28 @@ def test_supervisor_restarts_crashes_but_not_a_user_interrupt(
     if runs > 1:
         assert started[1] == [sys.executable, "-m", "pickaxe.cli", "resume", str(tmp_path / "run"), "--restart",
                               "--no-progress"]  # fmt: skip
+
+
+def test_supervisor_forwards_sigterm_to_its_child_and_stops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
+    import pickaxe.cli as cli
+
+    received: list[int] = []
+
+    class FakeChild:
+        def __init__(self, command: list[str]) -> None:
+            pass
+
+        def send_signal(self, signum: int) -> None:
+            received.append(signum)
+
+        def wait(self) -> int:
+            os.kill(os.getpid(), signal.SIGTERM)  # e.g. a cluster scheduler ending the job
+            return 130 if received else -9  # the child checkpointed on the forwarded SIGTERM
+
+    monkeypatch.setattr(subprocess, "Popen", FakeChild)
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli._supervise(["cartpole-ppo"], tmp_path / "run", max_restarts=3, no_progress=True) == 130
+    assert received == [signal.SIGTERM]
+    assert signal.getsignal(signal.SIGTERM) is before  # the supervisor's handler is gone afterwards

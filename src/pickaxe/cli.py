@@ -8,9 +8,11 @@ line on stderr that names the problem and the closest valid choice; there is no 
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -90,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         if e.code in (0, None):
             return 0
         raise
-    except KeyboardInterrupt:
-        print("pickaxe: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        if not getattr(e, "reported", False):  # the Trainer already printed where its checkpoint is
+            print("pickaxe: interrupted", file=sys.stderr)
         return 130
 
 
@@ -159,9 +162,9 @@ def _print_result(result: Any, run: Any, quiet: bool) -> None:
         print(json.dumps(summary))
 
 
-STOP_STATUSES = (0, 2, 130, -2)
+STOP_STATUSES = (0, 2, 130, 143, -2, -15)
 """Child exit statuses that end ``--max-restarts`` supervision: done, user error / deliberate stop, interrupted
-(130, or killed by SIGINT: -2)."""
+(130 after checkpointing, or ended by SIGINT/SIGTERM before it could: 143, -2, -15)."""
 
 
 def _supervise(train_args: list[str], run_dir: Path, max_restarts: int, no_progress: bool) -> int:
@@ -179,12 +182,13 @@ def _supervise(train_args: list[str], run_dir: Path, max_restarts: int, no_progr
     restarts = 0
     while True:
         child = subprocess.Popen(command)
-        while True:
-            try:
-                code = child.wait()
-                break
-            except KeyboardInterrupt:
-                continue  # the child got the same Ctrl-C: it checkpoints and exits 130
+        with _forward_sigterm(child):
+            while True:
+                try:
+                    code = child.wait()
+                    break
+                except KeyboardInterrupt:
+                    continue  # the child got the same Ctrl-C: it checkpoints and exits 130
         if code in STOP_STATUSES:
             return code
         if restarts >= max_restarts:
@@ -204,6 +208,22 @@ def _supervise(train_args: list[str], run_dir: Path, max_restarts: int, no_progr
             print(f"pickaxe: {message}", file=sys.stderr)
         command = [sys.executable, "-m", "pickaxe.cli", "resume", str(run_dir), "--restart"]
         command += ["--no-progress"] if no_progress else []
+
+
+@contextlib.contextmanager
+def _forward_sigterm(child: Any) -> Iterator[None]:
+    """While supervising, a SIGTERM to the supervisor goes to the child, which checkpoints and exits 130."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signal.SIGTERM))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 # ----------------------------------------------------------------------------------------------- resume

@@ -61,6 +61,7 @@ IGNORED_KEYS: frozenset[str] = frozenset(
         "trainer.save_every",  # checkpoints never change a run's numbers (resume is exact)
         "trainer.keep_last",
         "trainer.keep_best",
+        "trainer.save_at_eval",
     }
 )
 """Config keys (dotted) that never change what a run learns: runs that differ only in these are pooled."""
