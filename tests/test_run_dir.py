@@ -288,6 +288,7 @@ def _evaluate(run_dir: Path, checkpoint: str | int = "final") -> float:
 def test_model_digest_is_recorded_and_verified(trained: Path, tmp_path: Path) -> None:
     record = json.loads((trained / MODEL_DIGEST_FILE).read_text())
     assert record["size"] == (trained / MODEL_FILE).stat().st_size and len(record["sha256"]) == 64
+    assert record["step"] == 1024  # the env step the final weights belong to
     good = _evaluate(trained)
 
     flipped = tmp_path / "flipped"

@@ -169,7 +169,7 @@ class Trainer:
             raise
         result.steps, result.wall_s = self.step, time.perf_counter() - start
         if self.run is not None:
-            self.run.save_model(self.algo.networks())
+            self.run.save_model(self.algo.networks(), step=self.step)
             self.save_checkpoint(self._metric_now())
             self.run.flush()
             self._set_status("finished", step=self.step)
