@@ -11,8 +11,9 @@ px.Trainer(algo, collector, eval_envs=px.envs.make("CartPole-v1", n=10, seed=100
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pickaxe.lazy import lazy_getattr
 
 __version__ = "0.1.0"
 
@@ -39,12 +40,4 @@ if TYPE_CHECKING:
     from pickaxe.utils import seed_everything  # noqa: F401
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-    elif name in _SUBMODULES:
-        value = importlib.import_module(f"pickaxe.{name}")
-    else:
-        raise AttributeError(f"module 'pickaxe' has no attribute {name!r}")
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr("pickaxe", _LAZY, globals(), _SUBMODULES)

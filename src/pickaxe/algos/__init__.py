@@ -5,8 +5,9 @@ Attributes load on first use, so importing ``pickaxe.algos.configs`` does not im
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pickaxe.lazy import lazy_getattr
 
 _LAZY = {
     "Algorithm": "pickaxe.algos.base",
@@ -30,9 +31,4 @@ if TYPE_CHECKING:
     from pickaxe.algos.sft import SFT  # noqa: F401
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'pickaxe.algos' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr("pickaxe.algos", _LAZY, globals())

@@ -5,8 +5,9 @@ Attributes load on first use, so importing the configs (``pickaxe.train.config``
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pickaxe.lazy import lazy_getattr
 
 _LAZY = {
     "CollectorConfig": "pickaxe.train.config",
@@ -32,9 +33,4 @@ if TYPE_CHECKING:
     from pickaxe.train.trainer import FitResult, Trainer  # noqa: F401
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'pickaxe.train' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr("pickaxe.train", _LAZY, globals())
