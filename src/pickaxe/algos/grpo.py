@@ -134,7 +134,7 @@ class GRPO(LMAlgorithm):
         if n == 0:  # every group was uniform: nothing to learn from
             self.version += 1
             return {**metrics, "grpo/skipped": 1.0}
-        tis_diff = self._add_behaviour_logprobs(data, metrics)
+        tis_diff = self.add_behaviour_logprobs(data, metrics)
         norm = float(cfg.loss_norm or self.sampling.max_new_tokens)
         stale = bool((data["policy_version"] != self.version).any())
         totals = {"tokens": 0.0, "clipped": 0.0, "ratio_sum": 0.0, "kl_sum": 0.0}
@@ -204,7 +204,7 @@ class GRPO(LMAlgorithm):
         metrics["grpo/kept_fraction"] = float(keep.float().mean())
         return batch[keep]
 
-    def _add_behaviour_logprobs(self, data: Batch, metrics: dict[str, Any]) -> torch.Tensor | None:
+    def add_behaviour_logprobs(self, data: Batch, metrics: dict[str, Any]) -> torch.Tensor | None:
         """``old_logprob``: the sampler's log-probs, or with TIS the learner's recomputed ones plus ``tis_weight``;
         with TIS, returns |learner - sampler log-prob| on the batch's generated tokens."""
         cfg = self.config
