@@ -147,3 +147,18 @@ def test_rollout_minibatches_follow_the_given_generator() -> None:
     got = [mb["x"].tolist() for mb in buf.minibatches(2, torch.Generator().manual_seed(5))]
     want = [mb["x"].tolist() for mb in minibatches(flat, 2, torch.Generator().manual_seed(5))]
     assert got == want and got != [mb["x"].tolist() for mb in minibatches(flat, 2, torch.Generator().manual_seed(6))]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_replay_on_a_device_stores_samples_and_restores_there() -> None:
+    buf = ReplayBuffer(capacity=8, seed=0, device="cuda")
+    buf.extend(_batch(0, 5))  # a CPU batch is moved to the buffer's device
+    assert buf.sample(3)["reward"].device.type == "cuda"
+    state = buf.state_dict()
+    state["storage"] = {k: v.cpu() for k, v in state["storage"].items()}  # as read from a checkpoint file
+    restored = ReplayBuffer(capacity=8, seed=0, device="cuda")
+    restored.load_state_dict(state)
+    assert restored._storage["reward"].device.type == "cuda"
+    assert torch.equal(restored.sample(16)["reward"], buf.sample(16)["reward"])
+    data = _batch(0, 6).to("cuda")
+    assert all(mb.device.type == "cuda" for mb in minibatches(data, 4))
