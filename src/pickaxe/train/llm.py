@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +186,7 @@ def warm_start(
     sft = SFT(model, SFTConfig(lr=w.lr, lr_schedule=w.lr_schedule, micro_batch_size=w.batch_size))
     start, last = time.perf_counter(), {}
     window: list[float] = []
+    reached = False
     for i in range(w.updates):
         sft.set_progress(i, w.updates)
         last = sft.update(collector.collect())
@@ -202,6 +204,14 @@ def warm_start(
             if progress:
                 Console().print(f"warm start reached token NLL {w.target_nll} after {i + 1} updates")
             break
+    if w.target_nll is not None and w.updates > 0 and not reached:
+        warnings.warn(
+            f"warm start: token NLL {sum(window) / len(window):.3f} after {w.updates} updates has not reached "
+            f"warm_start.target_nll {w.target_nll}; the model may still be before SFT's fast phase, where GRPO "
+            "gains little: raise --warm-start.updates",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return {"warm_start/wall_s": time.perf_counter() - start, "warm_start/updates": float(sft.version), **last}
 
 
