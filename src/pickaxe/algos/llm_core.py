@@ -252,7 +252,7 @@ class LMAlgorithm(Algorithm):
                 or f"gradient norm = {grad_norm}"
             )
             self.optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteError(f"{what} ({type(self).__name__} update {self.version}; the step was not applied)")
+            raise NonFiniteError(f"{what} ({type(self).__name__} update {self.version})")
         nn.utils.clip_grads_with_norm_(params, self.config.max_grad_norm, total_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
