@@ -2,7 +2,6 @@
 config/recipe/CLI plumbing and a complete tiny run through ``pickaxe.train.build.train``."""
 
 import copy
-import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -207,23 +206,19 @@ def test_sft_recipe_builds_and_learns() -> None:
 
 
 def test_llm_recipes_parse_through_the_cli_layer() -> None:
-    from pickaxe.cli import _concrete_type, _tyro, _validate_overrides
     from pickaxe.errors import ConfigError
+    from pickaxe.recipes.args import parse_train
 
     assert {"arith-sft", "arith-grpo", "reverse-grpo"} <= set(LLM_RECIPES)
     for name, recipe in LLM_RECIPES.items():
         cfg = recipe.make()
         assert cfg.recipe == name and cfg.to_dict()["kind"] == "llm"
-    cfg = LLM_RECIPES["arith-grpo"].make()
     args = ["--algo.lr", "1e-5", "--model.path", "/some/dir", "--algo.aggregation", "seq-mean-token-sum-norm"]
-    _validate_overrides(cfg, args, "pickaxe train arith-grpo")
-    cli_type = _concrete_type(cfg)
-    default = cli_type(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
-    parsed = _tyro(cli_type, args, "pickaxe train arith-grpo", default=default)
+    parsed, _ = parse_train("arith-grpo", args)
     assert parsed.algo.lr == 1e-5 and parsed.model.path == "/some/dir"
     assert parsed.algo.aggregation == "seq-mean-token-sum-norm"
     with pytest.raises(ConfigError, match=r"did you mean --algo\.kl-coef"):
-        _validate_overrides(cfg, ["--algo.kl-coeff", "0.1"], "pickaxe train arith-grpo")
+        parse_train("arith-grpo", ["--algo.kl-coeff", "0.1"])
 
 
 def test_llm_run_resumes_exactly(tmp_path: Path) -> None:

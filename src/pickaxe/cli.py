@@ -407,24 +407,5 @@ def _recipes(args: list[str]) -> int:
     return 0
 
 
-# The parsing used to live here; these names stay for callers of the old private helpers (tests).
-def _validate_overrides(cfg: Any, args: list[str], prog: str) -> None:
-    from pickaxe.recipes.args import validate_flags
-
-    validate_flags(cfg, args, prog)
-
-
-def _concrete_type(cfg: Any) -> type:
-    from pickaxe.recipes.args import _concrete_type as concrete
-
-    return concrete(cfg)
-
-
-def _tyro(cls: Any, args: list[str], prog: str, default: Any = None) -> Any:
-    from pickaxe.argparsing import run_tyro
-
-    return run_tyro(cls, args, prog, default=default)
-
-
 if __name__ == "__main__":
     raise SystemExit(main())
