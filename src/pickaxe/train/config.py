@@ -103,6 +103,21 @@ class RunConfig:
     KIND: ClassVar[str]
     ALGOS: ClassVar[dict[str, type]]
 
+    def __post_init__(self) -> None:
+        validate(self, "")
+
+    def check(self) -> None:
+        """Fail fast, before a run directory exists: every value in range (keys named in full), the checks of
+        ``check_more`` and the device exists."""
+        from pickaxe.utils import resolve_device
+
+        validate(self, "")
+        self.check_more()
+        resolve_device(self.device)  # type: ignore[attr-defined]
+
+    def check_more(self) -> None:
+        """Checks across fields or against the installed software; each kind of run adds its own."""
+
     def algo_name(self) -> str:
         """The registry name of ``self.algo``'s config type."""
         for name, typ in self.ALGOS.items():
@@ -153,16 +168,10 @@ class TrainConfig(RunConfig):
     """Torch intra-op threads; 1 is fastest for small models on shared CPUs."""
     recipe: str = "custom"
 
-    def __post_init__(self) -> None:
-        validate(self, "")
-
-    def check(self) -> None:
-        """Fail fast, before a run directory exists: every value in range, the collector's steps fit the envs,
-        the env id is registered and the device exists."""
+    def check_more(self) -> None:
+        """The collector's steps fit the envs and the env id is registered."""
         from pickaxe.envs.make import check_env_id
-        from pickaxe.utils import resolve_device
 
-        validate(self, "")
         steps, n = self.collector.steps, self.env.num_envs
         if steps % n:
             lower, upper = max(n, steps // n * n), (steps // n + 1) * n
@@ -171,7 +180,6 @@ class TrainConfig(RunConfig):
                 f"use --collector.steps {lower} or {upper}"
             )
         check_env_id(self.env.id)
-        resolve_device(self.device)
 
 
 def _to_plain(obj: Any) -> Any:

@@ -159,18 +159,10 @@ class LLMTrainConfig(RunConfig):
     torch_threads: int = ranged(1, ge=1, le=4096)
     recipe: str = "custom"
 
-    def __post_init__(self) -> None:
-        validate(self, "")
-
-    def check(self) -> None:
-        """Fail fast, before a run directory exists: every value in range, the LLM libraries are installed and
-        the device exists."""
+    def check_more(self) -> None:
+        """The LLM libraries are installed."""
         import importlib.util
 
-        from pickaxe.utils import resolve_device
-
-        validate(self, "")
         for module in ("transformers", "tokenizers"):
             if importlib.util.find_spec(module) is None:
                 raise PickaxeError(f"LLM recipes need {module}: pip install 'pickaxe[llm]'")
-        resolve_device(self.device)
