@@ -365,6 +365,27 @@ def _garbage_manifest(p: Path):
     return "MANIFEST.json"
 
 
+def _path_in_manifest(p: Path):
+    m = json.loads((p / "MANIFEST.json").read_text())
+    m["files"]["../meta.json"] = m["files"]["meta.json"]  # never read a file outside the checkpoint folder
+    (p / "MANIFEST.json").write_text(json.dumps(m))
+    return "invalid file name '../meta.json'"
+
+
+def _malformed_entry(p: Path):
+    m = json.loads((p / "MANIFEST.json").read_text())
+    m["files"]["meta.json"]["size"] = "12"
+    (p / "MANIFEST.json").write_text(json.dumps(m))
+    return "malformed entry for meta.json"
+
+
+def _foreign_manifest(p: Path):
+    m = json.loads((p / "MANIFEST.json").read_text())
+    m["format"] = "other-tool"
+    (p / "MANIFEST.json").write_text(json.dumps(m))
+    return "not a pickaxe checkpoint manifest"
+
+
 def _rehash(p: Path, name: str) -> None:
     m = json.loads((p / "MANIFEST.json").read_text())
     data = (p / name).read_bytes()
@@ -382,6 +403,9 @@ def _rehash(p: Path, name: str) -> None:
         _garbage_meta,
         _garbage_meta_matching_manifest,
         _garbage_manifest,
+        _path_in_manifest,
+        _malformed_entry,
+        _foreign_manifest,
     ],
 )
 def test_corruption_is_detected_and_load_falls_back(tmp_path, corrupt, caplog):
