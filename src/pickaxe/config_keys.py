@@ -149,24 +149,16 @@ def validate(cfg: Any, prefix: str | None = None) -> None:
             check_field(type(cfg), f.name, value, prefix + f.name)
 
 
-def field_range(cls: type, name: str) -> Range | None:
-    """The declared range of field ``name`` of config class ``cls`` (None if it has none)."""
-    for f in dataclasses.fields(cls):
-        if f.name == name:
-            return f.metadata.get("range")
-    return None
-
-
-def flat_fields(cfg: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
-    """Every leaf config key as ``dotted.name -> (type hint, current value)``."""
-    out: dict[str, tuple[Any, Any]] = {}
-    hints = typing.get_type_hints(type(cfg))
+def leaf_fields(cfg: Any, prefix: str = "") -> dict[str, tuple[type, str, Any]]:
+    """``dotted.key -> (owner class, field name, type hint)`` for every leaf field of config ``cfg``."""
+    out: dict[str, tuple[type, str, Any]] = {}
+    hints = _hints(type(cfg))
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
         if dataclasses.is_dataclass(value):
-            out.update(flat_fields(value, f"{prefix}{f.name}."))
+            out.update(leaf_fields(value, f"{prefix}{f.name}."))
         else:
-            out[prefix + f.name] = (hints[f.name], value)
+            out[prefix + f.name] = (type(cfg), f.name, hints[f.name])
     return out
 
 
@@ -198,8 +190,3 @@ def parse_value(key: str, hint: Any, text: str) -> Any:
             raise ConfigError(f"--{key} takes True or False, got {text!r}")
         return text.lower() == "true"
     return text
-
-
-def check_value(key: str, hint: Any, text: str) -> None:
-    """Raise ``ConfigError`` if command-line ``text`` cannot be a value of type ``hint`` for ``key``."""
-    parse_value(key, hint, text)

@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 import tyro
 
 from pickaxe.argparsing import run_tyro, wants_help
-from pickaxe.config_keys import check_field, parse_value, ranged
+from pickaxe.config_keys import check_field, leaf_fields, parse_value, ranged
 from pickaxe.errors import ConfigError, PickaxeError
 
 KWARGS_KEY = "env.kwargs"
@@ -58,19 +58,6 @@ class RunOptions:
 
 
 RUN_OPTION_FIELDS = tuple(f.name for f in dataclasses.fields(RunOptions))
-
-
-def _leaves(cfg: Any, prefix: str = "") -> dict[str, tuple[type, str, Any]]:
-    """``dotted.key -> (owner class, field name, type hint)`` for every leaf field of config ``cfg``."""
-    out: dict[str, tuple[type, str, Any]] = {}
-    hints = typing.get_type_hints(type(cfg))
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        if dataclasses.is_dataclass(value):
-            out.update(_leaves(value, f"{prefix}{f.name}."))
-        else:
-            out[prefix + f.name] = (type(cfg), f.name, hints[f.name])
-    return out
 
 
 def _flag(key: str) -> str:
@@ -130,7 +117,7 @@ def _values(args: list[str], i: int, inline: str | None) -> list[str]:
 
 def validate_flags(cfg: Any, args: list[str], prog: str) -> None:
     """One-line errors for unknown keys, badly typed values and values outside their field's range."""
-    leaves = {_flag(k): v for k, v in _leaves(cfg).items()}
+    leaves = {_flag(k): v for k, v in leaf_fields(cfg).items()}
     for key, (owner, name, hint) in list(leaves.items()):
         if hint is bool:  # tyro's --x.no-flag form
             head, _, last = key.rpartition(".")
@@ -166,7 +153,7 @@ def validate_flags(cfg: Any, args: list[str], prog: str) -> None:
 
 def _bool_words_to_flags(cfg: Any, args: list[str]) -> list[str]:
     """``--algo.flag False`` / ``--algo.flag=true`` -> tyro's ``--algo.no-flag`` / ``--algo.flag``."""
-    bools = {_flag(k) for k, (_, _, hint) in _leaves(cfg).items() if hint is bool}
+    bools = {_flag(k) for k, (_, _, hint) in leaf_fields(cfg).items() if hint is bool}
     out: list[str] = []
     i = 0
     while i < len(args):
