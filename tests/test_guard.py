@@ -127,3 +127,40 @@ def test_nan_reward_is_caught_before_the_update_without_lr_advice(tmp_path: Path
     assert "rewards and observations" in message
     after = list(trainer.algo.policy.parameters())
     assert all(torch.equal(b, a) for b, a in zip(last, after, strict=True))  # nothing learned from the NaN batch
+
+
+def _net() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+
+
+def test_first_nonfinite_names_the_parameter_or_its_gradient() -> None:
+    from pickaxe.algos.base import first_nonfinite
+
+    net = _net()
+    assert first_nonfinite(net.named_parameters()) is None
+    net(torch.ones(1, 2)).sum().backward()
+    assert first_nonfinite(net.named_parameters(), grads=True) is None
+    with torch.no_grad():
+        net[1].bias[0] = float("inf")
+    net[0].weight.grad[0, 1] = float("nan")
+    assert first_nonfinite(net.named_parameters()) == "parameter 1.bias"
+    assert first_nonfinite(net.named_parameters(), grads=True) == "gradient of 0.weight"
+
+
+def test_guarded_step_refuses_a_bad_loss_or_gradient_before_stepping() -> None:
+    from pickaxe.algos.base import guarded_step
+    from pickaxe.errors import NonFiniteError
+
+    net = _net()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    before = [p.detach().clone() for p in net.parameters()]
+    with pytest.raises(NonFiniteError, match=r"^td loss = nan$"):
+        guarded_step(net(torch.ones(1, 2)).sum() * float("nan"), net, optimizer, 1.0, "td loss")
+    net[0].weight.register_hook(lambda g: g * float("inf"))  # a finite loss whose gradient overflows
+    with pytest.raises(NonFiniteError, match=r"^gradient of 0\.weight$"):
+        guarded_step(net(torch.ones(1, 2)).sum(), net, optimizer, 1.0)
+    assert all(torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True))  # nothing was applied
+    net = _net()
+    norm = guarded_step(net(torch.ones(1, 2)).sum() * 100, net, torch.optim.SGD(net.parameters(), lr=0.1), 1.0)
+    assert norm > 1.0  # the norm before clipping is what it returns
