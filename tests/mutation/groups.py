@@ -25,7 +25,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
         ["src/pickaxe/data/*"],
         ["tests/test_buffers.py", "tests/test_returns.py", "tests/test_options_ppo.py", "tests/test_options_dqn.py"],
     ),
-    "rollout": (["src/pickaxe/rollout/collector.py"], ["tests/test_collector.py"]),
+    "rollout": (["src/pickaxe/rollout/collector.py"], ["tests/test_collector.py", "tests/test_collector_options.py"]),
     "runs": (["src/pickaxe/runs/*"], ["tests/test_checkpoint.py", "tests/test_monitoring.py"]),
     # Another engineer is splitting exp/queue.py; configured, run it last (its subprocess tests are not traced
     # by mutmut, so mutants reached only from worker subprocesses show as "no tests").
