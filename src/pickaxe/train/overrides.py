@@ -36,7 +36,7 @@ from typing import Any
 
 from pickaxe.config_keys import check_field, parse_value
 from pickaxe.errors import ConfigError, PickaxeError
-from pickaxe.runs.status import STATUS_FILE, is_finished
+from pickaxe.runs.status import is_finished
 from pickaxe.train.config import TrainerConfig
 
 CONTROL_DIR = "control"
@@ -104,25 +104,12 @@ def parse_changes(assignments: list[str], allowed: dict[str, MutableKey]) -> dic
     return changes
 
 
-def run_is_finished(run_dir: str | Path) -> bool:
-    """Whether the run completed: ``status.json`` says finished or, for a run from before status files, its final
-    model is written and no checkpoint is newer than it."""
-    run_dir = Path(run_dir)
-    if (run_dir / STATUS_FILE).is_file():
-        return is_finished(run_dir)
-    model = run_dir / "model.safetensors"
-    if not model.is_file():
-        return False
-    ckpts = [p for p in (run_dir / "checkpoints").glob("step-*") if p.is_dir()]
-    return all(p.stat().st_mtime <= model.stat().st_mtime for p in ckpts)
-
-
 def request(run_dir: str | Path, changes: dict[str, Any]) -> Path:
     """Drop a request for ``changes`` into the run's control folder (atomically: write, then rename).
 
     A finished run is refused (``PickaxeError``): nothing would ever read the request.
     """
-    if run_is_finished(run_dir):
+    if is_finished(run_dir):
         raise PickaxeError(
             f"{run_dir} has finished (model.safetensors is its final model); `pickaxe set` changes a running or "
             "resumable run: start a new one with the changed value instead"
