@@ -149,7 +149,7 @@ def test_version(capsys) -> None:
         (["--algo.lr", "-1"], "--algo.lr must be > 0"),
         (["--algo.epochs", "0"], "--algo.epochs must be >= 1"),
         (["--trainer.total-steps", "0"], "--trainer.total-steps must be >= 1"),
-        (["--device", "tpu"], "--device must be auto, cpu, cuda"),
+        (["--device", "tpu"], "--device must be one of auto, cpu, cuda"),
         (["--collector.steps", "100"], "collector.steps (100) must be a multiple of env.num_envs (8)"),
         (["--model.hidden", "64", "0"], "--model.hidden must be >= 1"),
         (["--max-restarts", "-1"], "--max-restarts must be >= 0"),

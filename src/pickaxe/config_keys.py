@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -21,15 +22,21 @@ _MISSING = dataclasses.MISSING
 
 @dataclass(frozen=True)
 class Range:
-    """Bounds of a numeric field; None leaves that side open."""
+    """Bounds of a numeric field (None leaves that side open), or the pattern a text field must match."""
 
     ge: float | None = None
     gt: float | None = None
     le: float | None = None
     lt: float | None = None
+    pattern: str | None = None
+    """A regular expression the whole text must match; ``describe`` then names ``choices``."""
+    choices: str | None = None
+    """How to say the valid texts, e.g. ``auto, cpu, cuda, cuda:N or mps``."""
 
-    def contains(self, value: float) -> bool:
-        """Whether ``value`` lies within every bound."""
+    def contains(self, value: Any) -> bool:
+        """Whether ``value`` lies within every bound (matches the pattern, for text)."""
+        if self.pattern is not None:
+            return isinstance(value, str) and re.fullmatch(self.pattern, value) is not None
         return (
             (self.ge is None or value >= self.ge)
             and (self.gt is None or value > self.gt)
@@ -39,6 +46,8 @@ class Range:
 
     def describe(self) -> str:
         """``> 0 and <= 1`` style text."""
+        if self.pattern is not None:
+            return f"one of {self.choices or self.pattern}"
         bounds = ((self.ge, ">="), (self.gt, ">"), (self.le, "<="), (self.lt, "<"))
         return " and ".join(f"{op} {_fmt(b)}" for b, op in bounds if b is not None)
 
@@ -55,9 +64,12 @@ def ranged(
     le: float | None = None,
     lt: float | None = None,
     default_factory: Any = _MISSING,
+    pattern: str | None = None,
+    choices: str | None = None,
 ) -> Any:
-    """A dataclass field whose numeric value (each element of a tuple; None passes) must lie in the bounds."""
-    meta = {"range": Range(ge, gt, le, lt)}
+    """A dataclass field whose numeric value (each element of a tuple; None passes) must lie in the bounds, or
+    whose text must fully match ``pattern`` (``choices`` says the valid texts in error messages)."""
+    meta = {"range": Range(ge, gt, le, lt, pattern, choices)}
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)

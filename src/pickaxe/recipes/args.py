@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -34,7 +33,6 @@ _KWARGS_HELP = (
     "keyword arguments for the env's constructor as a JSON object, e.g. '{\"max_episode_steps\": 50}'; "
     "or one at a time: --env.kwargs.KEY VALUE (VALUE read as JSON, else as a string)"
 )
-_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
 @dataclass
@@ -147,8 +145,6 @@ def validate_flags(cfg: Any, args: list[str], prog: str) -> None:
         else:
             value = parse_value(flag, base, texts[0])
         check_field(owner, name, value, "--" + flag)
-        if flag == "device" and not _DEVICE.match(str(value)):
-            raise ConfigError(f"--device must be auto, cpu, cuda, cuda:N or mps, got {value!r}")
 
 
 def _bool_words_to_flags(cfg: Any, args: list[str]) -> list[str]:

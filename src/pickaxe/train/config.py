@@ -93,6 +93,11 @@ class CollectorConfig:
         validate(self)
 
 
+def device_field() -> Any:
+    """The ``device`` field of every run config: auto (CUDA when available), cpu, cuda, cuda:N or mps."""
+    return ranged("auto", pattern=r"auto|cpu|mps|cuda(:\d+)?", choices="auto, cpu, cuda, cuda:N or mps")
+
+
 class RunConfig:
     """What every run config shares: JSON round trip with its ``kind`` and the name of its algorithm.
 
@@ -162,8 +167,8 @@ class TrainConfig(RunConfig):
     collector: CollectorConfig = field(default_factory=CollectorConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     seed: int = ranged(0, ge=0, lt=2**63)
-    device: str = "auto"
-    """auto (CUDA when available), cpu, cuda or cuda:N."""
+    device: str = device_field()
+    """auto (CUDA when available), cpu, cuda, cuda:N or mps."""
     torch_threads: int = ranged(1, ge=1, le=4096)
     """Torch intra-op threads; 1 is fastest for small models on shared CPUs."""
     recipe: str = "custom"

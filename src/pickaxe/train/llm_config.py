@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Literal
 from pickaxe.algos.configs import GRPOConfig, SFTConfig
 from pickaxe.config_keys import ranged, validate
 from pickaxe.errors import PickaxeError
-from pickaxe.train.config import RunConfig, TrainerConfig
+from pickaxe.train.config import RunConfig, TrainerConfig, device_field
 
 
 @dataclass
@@ -155,7 +155,8 @@ class LLMTrainConfig(RunConfig):
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     seed: int = ranged(0, ge=0, lt=2**63)
-    device: str = "auto"
+    device: str = device_field()
+    """auto (CUDA when available), cpu, cuda, cuda:N or mps."""
     torch_threads: int = ranged(1, ge=1, le=4096)
     recipe: str = "custom"
 
