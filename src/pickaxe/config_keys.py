@@ -191,14 +191,14 @@ def parse_value(key: str, hint: Any, text: str) -> Any:
         for a in args:
             if text == str(a):
                 return a
-        raise ConfigError(f"--{key} must be one of {', '.join(map(str, args))}, got {text!r}")
+        raise ConfigError(f"{key} must be one of {', '.join(map(str, args))}, got {text!r}")
     if hint in (int, float):
         try:
             return hint(text)
         except ValueError:
-            raise ConfigError(f"--{key} takes {hint.__name__}, got {text!r} (e.g. --{key} 3)") from None
+            raise ConfigError(f"{key} takes {hint.__name__}, got {text!r} (e.g. 3)") from None
     if hint is bool:
         if text.lower() not in ("true", "false"):
-            raise ConfigError(f"--{key} takes True or False, got {text!r}")
+            raise ConfigError(f"{key} takes True or False, got {text!r}")
         return text.lower() == "true"
     return text

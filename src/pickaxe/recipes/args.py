@@ -141,9 +141,9 @@ def validate_flags(cfg: Any, args: list[str], prog: str) -> None:
             raise ConfigError(f"--{flag} needs a value")
         if _is_tuple(base):
             elem = next((a for a in typing.get_args(_strip_none(base)) if a is not Ellipsis), str)
-            value: Any = tuple(parse_value(flag, elem, t) for t in texts)
+            value: Any = tuple(parse_value("--" + flag, elem, t) for t in texts)
         else:
-            value = parse_value(flag, base, texts[0])
+            value = parse_value("--" + flag, base, texts[0])
         check_field(owner, name, value, "--" + flag)
 
 
