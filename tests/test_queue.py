@@ -428,3 +428,32 @@ def test_add_checks_train_commands_first(tmp_path: Path, capsys: pytest.CaptureF
     good = ["pickaxe", "train", "cartpole-ppo", "--algo.lr", "1e-3", "--run-dir", str(tmp_path / "r")]
     assert main(["queue", "add", "--db", str(db), "--", *good]) == 0
     assert JobQueue(db).get(int(capsys.readouterr().out)).argv == good
+
+
+def test_counts_are_queued_jobs_that_fit_and_running_jobs(q: JobQueue) -> None:
+    small, big, gpu = q.add(["true"], cpus=1), q.add(["true"], cpus=4), q.add(["true"], cpus=1, gpus=1)
+    assert q.counts() == (3, 0)
+    assert q.counts(max_cpus=2) == (2, 0)  # the 4-cpu job does not fit a 2-cpu worker
+    assert q.counts(max_cpus=2, max_gpus=0) == (1, 0)
+    assert q.claim("w", free_cpus=1, only=[small]) is not None
+    assert q.counts() == (2, 1) and {big, gpu} == {j.id for j in q.list("queued")}
+
+
+def test_release_is_fenced_and_honours_a_cancel_requested_while_running(q: JobQueue) -> None:
+    job = q.add(["true"])
+    after = q.add(["true"], depends_on=[job])
+    assert q.claim("w1", free_cpus=1) is not None
+    assert not q.release(job, 2, "w1") and not q.release(job, 1, "w2")  # wrong attempt, wrong worker
+    assert q.get(job).state == "running"
+    assert q.release(job, 1, "w1", outcome="interrupted")
+    requeued = q.get(job)
+    assert (requeued.state, requeued.worker_id, requeued.reason) == ("queued", None, "attempt 1 interrupted; requeued")
+    assert [a.outcome for a in q.attempts(job)] == ["interrupted"]
+    assert not q.release(job, 1, "w1")  # not running any more
+    q.register_worker("w2")  # alive: the cancel is a request its worker acts on
+    assert q.claim("w2", free_cpus=1) is not None
+    assert q.cancel(job).cancel_requested and q.get(job).state == "running"
+    assert q.release(job, 2, "w2")
+    cancelled = q.get(job)
+    assert (cancelled.state, cancelled.reason) == ("cancelled", "cancelled by user while running")
+    assert q.get(after).state == "blocked"  # what depended on it can never run
