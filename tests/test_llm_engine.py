@@ -151,7 +151,8 @@ def test_tied_embedding_models_save_and_load(tmp_path: Path) -> None:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from pickaxe.algos.sft import SFT
-    from pickaxe.runs.run import Run, load_model
+    from pickaxe.runs.model import load_model
+    from pickaxe.runs.run import Run
 
     config = Qwen2Config(
         vocab_size=40,

@@ -18,7 +18,9 @@ from pickaxe.cli import main
 from pickaxe.errors import PickaxeError
 from pickaxe.recipes import get_recipe
 from pickaxe.runs.checkpoint import CheckpointManager
-from pickaxe.runs.run import MODEL_DIGEST_FILE, MODEL_FILE, Run, disk_error, load_model, read_metrics
+from pickaxe.runs.folder import disk_error
+from pickaxe.runs.model import MODEL_DIGEST_FILE, MODEL_FILE, load_model
+from pickaxe.runs.run import Run, read_metrics
 from pickaxe.runs.tracking import JsonlLogger
 from pickaxe.train.build import build_algorithm, evaluate_run, resume, train
 

@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING
 
 from pickaxe.lazy import lazy_getattr
 
-_LAZY = {"Run": "pickaxe.runs.run", "default_run_dir": "pickaxe.runs.run", "load_model": "pickaxe.runs.run"}
+_LAZY = {"Run": "pickaxe.runs.run", "default_run_dir": "pickaxe.runs.run", "load_model": "pickaxe.runs.model"}
 __all__ = list(_LAZY)
 
 if TYPE_CHECKING:
-    from pickaxe.runs.run import Run, default_run_dir, load_model  # noqa: F401
+    from pickaxe.runs.model import load_model  # noqa: F401
+    from pickaxe.runs.run import Run, default_run_dir  # noqa: F401
 
 
 __getattr__ = lazy_getattr("pickaxe.runs", _LAZY, globals())

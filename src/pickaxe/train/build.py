@@ -19,7 +19,9 @@ from pickaxe.errors import ConfigError, PickaxeError
 from pickaxe.models.actor_critic import ActorCritic
 from pickaxe.models.q_network import QNetwork
 from pickaxe.rollout.collector import Collector
-from pickaxe.runs.run import Run, default_run_dir, disk_error, load_model
+from pickaxe.runs.folder import disk_error
+from pickaxe.runs.model import load_model
+from pickaxe.runs.run import Run, default_run_dir
 from pickaxe.train.config import TrainConfig
 from pickaxe.train.evaluate import evaluate
 from pickaxe.train.llm_config import LLMTrainConfig
@@ -196,7 +198,7 @@ def evaluate_run(
     """Rebuild a run's policy from its config and verified weights and evaluate it.
 
     ``checkpoint``: ``"final"`` (``model.safetensors``), ``"latest"``, ``"best"`` or an env step (a kept
-    checkpoint); see :func:`pickaxe.runs.run.load_model`.
+    checkpoint); see :func:`pickaxe.runs.model.load_model`.
     """
     set_torch_threads(cfg.torch_threads)
     device = resolve_device(cfg.device)

@@ -34,7 +34,8 @@ from pickaxe.models.tokenizer import char_tokenizer, load_tokenizer
 from pickaxe.rollout.engines.base import Completion, Engine, SamplingParams
 from pickaxe.rollout.engines.hf import HFEngine
 from pickaxe.rollout.text_collector import DemoCollector, TextCollector, completion_text, encode_prompts
-from pickaxe.runs.run import Run, load_model
+from pickaxe.runs.model import load_model
+from pickaxe.runs.run import Run
 from pickaxe.train.llm_config import LLMEvalConfig, LLMTrainConfig
 from pickaxe.train.trainer import FitResult, Trainer
 from pickaxe.utils import resolve_device, seed_everything, set_torch_threads
@@ -318,7 +319,7 @@ def evaluate_llm_run(
     the run's own evaluation settings (``cfg.eval``: prompts, samples, pass@k, temperature), so the numbers match
     what the run logged for the same weights; ``prompts`` overrides ``cfg.eval.prompts``. ``checkpoint``:
     ``"final"`` (``model.safetensors``), ``"latest"``, ``"best"`` or an env step (see
-    ``pickaxe.runs.run.load_model``). What ``pickaxe eval RUN_DIR`` prints for LLM runs."""
+    ``pickaxe.runs.model.load_model``). What ``pickaxe eval RUN_DIR`` prints for LLM runs."""
     cfg = copy.deepcopy(cfg)  # the caller's config stays as it was
     if prompts is not None:
         cfg.eval.prompts = prompts

@@ -1,0 +1,206 @@
+"""The final model of a run: ``model.safetensors`` with its size, sha256 and env step in ``model.json``, verified
+before every load; and loading a network's weights from the final model or from any kept checkpoint."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from pickaxe.errors import PickaxeError
+from pickaxe.runs.checkpoint import CheckpointError, CheckpointInfo, CheckpointManager
+
+MODEL_FILE = "model.safetensors"
+MODEL_DIGEST_FILE = "model.json"
+"""Size and sha256 of ``model.safetensors``, written after it; ``load_model`` verifies them."""
+
+
+def save_model(run_dir: Path, networks: dict[str, nn.Module], step: int | None = None) -> Path:
+    """Write the networks' weights to ``model.safetensors`` (keys ``<network>.<param>``), then its size and
+    sha256 to ``model.json``; ``load_model`` verifies them. Both files are fsynced and renamed into place.
+
+    Tensors that share memory (tied input/output embeddings) are written once per name, as copies:
+    safetensors refuses shared tensors, and loading gives each name the same values again.
+    """
+    tensors: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for name, net in networks.items():
+        for key, t in net.state_dict().items():
+            ptr = t.untyped_storage().data_ptr()
+            t = t.detach().cpu().contiguous()
+            tensors[f"{name}.{key}"] = t.clone() if ptr in seen else t
+            seen.add(ptr)
+    path = run_dir / MODEL_FILE
+    tmp = path.with_suffix(".tmp")
+    save_file(tensors, str(tmp))
+    digest = _file_digest(tmp, sync=True)
+    # a kill between the two renames leaves a model without a digest (loaded with a warning), never a
+    # model beside the digest of an older one (which would read as corrupted)
+    (run_dir / MODEL_DIGEST_FILE).unlink(missing_ok=True)
+    tmp.replace(path)
+    record = {"file": MODEL_FILE, **digest, "step": step, "time": time.time()}
+    _write_json_synced(run_dir / MODEL_DIGEST_FILE, record)
+    return path
+
+
+class MissingModelError(PickaxeError, FileNotFoundError):
+    """The run has no ``model.safetensors`` (it has not finished)."""
+
+
+def load_model(
+    run_dir: str | Path,
+    networks: dict[str, nn.Module],
+    device: str | torch.device = "cpu",
+    checkpoint: str | int = "final",
+) -> None:
+    """Load a run's weights into ``networks`` (the names they were saved with), verified first.
+
+    ``checkpoint``: ``"final"`` (``model.safetensors``, checked against the size and sha256 in ``model.json``;
+    a model without ``model.json``, from an older pickaxe, loads with a warning), ``"latest"`` (the newest good
+    checkpoint), ``"best"`` (the checkpoint with the highest recorded eval metric; ties: the newest) or an env
+    step (the checkpoint of that step). Checkpoints are verified by their manifests. Problems raise a
+    ``PickaxeError`` whose one line names the file and the fix.
+    """
+    run_dir = Path(run_dir)
+    which = _checkpoint_choice(checkpoint)
+    if which == "final":
+        tensors = _load_final(run_dir, device)
+        for name, net in networks.items():
+            prefix = f"{name}."
+            _load_into(
+                net, {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}, run_dir / MODEL_FILE
+            )
+        return
+    state, info = _load_checkpoint_state(run_dir, which, device)
+    algo = state.get("algo") if isinstance(state, dict) else None
+    for name, net in networks.items():
+        if not isinstance(algo, dict) or not isinstance(algo.get(name), dict):
+            raise PickaxeError(f"checkpoint {info.path} holds no weights for network {name!r}; evaluate another")
+        _load_into(net, algo[name], info.path)
+
+
+def _checkpoint_choice(checkpoint: str | int) -> str | int:
+    if isinstance(checkpoint, bool):
+        raise PickaxeError(f"checkpoint must be final, latest, best or an env step, got {checkpoint!r}")
+    if isinstance(checkpoint, int):
+        return checkpoint
+    text = str(checkpoint).strip()
+    if text in ("final", "latest", "best"):
+        return text
+    digits = text.removeprefix("step-")
+    if digits.isdigit():
+        return int(digits)
+    raise PickaxeError(f"--checkpoint must be final, latest, best or an env step (e.g. 10000), got {checkpoint!r}")
+
+
+def _load_final(run_dir: Path, device: str | torch.device) -> dict[str, torch.Tensor]:
+    path = run_dir / MODEL_FILE
+    fix = f"`pickaxe eval {run_dir} --checkpoint latest` evaluates its newest checkpoint instead"
+    if not path.is_file():
+        raise MissingModelError(f"no model in {run_dir}: {path} is missing (did the run finish?); {fix}")
+    recorded = _read_model_digest(run_dir)
+    if recorded is None:
+        warnings.warn(
+            f"{path} has no recorded size and sha256 ({MODEL_DIGEST_FILE} is missing, e.g. a run from an older "
+            "pickaxe); loading it unverified",
+            stacklevel=3,
+        )
+    else:
+        actual = _file_digest(path)
+        if actual["size"] != recorded["size"]:
+            raise PickaxeError(
+                f"{path} has {actual['size']} bytes but {MODEL_DIGEST_FILE} records {recorded['size']} (truncated or "
+                f"overwritten); restore it from a backup, or {fix}"
+            )
+        if actual["sha256"] != recorded["sha256"]:
+            raise PickaxeError(
+                f"{path} does not match its sha256 in {MODEL_DIGEST_FILE} (corrupted on disk); restore it from a "
+                f"backup, or {fix}"
+            )
+    try:
+        return load_file(str(path), device=str(device))
+    except Exception as e:  # safetensors raises its own error types for malformed files
+        raise PickaxeError(
+            f"{path} is not a valid safetensors file ({e}); restore it from a backup, or {fix}"
+        ) from None
+
+
+def _read_model_digest(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / MODEL_DIGEST_FILE
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        record = None
+    if not isinstance(record, dict) or type(record.get("size")) is not int or not isinstance(record.get("sha256"), str):
+        raise PickaxeError(f"{path} is unreadable or malformed; delete it to load {MODEL_FILE} unverified")
+    return record
+
+
+def _load_checkpoint_state(run_dir: Path, which: str | int, device: str | torch.device) -> tuple[Any, CheckpointInfo]:
+    manager = CheckpointManager(run_dir)
+    infos = manager.list()
+    if not infos:
+        raise PickaxeError(f"{run_dir} has no checkpoints (no {manager.dir}); evaluate the final model instead")
+    try:
+        if which == "latest":
+            with warnings.catch_warnings():  # damaged newer checkpoints are skipped with a warning: show it
+                warnings.simplefilter("default")
+                return manager.load(map_location=device)
+        if which == "best":
+            scored = [i for i in infos if i.metric is not None]
+            if not scored:
+                raise PickaxeError(
+                    f"no checkpoint in {manager.dir} has a recorded eval metric, so none is best; "
+                    "use --checkpoint latest or an env step"
+                )
+            best = max(scored, key=lambda i: (i.metric, i.step))
+            return manager.load(best.path, map_location=device)
+        match = [i for i in infos if i.step == which]
+        if not match:
+            steps = ", ".join(str(i.step) for i in infos)
+            raise PickaxeError(f"{run_dir} has no checkpoint at env step {which}; kept checkpoints: {steps}")
+        return manager.load(match[0].path, map_location=device)
+    except CheckpointError as e:
+        raise PickaxeError(str(e).replace("\n", " ")) from None
+
+
+def _load_into(net: nn.Module, state: dict[str, Any], source: Path) -> None:
+    try:
+        net.load_state_dict(state)
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()
+        raise PickaxeError(
+            f"the weights in {source} do not fit the networks of this run's config.json "
+            f"({' '.join(ln.strip() for ln in first)[:300]}); was config.json edited?"
+        ) from None
+
+
+def _file_digest(path: Path, sync: bool = False) -> dict[str, Any]:
+    """Size and sha256 of a file (fsynced first with ``sync``)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        if sync:
+            os.fsync(f.fileno())
+        size = os.fstat(f.fileno()).st_size
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return {"size": size, "sha256": h.hexdigest()}
+
+
+def _write_json_synced(path: Path, obj: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
