@@ -192,17 +192,13 @@ class OverrideLog:
         self._replayed = len(done)
         return done
 
-    def pending(self) -> list[Override]:
-        """History entries not applied yet (the rest of a resumed run's recorded changes)."""
-        return self.history[self._replayed :]
-
     def take(self, step: int) -> list[Override]:
         """Changes to apply now: replayed history stamped ``<= step`` plus new requests, which are recorded.
 
         New requests are checked (a refused one is reported and removed) and drop the pending entries of their
         keys (see the module docstring).
         """
-        new = self._requests(step)
+        new, consumed = self._requests(step)
         keys = {o.key for o in new}
         applied, pending = self.history[: self._replayed], self.history[self._replayed :]
         superseded = [o for o in pending if o.key in keys]
@@ -219,16 +215,17 @@ class OverrideLog:
                     f.write(json.dumps(dataclasses.asdict(o)) + "\n")
                 f.flush()
                 os.fsync(f.fileno())
-        for path in self._consumed:
+        for path in consumed:
             path.unlink(missing_ok=True)  # after the history holds the change: a kill in between loses nothing
         return [*due, *new]
 
-    def _requests(self, step: int) -> list[Override]:
-        """Accepted changes from the request files in ``control/`` (oldest first), stamped ``step``."""
-        self._consumed: list[Path] = []
+    def _requests(self, step: int) -> tuple[list[Override], list[Path]]:
+        """Accepted changes from the request files in ``control/`` (oldest first), stamped ``step``, and the
+        files they came from (removed once the history holds them)."""
+        consumed: list[Path] = []
         control = self.run_dir / CONTROL_DIR
         if not control.is_dir():
-            return []
+            return [], consumed
         new: list[Override] = []
         for path in sorted(p for p in control.iterdir() if p.suffix == ".json" and not p.name.startswith(".")):
             try:
@@ -245,5 +242,5 @@ class OverrideLog:
                 path.unlink(missing_ok=True)
                 continue
             new.extend(Override(step, k, v) for k, v in changes.items())
-            self._consumed.append(path)
-        return new
+            consumed.append(path)
+        return new, consumed
