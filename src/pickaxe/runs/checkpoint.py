@@ -108,7 +108,8 @@ def _sha256(f: BinaryIO) -> str:
     return h.hexdigest()
 
 
-def _fsync_file(path: Path) -> None:
+def fsync_file(path: Path) -> None:
+    """Make a written file's contents durable."""
     with open(path, "rb+") as f:
         os.fsync(f.fileno())
 
@@ -123,8 +124,8 @@ def _write_bytes(path: Path, data: bytes, sync: bool = True) -> dict[str, Any]:
     return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def _digest_mapped(path: Path) -> dict[str, Any]:
-    """Manifest entry of a just-written file, hashed through a read-only memory map (no copy)."""
+def file_digest(path: Path) -> dict[str, Any]:
+    """``{"size", "sha256"}`` of a file (a manifest entry), hashed through a read-only memory map (no copy)."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if not size:  # empty files cannot be mapped
@@ -279,17 +280,17 @@ class CheckpointManager:
             # The fsyncs run in helper threads, overlapping the sha256 (CPU) and each other (the file system
             # can commit them together); all three files are durable before the folder is synced and renamed.
             with ThreadPoolExecutor(3) as pool:
-                synced = [pool.submit(_fsync_file, tmp / TENSORS)]
+                synced = [pool.submit(fsync_file, tmp / TENSORS)]
                 files = {
-                    TENSORS: _digest_mapped(tmp / TENSORS),
+                    TENSORS: file_digest(tmp / TENSORS),
                     META: _write_bytes(tmp / META, meta_bytes, False),
                 }
                 fault_point("checkpoint-meta")
-                synced.append(pool.submit(_fsync_file, tmp / META))
+                synced.append(pool.submit(fsync_file, tmp / META))
                 manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "files": files}
                 _write_bytes(tmp / MANIFEST, json.dumps(manifest, indent=1).encode(), sync=False)
                 fault_point("checkpoint-manifest")
-                synced.append(pool.submit(_fsync_file, tmp / MANIFEST))
+                synced.append(pool.submit(fsync_file, tmp / MANIFEST))
                 for done in synced:
                     done.result()  # re-raises an fsync error
             _fsync_dir(tmp)

@@ -3,7 +3,6 @@ before every load; and loading a network's weights from the final model or from 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -16,7 +15,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from pickaxe.errors import PickaxeError
-from pickaxe.runs.checkpoint import CheckpointError, CheckpointInfo, CheckpointManager
+from pickaxe.runs.checkpoint import CheckpointInfo, CheckpointManager, file_digest, fsync_file
 
 MODEL_FILE = "model.safetensors"
 MODEL_DIGEST_FILE = "model.json"
@@ -41,7 +40,8 @@ def save_model(run_dir: Path, networks: dict[str, nn.Module], step: int | None =
     path = run_dir / MODEL_FILE
     tmp = path.with_suffix(".tmp")
     save_file(tensors, str(tmp))
-    digest = _file_digest(tmp, sync=True)
+    fsync_file(tmp)
+    digest = file_digest(tmp)
     # a kill between the two renames leaves a model without a digest (loaded with a warning), never a
     # model beside the digest of an older one (which would read as corrupted)
     (run_dir / MODEL_DIGEST_FILE).unlink(missing_ok=True)
@@ -114,7 +114,7 @@ def _load_final(run_dir: Path, device: str | torch.device) -> dict[str, torch.Te
             stacklevel=3,
         )
     else:
-        actual = _file_digest(path)
+        actual = file_digest(path)
         if actual["size"] != recorded["size"]:
             raise PickaxeError(
                 f"{path} has {actual['size']} bytes but {MODEL_DIGEST_FILE} records {recorded['size']} (truncated or "
@@ -151,27 +151,24 @@ def _load_checkpoint_state(run_dir: Path, which: str | int, device: str | torch.
     infos = manager.list()
     if not infos:
         raise PickaxeError(f"{run_dir} has no checkpoints (no {manager.dir}); evaluate the final model instead")
-    try:
-        if which == "latest":
-            with warnings.catch_warnings():  # damaged newer checkpoints are skipped with a warning: show it
-                warnings.simplefilter("default")
-                return manager.load(map_location=device)
-        if which == "best":
-            scored = [i for i in infos if i.metric is not None]
-            if not scored:
-                raise PickaxeError(
-                    f"no checkpoint in {manager.dir} has a recorded eval metric, so none is best; "
-                    "use --checkpoint latest or an env step"
-                )
-            best = max(scored, key=lambda i: (i.metric, i.step))
-            return manager.load(best.path, map_location=device)
-        match = [i for i in infos if i.step == which]
-        if not match:
-            steps = ", ".join(str(i.step) for i in infos)
-            raise PickaxeError(f"{run_dir} has no checkpoint at env step {which}; kept checkpoints: {steps}")
-        return manager.load(match[0].path, map_location=device)
-    except CheckpointError as e:
-        raise PickaxeError(str(e).replace("\n", " ")) from None
+    if which == "latest":
+        with warnings.catch_warnings():  # damaged newer checkpoints are skipped with a warning: show it
+            warnings.simplefilter("default")
+            return manager.load(map_location=device)
+    if which == "best":
+        scored = [i for i in infos if i.metric is not None]
+        if not scored:
+            raise PickaxeError(
+                f"no checkpoint in {manager.dir} has a recorded eval metric, so none is best; "
+                "use --checkpoint latest or an env step"
+            )
+        best = max(scored, key=lambda i: (i.metric, i.step))
+        return manager.load(best.path, map_location=device)
+    match = [i for i in infos if i.step == which]
+    if not match:
+        steps = ", ".join(str(i.step) for i in infos)
+        raise PickaxeError(f"{run_dir} has no checkpoint at env step {which}; kept checkpoints: {steps}")
+    return manager.load(match[0].path, map_location=device)
 
 
 def _load_into(net: nn.Module, state: dict[str, Any], source: Path) -> None:
@@ -183,18 +180,6 @@ def _load_into(net: nn.Module, state: dict[str, Any], source: Path) -> None:
             f"the weights in {source} do not fit the networks of this run's config.json "
             f"({' '.join(ln.strip() for ln in first)[:300]}); was config.json edited?"
         ) from None
-
-
-def _file_digest(path: Path, sync: bool = False) -> dict[str, Any]:
-    """Size and sha256 of a file (fsynced first with ``sync``)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        if sync:
-            os.fsync(f.fileno())
-        size = os.fstat(f.fileno()).st_size
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return {"size": size, "sha256": h.hexdigest()}
 
 
 def _write_json_synced(path: Path, obj: Any) -> None:
