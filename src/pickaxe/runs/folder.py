@@ -78,12 +78,17 @@ def _probe_writable(folder: Path, path: Path) -> None:
     os.unlink(name)
 
 
+def unique_path(base: Path) -> Path:
+    """``base``, or ``base-1``, ``base-2``, ... whichever does not exist yet."""
+    path, i = base, 1
+    while path.exists():
+        path, i = Path(f"{base}-{i}"), i + 1
+    return path
+
+
 def move_aside(path: Path) -> Path:
     """Rename the run at ``path`` to ``<path>.old-<timestamp>`` (unique); returns the new path."""
-    base = path.with_name(f"{path.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
-    target, i = base, 1
-    while target.exists():
-        target, i = Path(f"{base}-{i}"), i + 1
+    target = unique_path(path.with_name(f"{path.name}.old-{time.strftime('%Y%m%d-%H%M%S')}"))
     try:
         os.rename(path, target)
     except OSError as e:

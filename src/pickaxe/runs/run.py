@@ -18,7 +18,7 @@ from typing import Any
 from torch import nn
 
 from pickaxe.errors import PickaxeError
-from pickaxe.runs.folder import check_new_run_dir, make_dirs, move_aside
+from pickaxe.runs.folder import check_new_run_dir, make_dirs, move_aside, unique_path
 from pickaxe.runs.manifest import build_manifest, to_jsonable
 from pickaxe.runs.model import save_model
 from pickaxe.runs.status import write_status
@@ -30,11 +30,7 @@ NONDETERMINISTIC_PREFIXES = ("time/", "sys/")
 
 def default_run_dir(name: str, root: str | Path = "runs") -> Path:
     """``runs/<name>-<timestamp>``, made unique if that folder exists."""
-    base = Path(root) / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path, i = base, 1
-    while path.exists():
-        path, i = Path(f"{base}-{i}"), i + 1
-    return path
+    return unique_path(Path(root) / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 class Run:
