@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import math
 import os
 import re
 import sys
@@ -151,23 +150,13 @@ def main_sweep(args: list[str]) -> int:
 
 
 def _last_eval(run_dir: str | None) -> str:
-    """``, eval/return_mean 187.2`` from a run's metrics.jsonl ('' when it has none)."""
-    if not run_dir:
+    """``, eval/return_mean 187.2`` for a run's last evaluation ('' when it has none)."""
+    from pickaxe.runs.listing import summarize_run
+
+    summary = summarize_run(run_dir) if run_dir else None
+    if summary is None or summary.final_eval is None:
         return ""
-    try:
-        lines = (Path(run_dir) / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return ""
-    for line in reversed(lines):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        for key in ("eval/return_mean", "eval/accuracy"):
-            value = record.get(key) if isinstance(record, dict) else None
-            if isinstance(value, int | float) and math.isfinite(value):
-                return f", {key} {value:.4g}"
-    return ""
+    return f", {summary.metric} {summary.final_eval:.4g}"
 
 
 def run_sweep(recipe: str, args: list[str]) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 
 from pickaxe.errors import PickaxeError
 from pickaxe.runs.status import read_status, run_state
+from pickaxe.runs.tracking import read_metrics
 
 _SKIP_DIRS = {"checkpoints", "tensorboard", "control", "wandb", "mlruns", "engine_model", "__pycache__"}
 """Folders inside a run or sweep that never hold runs of their own."""
@@ -63,7 +64,10 @@ def summarize_run(run_dir: str | Path) -> RunSummary:
     trainer = config.get("trainer") if isinstance(config.get("trainer"), dict) else {}
     total = trainer.get("total_steps")
     metric = "eval/accuracy" if config.get("kind") == "llm" else "eval/return_mean"
-    records = _read_records(run_dir / "metrics.jsonl")
+    try:
+        records = read_metrics(run_dir)
+    except OSError:
+        records = []
     evals = [
         float(r[metric])
         for r in records
@@ -121,23 +125,6 @@ def _read_json(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _read_records(path: Path) -> list[dict[str, Any]]:
-    """The records of ``metrics.jsonl``, skipping torn or garbled lines."""
-    records = []
-    try:
-        with open(path, "rb") as f:
-            for line in f:
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(record, dict):
-                    records.append(record)
-    except OSError:
-        return []
-    return records
 
 
 def _is_number(value: Any) -> bool:

@@ -22,10 +22,15 @@ from pickaxe.runs.folder import check_new_run_dir, make_dirs, move_aside, unique
 from pickaxe.runs.manifest import build_manifest, to_jsonable
 from pickaxe.runs.model import save_model
 from pickaxe.runs.status import write_status
-from pickaxe.runs.tracking import TRACKERS, JsonlLogger, PrometheusSink, TensorBoardLogger, check_port, check_tracker
-
-NONDETERMINISTIC_PREFIXES = ("time/", "sys/")
-"""Metric name prefixes whose values depend on the machine and the moment (wall time, CPU, memory)."""
+from pickaxe.runs.tracking import (
+    TRACKERS,
+    JsonlLogger,
+    PrometheusSink,
+    TensorBoardLogger,
+    check_port,
+    check_tracker,
+    read_metrics,  # noqa: F401 - where callers have always found it
+)
 
 
 def default_run_dir(name: str, root: str | Path = "runs") -> Path:
@@ -219,24 +224,6 @@ class Run:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def read_metrics(run_dir: str | Path, deterministic: bool = False) -> list[dict[str, Any]]:
-    """The records of a run's ``metrics.jsonl`` (a line torn by a kill is skipped).
-
-    ``deterministic=True`` drops the machine- and moment-dependent fields (``time/``, ``sys/``): what is
-    left must be identical between two runs of the same config and seed.
-    """
-    records = []
-    for line in (Path(run_dir) / "metrics.jsonl").read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if deterministic:
-            record = {k: v for k, v in record.items() if not k.startswith(NONDETERMINISTIC_PREFIXES)}
-        records.append(record)
-    return records
 
 
 def _extra_sinks(path: Path, config: Any, track: tuple[str, ...], prometheus_port: int | None) -> list[Any]:

@@ -13,6 +13,30 @@ from typing import Any
 
 from pickaxe.errors import PickaxeError
 
+NONDETERMINISTIC_PREFIXES = ("time/", "sys/")
+"""Metric name prefixes whose values depend on the machine and the moment (wall time, CPU, memory)."""
+
+
+def read_metrics(run_dir: str | Path, deterministic: bool = False) -> list[dict[str, Any]]:
+    """The records of a run's ``metrics.jsonl``; a line torn by a kill (or otherwise not a JSON object) is skipped.
+
+    ``deterministic=True`` drops the machine- and moment-dependent fields (``time/``, ``sys/``): what is
+    left must be identical between two runs of the same config and seed. Torch-free.
+    """
+    records = []
+    with open(Path(run_dir) / "metrics.jsonl", "rb") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(record, dict):
+                continue
+            if deterministic:
+                record = {k: v for k, v in record.items() if not k.startswith(NONDETERMINISTIC_PREFIXES)}
+            records.append(record)
+    return records
+
 
 class JsonlLogger:
     """Appends one JSON object per log point; non-finite floats are written as ``null`` (valid JSON)."""
