@@ -164,3 +164,14 @@ def test_guarded_step_refuses_a_bad_loss_or_gradient_before_stepping() -> None:
     net = _net()
     norm = guarded_step(net(torch.ones(1, 2)).sum() * 100, net, torch.optim.SGD(net.parameters(), lr=0.1), 1.0)
     assert norm > 1.0  # the norm before clipping is what it returns
+
+
+def test_guarded_step_names_the_gradient_that_went_bad_not_the_first_one() -> None:
+    from pickaxe.algos.base import guarded_step
+    from pickaxe.errors import NonFiniteError
+
+    net = _net()
+    net[1].weight.register_hook(lambda g: g * float("nan"))  # only the second layer's gradient is bad
+    # clipping by a NaN norm before the check used to turn every gradient NaN and blame 0.weight
+    with pytest.raises(NonFiniteError, match=r"^gradient of 1\.weight$"):
+        guarded_step(net(torch.ones(1, 2)).sum(), net, torch.optim.SGD(net.parameters(), lr=0.1), 1.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -22,23 +23,38 @@ def first_nonfinite(named: Any, grads: bool = False) -> str | None:
     return None
 
 
+def clip_and_step(module: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> torch.Tensor:
+    """Clip ``module``'s gradients to ``max_grad_norm`` and step, refusing non-finite gradients first.
+
+    One fused check: the total gradient norm, which clipping needs anyway, is NaN/Inf exactly when some gradient
+    is, and reading it is the step's only host sync. On a bad norm the gradients are dropped and
+    ``NonFiniteError`` names the first bad one, before clipping (which would spread the NaN to every gradient)
+    and before ``optimizer.step()``, so weights and optimizer state stay as they were. Returns the norm before
+    clipping.
+    """
+    params = [p for p in module.parameters() if p.grad is not None]
+    total_norm = nn.utils.get_total_norm([p.grad for p in params])
+    if not math.isfinite(float(total_norm)):
+        what = first_nonfinite(module.named_parameters(), grads=True) or f"gradient norm = {float(total_norm)}"
+        optimizer.zero_grad(set_to_none=True)
+        raise NonFiniteError(what)
+    nn.utils.clip_grads_with_norm_(params, max_grad_norm, total_norm)
+    optimizer.step()
+    return total_norm
+
+
 def guarded_step(
     loss: torch.Tensor, module: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float, name: str = "loss"
 ) -> torch.Tensor:
-    """Backward, clip and step, refusing (``NonFiniteError``) a non-finite loss, gradient or parameter.
-
-    Checks happen before ``optimizer.step()``, so a bad update never reaches the weights. Returns the
+    """Backward, clip and step, refusing (``NonFiniteError``) a non-finite loss or gradient before
+    ``optimizer.step()`` (see :func:`clip_and_step`), so a bad update never reaches the weights. Returns the
     gradient norm before clipping.
     """
     if not torch.isfinite(loss):
         raise NonFiniteError(first_nonfinite(module.named_parameters()) or f"{name} = {loss.item()}")
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    grad_norm = nn.utils.clip_grad_norm_(module.parameters(), max_grad_norm)
-    if not torch.isfinite(grad_norm):
-        raise NonFiniteError(first_nonfinite(module.named_parameters(), grads=True) or "gradient norm")
-    optimizer.step()
-    return grad_norm
+    return clip_and_step(module, optimizer, max_grad_norm)
 
 
 class Algorithm(ABC):

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pickaxe.algos.base import Algorithm, first_nonfinite
+from pickaxe.algos.base import Algorithm, clip_and_step
 from pickaxe.algos.configs import Aggregation, KLEstimator
 from pickaxe.data.batch import Batch
 from pickaxe.errors import NonFiniteError
@@ -234,27 +234,20 @@ class LMAlgorithm(Algorithm):
 
         Refuses a non-finite ``loss`` (the step's summed micro-batch losses) or gradient with ``NonFiniteError``
         BEFORE ``optimizer.step()``, so the weights and the optimizer state stay as they were (the gradients are
-        dropped). One fused check: the total gradient norm that clipping needs anyway is NaN/Inf exactly when
-        some gradient is, and reading it is the step's only host sync (the gradients are clipped after the check,
-        so on failure the first bad gradient is still the one named).
+        dropped; see :func:`~pickaxe.algos.base.clip_and_step`).
         """
         lr = self.current_lr()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
             group["weight_decay"] = self.config.weight_decay
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        total_norm = nn.utils.get_total_norm([p.grad for p in params])
-        grad_norm = float(total_norm)
-        if not (math.isfinite(grad_norm) and math.isfinite(loss)):
-            what = (
-                (f"loss = {loss}" if not math.isfinite(loss) else None)
-                or first_nonfinite(self.model.named_parameters(), grads=True)
-                or f"gradient norm = {grad_norm}"
-            )
+        where = f"{type(self).__name__} update {self.version}"
+        if not math.isfinite(loss):
             self.optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteError(f"{what} ({type(self).__name__} update {self.version})")
-        nn.utils.clip_grads_with_norm_(params, self.config.max_grad_norm, total_norm)
-        self.optimizer.step()
+            raise NonFiniteError(f"loss = {loss} ({where})")
+        try:
+            grad_norm = float(clip_and_step(self.model, self.optimizer, self.config.max_grad_norm))
+        except NonFiniteError as e:
+            raise NonFiniteError(f"{e.what} ({where})") from None
         self.optimizer.zero_grad(set_to_none=True)
         return grad_norm, lr
 
