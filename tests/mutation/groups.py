@@ -26,7 +26,17 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
         ["tests/test_buffers.py", "tests/test_returns.py", "tests/test_options_ppo.py", "tests/test_options_dqn.py"],
     ),
     "rollout": (["src/pickaxe/rollout/collector.py"], ["tests/test_collector.py", "tests/test_collector_options.py"]),
-    "runs": (["src/pickaxe/runs/*"], ["tests/test_checkpoint.py", "tests/test_monitoring.py"]),
+    "runs": (
+        ["src/pickaxe/runs/*"],
+        [
+            "tests/test_checkpoint.py",
+            "tests/test_checkpoint_messages.py",
+            "tests/test_runs_records.py",
+            "tests/test_run_status.py",
+            "tests/test_run_dir.py",
+            "tests/test_monitoring.py",
+        ],
+    ),
     # Another engineer is splitting exp/queue.py; configured, run it last (its subprocess tests are not traced
     # by mutmut, so mutants reached only from worker subprocesses show as "no tests").
     "queue": (["src/pickaxe/exp/queue*", "src/pickaxe/exp/processes.py"], ["tests/test_queue.py"]),
