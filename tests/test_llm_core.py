@@ -13,7 +13,6 @@ from pickaxe.algos.llm_core import (
     aggregate,
     group_advantages,
     kl_estimate,
-    micro_batches,
     sequence_log_ratio,
     truncated_is_weight,
     zero_variance_groups,
@@ -116,15 +115,6 @@ def test_grpo_loss_on_policy_by_hand() -> None:
     mb["old_logprob"], mb["ref_logprob"] = logprob.clone(), logprob - 1.0  # k1 = 1 on every token
     loss, _ = grpo_loss(logprob, mb, cfg, 4.0, 2.0, 1.0)
     assert loss.item() == pytest.approx((-1 - 1 - 1 + 2) / 4 + 0.1)
-
-
-def test_micro_batches_trim_shared_padding() -> None:
-    ids = torch.tensor([[0, 0, 5, 6, 0], [0, 0, 0, 5, 0], [0, 7, 7, 7, 7]])
-    td = TensorDict({"input_ids": ids, "attention_mask": (ids > 0).long(), "reward": torch.ones(3)}, batch_size=[3])
-    first, second = list(micro_batches(td, 2))
-    assert first["input_ids"].tolist() == [[5, 6], [0, 5]]
-    assert second["input_ids"].tolist() == [[7, 7, 7, 7]]
-    assert second["reward"].shape == (1,)
 
 
 def test_pass_at_k_and_wilson() -> None:

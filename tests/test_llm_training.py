@@ -126,7 +126,7 @@ def test_grpo_variants_update(cfg: GRPOConfig) -> None:
         assert metrics["grpo/kept_fraction"] == pytest.approx(20 / 24)
     if cfg.tis_cap is not None:
         assert metrics["tis/weight_mean"] == pytest.approx(1.0, abs=1e-4)
-        assert "kl/reward_penalty" in metrics
+        assert "kl/seq_sum_mean" in metrics and "kl/token_mean" in metrics
 
 
 def _digit_reward(prompt: str, completion: str, metadata: dict) -> float:
@@ -177,7 +177,7 @@ def test_tiny_llm_run_end_to_end(tmp_path: Path) -> None:
     for r in evals:
         assert r["eval/accuracy_ci_low"] <= r["eval/accuracy"] <= r["eval/accuracy_ci_high"]
         assert {"eval/pass@1", "eval/pass@2", "eval/return_mean"} <= set(r)
-    assert "check/logprob_diff_max" in records[-1] and "kl/mean" in records[-1]
+    assert "check/logprob_diff_max" in records[-1] and "kl/token_mean" in records[-1]
     config = json.loads((tmp_path / "a" / "config.json").read_text())
     assert config["kind"] == "llm" and config["algo_name"] == "grpo"
     assert LLMTrainConfig.from_dict(config) == _tiny_cfg(seed=3)

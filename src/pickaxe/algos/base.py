@@ -23,38 +23,51 @@ def first_nonfinite(named: Any, grads: bool = False) -> str | None:
     return None
 
 
-def clip_and_step(module: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> torch.Tensor:
-    """Clip ``module``'s gradients to ``max_grad_norm`` and step, refusing non-finite gradients first.
+def clip_and_step(
+    module: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    max_grad_norm: float,
+    loss: torch.Tensor | None = None,
+    extra: torch.Tensor | None = None,
+    name: str = "loss",
+) -> list[float]:
+    """Clip ``module``'s gradients to ``max_grad_norm`` and step, refusing a non-finite ``loss`` or gradient first.
 
-    One fused check: the total gradient norm, which clipping needs anyway, is NaN/Inf exactly when some gradient
-    is, and reading it is the step's only host sync. On a bad norm the gradients are dropped and
-    ``NonFiniteError`` names the first bad one, before clipping (which would spread the NaN to every gradient)
-    and before ``optimizer.step()``, so weights and optimizer state stay as they were. Returns the norm before
-    clipping.
+    The step's one host synchronisation reads, together: the total gradient norm (which clipping needs anyway, and
+    which is NaN/Inf exactly when some gradient is), ``loss`` (the step's summed loss) and ``extra`` (any metric
+    tensors the caller wants read at the same time). On a bad value the gradients are dropped and
+    ``NonFiniteError`` names the first non-finite parameter or gradient (or ``name = value``), before clipping
+    (which would spread a NaN to every gradient) and before ``optimizer.step()``, so weights and optimizer state
+    stay as they were. Returns ``[grad_norm, loss (if given), *extra]`` as floats, the norm before clipping.
     """
     params = [p for p in module.parameters() if p.grad is not None]
-    total_norm = nn.utils.get_total_norm([p.grad for p in params])
-    if not math.isfinite(float(total_norm)):
-        what = first_nonfinite(module.named_parameters(), grads=True) or f"gradient norm = {float(total_norm)}"
+    total_norm = nn.utils.get_total_norm([p.grad for p in params]) if params else torch.zeros(())
+    parts = [total_norm.detach().float().reshape(1)]
+    parts += [t.detach().float().reshape(-1).to(total_norm.device) for t in (loss, extra) if t is not None]
+    values = torch.cat(parts).tolist()
+    what = None
+    if loss is not None and not math.isfinite(values[1]):
+        what = first_nonfinite(module.named_parameters()) or f"{name} = {values[1]}"
+    elif not math.isfinite(values[0]):
+        what = first_nonfinite(module.named_parameters(), grads=True) or f"gradient norm = {values[0]}"
+    if what is not None:
         optimizer.zero_grad(set_to_none=True)
         raise NonFiniteError(what)
-    nn.utils.clip_grads_with_norm_(params, max_grad_norm, total_norm)
+    if params:
+        nn.utils.clip_grads_with_norm_(params, max_grad_norm, total_norm)
     optimizer.step()
-    return total_norm
+    return values
 
 
 def guarded_step(
     loss: torch.Tensor, module: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float, name: str = "loss"
 ) -> torch.Tensor:
     """Backward, clip and step, refusing (``NonFiniteError``) a non-finite loss or gradient before
-    ``optimizer.step()`` (see :func:`clip_and_step`), so a bad update never reaches the weights. Returns the
-    gradient norm before clipping.
-    """
-    if not torch.isfinite(loss):
-        raise NonFiniteError(first_nonfinite(module.named_parameters()) or f"{name} = {loss.item()}")
+    ``optimizer.step()`` (see :func:`clip_and_step`: one host read per step), so a bad update never reaches the
+    weights. Returns the gradient norm before clipping (a CPU tensor)."""
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    return clip_and_step(module, optimizer, max_grad_norm)
+    return torch.tensor(clip_and_step(module, optimizer, max_grad_norm, loss, name=name)[0])
 
 
 class Algorithm(ABC):

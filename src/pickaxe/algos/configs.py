@@ -1,4 +1,5 @@
-"""What each algorithm can be told: the config dataclasses of PPO, DQN, SFT and GRPO.
+"""What each algorithm can be told: the config dataclasses of PPO, DQN, SFT and GRPO (the last two
+share ``LMConfig``).
 
 They live apart from the algorithms so that reading, checking and changing a config (``pickaxe recipes``,
 ``pickaxe set``, ``config.json``) never imports torch. Each field declares its valid range next to it.
@@ -82,8 +83,9 @@ class DQNConfig:
 
 
 @dataclass
-class SFTConfig:
-    """SFT hyper-parameters."""
+class LMConfig:
+    """What every LLM learner (SFT, GRPO) is told: optimizer, micro-batching and how the forward pass is computed
+    (the compute options change speed and memory, not the update beyond float rounding)."""
 
     mutable: ClassVar[tuple[str, ...]] = ("lr", "max_grad_norm")
     """Fields read afresh at every optimizer step, so ``pickaxe set`` may change them while the run trains."""
@@ -95,15 +97,33 @@ class SFTConfig:
     weight_decay: float = ranged(0.0, ge=0)
     max_grad_norm: float = ranged(1.0, gt=0)
     micro_batch_size: int = ranged(64, ge=1)
-    """Sequences per forward/backward; gradients accumulate over the batch (one optimizer step per batch)."""
+    """Sequences per forward/backward; gradients accumulate over the optimizer step (does not change the update)."""
+    micro_batch_layout: Literal["padded", "length-sorted", "packed"] = "padded"
+    """padded: one sequence per row, in batch order; length-sorted: sequences of similar length share a
+    micro-batch (less padding); packed: several sequences per row with block-diagonal attention (least padding)."""
+    gradient_checkpointing: bool = False
+    """Recompute each layer's activations in the backward pass instead of keeping them (less memory, ~1/3 more
+    compute)."""
+    autocast: Literal["off", "bf16"] = "off"
+    """bf16: run the policy's and the reference's matrix multiplies in bfloat16 (CPU and CUDA), log-softmax and
+    losses in float32; weights and optimizer state stay float32."""
+    logprob_chunk_tokens: int = ranged(0, ge=0)
+    """Scored tokens per chunk of the output layer (0: as many as fit 64 MiB of float32 logits), so memory does
+    not grow with the vocabulary."""
     aggregation: Aggregation = "token-mean"
+    """token-mean | seq-mean-token-mean (original GRPO) | seq-mean-token-sum-norm (Dr. GRPO)."""
 
     def __post_init__(self) -> None:
         validate(self)
 
 
 @dataclass
-class GRPOConfig:
+class SFTConfig(LMConfig):
+    """SFT hyper-parameters."""
+
+
+@dataclass
+class GRPOConfig(LMConfig):
     """GRPO hyper-parameters; the defaults are DeepSeekMath's GRPO. Variants are a few flags away (see
     ``GRPOConfig.variant``): Dr. GRPO ``scale_rewards=False, aggregation=seq-mean-token-sum-norm``; DAPO
     ``clip_high=0.28, dynamic_sampling=True``; GSPO ``ratio_level=sequence``."""
@@ -112,24 +132,16 @@ class GRPOConfig:
     """Fields read afresh at every optimizer step, so ``pickaxe set`` may change them while the run trains."""
 
     lr: float = ranged(1e-5, gt=0, le=10)
-    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
-    warmup_updates: int = ranged(0, ge=0)
-    weight_decay: float = ranged(0.0, ge=0)
-    max_grad_norm: float = ranged(1.0, gt=0)
     epochs: int = ranged(1, ge=1, le=10_000)
     """Passes over each batch."""
     mini_batches: int = ranged(1, ge=1)
     """Optimizer steps per pass (1: fully on-policy)."""
-    micro_batch_size: int = ranged(64, ge=1)
-    """Sequences per forward/backward (gradient accumulation; does not change the update)."""
     clip_low: float = ranged(0.2, gt=0, lt=1)
     """Ratio clipped below at 1 - clip_low."""
     clip_high: float = ranged(0.2, gt=0)
     """Ratio clipped above at 1 + clip_high (DAPO's clip-higher: 0.28)."""
     scale_rewards: bool = True
     """Divide group-centred rewards by the group std (False: Dr. GRPO)."""
-    aggregation: Aggregation = "token-mean"
-    """token-mean | seq-mean-token-mean (original GRPO) | seq-mean-token-sum-norm (Dr. GRPO)."""
     loss_norm: int = ranged(0, ge=0)
     """Constant divisor of seq-mean-token-sum-norm (0: the generation budget, max_new_tokens)."""
     dynamic_sampling: bool = False
@@ -146,9 +158,6 @@ class GRPOConfig:
     min(pi_learner / pi_sampler, tis_cap) (for engines whose numerics differ from the learner's, e.g. vLLM)."""
     ratio_tolerance: float = ranged(1e-3, gt=0)
     """Warn when the first on-policy micro-batch has max |learner - sampler log-prob| above this."""
-
-    def __post_init__(self) -> None:
-        validate(self)
 
     @classmethod
     def variant(cls, name: Literal["grpo", "dr-grpo", "dapo", "gspo"], **overrides) -> GRPOConfig:

@@ -24,7 +24,8 @@ from pickaxe.algos.llm_core import (
     kl_shaped_reward,
     masked,
     masked_max,
-    micro_batches,
+    masked_mean,
+    plan_micro_batches,
     sequence_log_ratio,
     sequence_sum,
     token_log_ratio,
@@ -32,7 +33,8 @@ from pickaxe.algos.llm_core import (
     zero_variance_groups,
 )
 from pickaxe.data.batch import Batch
-from pickaxe.models.lm import chunked_logprobs, sequence_logprobs
+from pickaxe.data.layout import sequence_bounds
+from pickaxe.models.lm import completion_logprobs
 from pickaxe.rollout.engines.base import SamplingParams
 
 
@@ -43,16 +45,19 @@ def grpo_advantages(
     logprob: torch.Tensor | None = None,
     ref_logprob: torch.Tensor | None = None,
     mask: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-sequence advantages of one batch: group-normalised rewards (``cfg.scale_rewards``), from rewards minus
     ``cfg.kl_coef`` x the sequence's summed KL estimate when ``cfg.kl_in == "reward"`` (then ``logprob``, the
-    sampler's, ``ref_logprob`` and ``mask`` are needed). Returns the advantages and metrics."""
-    metrics: dict[str, float] = {}
+    sampler's, ``ref_logprob`` and ``mask`` are needed). Returns the advantages and metric tensors (not yet read
+    from the device): ``kl/seq_sum_mean`` (the per-sequence summed KL, averaged over sequences) and
+    ``kl/token_mean`` (per generated token)."""
+    metrics: dict[str, torch.Tensor] = {}
     if cfg.kl_coef > 0 and cfg.kl_in == "reward":
         if logprob is None or ref_logprob is None or mask is None:
             raise ValueError("kl_in='reward' needs the sampler log-probs, reference log-probs and the loss mask")
         reward, kl_seq = kl_shaped_reward(reward, logprob, ref_logprob, mask, cfg.kl_coef, cfg.kl_estimator)
-        metrics["kl/reward_penalty"] = float(kl_seq.mean())
+        metrics["kl/seq_sum_mean"] = kl_seq.mean()
+        metrics["kl/token_mean"] = kl_seq.sum() / mask.sum().clamp(min=1)
     return group_advantages(reward, group, cfg.scale_rewards), metrics
 
 
@@ -120,72 +125,116 @@ class GRPO(LMAlgorithm):
         self._processing = (t if t > 0 else 1.0, self.sampling.top_k, self.sampling.top_p)
         self.generator = torch.Generator().manual_seed(seed)
 
-    def learner_logprobs(self, mb: Batch) -> torch.Tensor:
-        """Per-token log-probs of ``mb`` under the current weights, processed like the sampler's."""
-        return sequence_logprobs(self.model, mb["input_ids"], mb["attention_mask"], *self._processing)
-
     def update(self, batch: Batch) -> dict[str, float]:
-        """Advantages, optional dynamic sampling and TIS, then ``epochs x mini_batches`` optimizer steps."""
+        """Advantages, optional dynamic sampling and TIS, then ``epochs x mini_batches`` optimizer steps.
+
+        Device synchronisations: one read of the sequence bounds to plan the micro-batches, one per optimizer step
+        (the guard's loss and gradient norm; the last step also reads every metric), plus one for dynamic sampling
+        (the number of kept sequences).
+        """
         cfg = self.config
-        batch = batch.to(next(self.model.parameters()).device)
-        metrics: dict[str, float] = {}
-        data = self.with_advantages(batch, metrics)
+        reads: dict[str, torch.Tensor] = {}  # metric tensors, read from the device with the last optimizer step
+        data = self.with_advantages(batch.to(self.device), reads)
         n = data.batch_size[0]
         if n == 0:  # every group was uniform: nothing to learn from
             self.version += 1
-            return {**metrics, "grpo/skipped": 1.0}
-        tis_diff = self.add_behaviour_logprobs(data, metrics)
+            return {**{k: float(v) for k, v in reads.items()}, "grpo/skipped": 1.0}
+        tis_diff = self.add_behaviour_logprobs(data, reads)
         norm = float(cfg.loss_norm or self.sampling.max_new_tokens)
-        stale = bool((data["policy_version"] != self.version).any())
-        totals = {"tokens": 0.0, "clipped": 0.0, "ratio_sum": 0.0, "kl_sum": 0.0}
-        losses, grad_norms, lr = [], [], 0.0
-        diffs: list[torch.Tensor] = []  # |learner - sampler| on generated tokens, before the first step
+        bounds = sequence_bounds(data["attention_mask"], data["loss_mask"])
+        zero = torch.zeros((), device=self.device)
+        totals = {"tokens": zero, "clipped": zero, "ratio_sum": zero, "kl_sum": zero}
+        first = {"diff_sum": zero, "diff_max": zero, "diff_max_mb0": zero}  # before the first step: should be 0
+        first_tokens, real, slots = 0, 0, 0
+        grad_norms: list[float] = []
+        losses: list[float] = []
+        lr, extra = 0.0, []
+        steps, size = cfg.epochs * cfg.mini_batches, -(-n // cfg.mini_batches)
         self.model.train()
         for epoch in range(cfg.epochs):
-            order = torch.randperm(n, generator=self.generator) if cfg.mini_batches > 1 else torch.arange(n)
-            for k, idx in enumerate(order.chunk(cfg.mini_batches)):
-                mini = data[idx.to(data.device)]
-                step_tokens, step_seqs = float(mini["loss_mask"].sum()), float(mini.batch_size[0])
-                loss_total = 0.0
-                for j, mb in enumerate(micro_batches(mini, cfg.micro_batch_size)):
-                    logprob = self.learner_logprobs(mb)
+            order = torch.randperm(n, generator=self.generator).tolist() if cfg.mini_batches > 1 else list(range(n))
+            for k in range(cfg.mini_batches):
+                mini = order[k * size : (k + 1) * size]
+                if not mini:
+                    continue
+                step_tokens = float(sum(len(bounds.scored[r]) for r in mini))
+                loss_total = zero
+                plan = plan_micro_batches(data["input_ids"], bounds, mini, cfg.micro_batch_size, cfg.micro_batch_layout)
+                for j, (rows, layout) in enumerate(plan):
+                    mb = data[torch.tensor(rows, device=self.device)]
+                    logprob = self.forward_logprobs(layout, *self._processing)
                     if epoch == 0 and k == 0:  # weights not yet stepped: learner and sampler should agree
-                        diff = (logprob.detach() - mb["logprob"]).abs()
-                        diffs.append(diff[mb["loss_mask"]])
+                        diff = masked((logprob.detach() - mb["logprob"]).abs(), mb["loss_mask"])
+                        first["diff_sum"] = first["diff_sum"] + diff.sum()
+                        first["diff_max"] = torch.maximum(first["diff_max"], diff.max())
                         if j == 0:
-                            self._check_on_policy(diff, mb, stale)
-                    loss, stats = grpo_loss(logprob, mb, cfg, step_tokens, step_seqs, norm)
+                            first["diff_max_mb0"] = diff.max()
+                        first_tokens += len(layout.targets)
+                        real, slots = real + layout.real_tokens, slots + layout.slots
+                    loss, stats = grpo_loss(logprob, mb, cfg, step_tokens, float(len(mini)), norm)
                     loss.backward()
-                    loss_total += loss.item()
+                    loss_total = loss_total + loss.detach()
                     for key, value in stats.items():
-                        totals[key] += float(value)
-                grad_norm, lr = self.optimizer_step(loss_total)
-                losses.append(loss_total)
+                        totals[key] = totals[key] + value
+                last = len(grad_norms) == steps - 1
+                names = self._read_names(reads, tis_diff) if last else []
+                values = self._read_tensors(data, reads, totals, first, tis_diff) if last else None
+                grad_norm, loss_value, lr, extra = self.optimizer_step(loss_total, values)
+                losses.append(loss_value)
                 grad_norms.append(grad_norm)
         self.model.eval()
         self.version += 1
-        diff = tis_diff if tis_diff is not None else torch.cat(diffs)
-        tokens = max(totals["tokens"], 1.0)
-        metrics.update(
-            {
-                "loss/policy": sum(losses) / len(losses),
-                "grad_norm": sum(grad_norms) / len(grad_norms),
-                "grpo/lr": lr,
-                "grpo/advantage_abs_mean": float(data["advantage"].abs().mean()),
-                "grpo/clip_fraction": totals["clipped"] / tokens,
-                "grpo/ratio_mean": totals["ratio_sum"] / tokens,
-                "check/logprob_diff_mean": float(diff.mean()) if diff.numel() else 0.0,
-                "check/logprob_diff_max": float(diff.max()) if diff.numel() else 0.0,
-                "grpo/sequences": float(n),
-            }
-        )
+        got = dict(zip(names, extra, strict=True))
+        tokens = max(got.pop("tokens"), 1.0)
+        self._check_on_policy(got.pop("diff_max_mb0"), int(got.pop("oldest_version")))
+        diff_sum, diff_max = got.pop("diff_sum"), got.pop("diff_max")
+        if tis_diff is None:
+            got["check/logprob_diff_mean"] = diff_sum / max(first_tokens, 1)
+            got["check/logprob_diff_max"] = diff_max
+        metrics = {
+            "loss/policy": sum(losses) / len(losses),
+            "grad_norm": sum(grad_norms) / len(grad_norms),
+            "grpo/lr": lr,
+            "grpo/advantage_abs_mean": got.pop("advantage_abs_mean"),
+            "grpo/clip_fraction": got.pop("clipped") / tokens,
+            "grpo/ratio_mean": got.pop("ratio_sum") / tokens,
+            "grpo/sequences": float(n),
+            "perf/padding_fraction": 1.0 - real / max(slots, 1),
+        }
+        kl_sum = got.pop("kl_sum")
         if cfg.kl_coef > 0 and cfg.kl_in == "loss":
-            metrics["kl/mean"] = totals["kl_sum"] / max(float(cfg.epochs * n), 1.0)
-        return metrics
+            metrics["kl/token_mean"] = kl_sum / tokens
+            metrics["kl/seq_sum_mean"] = kl_sum / float(cfg.epochs * n)
+        return {**metrics, **got}
+
+    @staticmethod
+    def _read_names(reads: dict[str, torch.Tensor], tis_diff: torch.Tensor | None) -> list[str]:
+        """Names of the values ``_read_tensors`` stacks, in its order."""
+        names = ["advantage_abs_mean", "tokens", "clipped", "ratio_sum", "kl_sum", "diff_sum", "diff_max"]
+        names += ["diff_max_mb0", "oldest_version", *reads]
+        return names + (["check/logprob_diff_mean", "check/logprob_diff_max"] if tis_diff is not None else [])
+
+    def _read_tensors(
+        self,
+        data: Batch,
+        reads: dict[str, torch.Tensor],
+        totals: dict[str, torch.Tensor],
+        first: dict[str, torch.Tensor],
+        tis_diff: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Every metric of the update as one device tensor, read with the last optimizer step."""
+        parts = [data["advantage"].abs().mean(), totals["tokens"], totals["clipped"], totals["ratio_sum"]]
+        parts += [totals["kl_sum"], first["diff_sum"], first["diff_max"], first["diff_max_mb0"]]
+        parts.append(data["policy_version"].min())
+        parts += list(reads.values())
+        if tis_diff is not None:
+            mask = data["loss_mask"].bool()
+            parts += [masked_mean(tis_diff, mask), masked_max(tis_diff, mask)]
+        return torch.stack([p.detach().float().reshape(()) for p in parts])
 
     def with_advantages(self, batch: Batch, metrics: dict[str, Any] | None = None) -> Batch:
-        """Write ``grpo_advantages`` of ``batch``'s rewards into ``batch["advantage"]`` (metrics into ``metrics``);
-        return it, without the zero-variance groups under dynamic sampling."""
+        """Write ``grpo_advantages`` of ``batch``'s rewards into ``batch["advantage"]`` (metric tensors into
+        ``metrics``); return it, without the zero-variance groups under dynamic sampling."""
         cfg = self.config
         metrics = {} if metrics is None else metrics
         advantage, info = grpo_advantages(
@@ -201,32 +250,45 @@ class GRPO(LMAlgorithm):
         if not cfg.dynamic_sampling:
             return batch
         keep = ~zero_variance_groups(batch["reward"], batch["group"])
-        metrics["grpo/kept_fraction"] = float(keep.float().mean())
+        metrics["grpo/kept_fraction"] = keep.float().mean()
         return batch[keep]
 
     def add_behaviour_logprobs(self, data: Batch, metrics: dict[str, Any]) -> torch.Tensor | None:
-        """``old_logprob``: the sampler's log-probs, or with TIS the learner's recomputed ones plus ``tis_weight``;
-        with TIS, returns |learner - sampler log-prob| on the batch's generated tokens."""
+        """``old_logprob``: the sampler's log-probs, or with TIS the learner's recomputed ones plus ``tis_weight``
+        (``tis/weight_mean`` into ``metrics`` as a tensor); with TIS, returns |learner - sampler log-prob| per
+        token (0 off the loss mask)."""
         cfg = self.config
         if cfg.tis_cap is None:
             data["old_logprob"] = data["logprob"]
             return None
         ids, attn, mask = data["input_ids"], data["attention_mask"], data["loss_mask"]
-        old = chunked_logprobs(self.model, ids, attn, cfg.micro_batch_size, *self._processing)
+        with torch.no_grad():
+            old = completion_logprobs(
+                self.model,
+                ids,
+                attn,
+                mask,
+                *self._processing,
+                chunk_tokens=cfg.logprob_chunk_tokens,
+                precision=cfg.autocast,
+                rows=cfg.micro_batch_size,
+                mode="packed" if cfg.micro_batch_layout == "packed" else "padded",
+            )
         data["old_logprob"] = old
         data["tis_weight"] = truncated_is_weight(old, data["logprob"], cfg.tis_cap, mask)
-        metrics["tis/weight_mean"] = float(data["tis_weight"][mask].mean())
-        return (old - data["logprob"]).abs()[mask]
+        metrics["tis/weight_mean"] = masked_mean(data["tis_weight"], mask)
+        return masked((old - data["logprob"]).abs(), mask)
 
-    def _check_on_policy(self, diff: torch.Tensor, mb: Batch, stale: bool) -> None:
-        """Warn when the first micro-batch's ratio is not 1: learner and sampler disagree on the same weights."""
-        worst = float(masked_max(diff, mb["loss_mask"]))
+    def _check_on_policy(self, worst: float, oldest_version: int) -> None:
+        """Warn when the first micro-batch's ratio is not 1: learner and sampler disagree on the same weights.
+        Called after the update, with the version the learner had during it (``self.version - 1``)."""
         if worst <= self.config.ratio_tolerance:
             return
-        if stale:
+        learner = self.version - 1
+        if oldest_version != learner:
             reason = (
-                f"the batch was sampled with policy version {int(mb['policy_version'].min())} but the learner is at "
-                f"version {self.version} (stale weights in the engine: is sync_weights called?)"
+                f"the batch was sampled with policy version {oldest_version} but the learner is at version "
+                f"{learner} (stale weights in the engine: is sync_weights called?)"
             )
         elif self.config.tis_cap is None:
             reason = (

@@ -13,7 +13,6 @@ aggregation drops that value.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -21,8 +20,9 @@ from torch import nn
 
 from pickaxe.algos.base import Algorithm, clip_and_step
 from pickaxe.algos.configs import Aggregation, KLEstimator
-from pickaxe.data.batch import Batch
+from pickaxe.data.layout import SequenceBounds, TokenLayout, plan_layout
 from pickaxe.errors import NonFiniteError
+from pickaxe.models.lm import layout_logprobs
 
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
@@ -180,25 +180,54 @@ def masked_max(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return values[m].max()
 
 
-def micro_batches(batch: Batch, size: int) -> Iterator[Batch]:
-    """Consecutive slices of ``size`` sequences, each trimmed to the columns where it has real tokens (padding
-    every row shares costs nothing to drop: positions come from the attention mask)."""
-    for s in range(0, batch.batch_size[0], size):
-        mb = batch[s : s + size]
-        cols = mb["attention_mask"].any(0).nonzero().squeeze(-1)
-        lo, hi = int(cols[0]), int(cols[-1]) + 1
-        if lo > 0 or hi < mb["attention_mask"].shape[1]:
-            mb = mb.apply(lambda x, lo=lo, hi=hi: x[:, lo:hi] if x.ndim == 2 else x)
-        yield mb
+def plan_micro_batches(
+    input_ids: torch.Tensor,
+    bounds: SequenceBounds,
+    rows: list[int],
+    size: int,
+    layout: str = "padded",
+) -> list[tuple[list[int], TokenLayout]]:
+    """Cut sequences ``rows`` of a batch into micro-batches of ``size`` and lay each out for the model.
+
+    ``layout``: ``padded`` keeps ``rows``' order, one sequence per model row; ``length-sorted`` orders them by
+    length first (similar lengths share a micro-batch, so less padding); ``packed`` packs each micro-batch's
+    sequences into as few rows as fit the longest. The sum of the micro-batch losses is the same in every layout
+    (losses are normalised by the whole step's counts), so only float rounding differs.
+    """
+    if layout == "length-sorted":
+        rows = sorted(rows, key=lambda r: bounds.length[r])
+    mode = "packed" if layout == "packed" else "padded"
+    out = []
+    for s in range(0, len(rows), size):
+        chunk = rows[s : s + size]
+        out.append((chunk, plan_layout(input_ids, bounds, chunk, mode)))
+    return out
+
+
+def enable_checkpointing(model: nn.Module) -> None:
+    """Turn on ``transformers``' activation (gradient) checkpointing of every decoder layer, non-reentrant (exact:
+    the backward pass recomputes each layer's forward with the same inputs). It acts in training mode only, so
+    generation from the same model is unaffected. A model without it raises ``ValueError`` naming the fix."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    elif hasattr(model, "gradient_checkpointing_enable"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    else:
+        raise ValueError(
+            f"gradient_checkpointing needs a transformers model; {type(model).__name__} has no "
+            "activation_checkpointing_enable(): set gradient_checkpointing=False"
+        )
 
 
 class LMAlgorithm(Algorithm):
     """Plumbing shared by the LLM learners: the model (``policy``), AdamW, a learning-rate schedule with warmup,
-    gradient clipping, the update counter ``version`` (the policy version of the current weights) and state.
+    gradient clipping, the update counter ``version`` (the policy version of the current weights), state, and the
+    forward pass of a micro-batch (layout, gradient checkpointing, bf16 autocast, vocabulary chunks).
 
-    ``config`` needs ``lr``, ``lr_schedule``, ``warmup_updates``, ``weight_decay`` and ``max_grad_norm``; they are
-    read at every step, so a live change of ``config.lr`` takes effect. Subclasses implement ``update``,
-    accumulating gradients and calling ``optimizer_step``.
+    ``config`` is an ``LMConfig``; ``lr``, ``weight_decay`` and ``max_grad_norm`` are read at every step, so a live
+    change takes effect. Subclasses implement ``update``, accumulating gradients and calling ``optimizer_step``
+    once per optimizer step: its one host read is the step's only device synchronisation.
     """
 
     config: Any
@@ -212,6 +241,22 @@ class LMAlgorithm(Algorithm):
         self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, fused=fused or None)
         self.version = 0
         self.progress = 0.0
+        if config.gradient_checkpointing:
+            enable_checkpointing(model)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model's parameters are."""
+        return next(self.model.parameters()).device
+
+    def forward_logprobs(
+        self, layout: TokenLayout, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
+    ) -> torch.Tensor:
+        """``[b, L]`` log-probs of a micro-batch's scored tokens under the current weights (0 elsewhere), with the
+        config's chunking and autocast."""
+        cfg = self.config
+        logp = layout_logprobs(self.model, layout, temperature, top_k, top_p, cfg.logprob_chunk_tokens, cfg.autocast)
+        return layout.scatter(logp)
 
     def set_progress(self, step: int, total_steps: int) -> None:
         """Record training progress for the learning-rate schedule."""
@@ -229,27 +274,26 @@ class LMAlgorithm(Algorithm):
             return cfg.lr * 0.5 * (1.0 + math.cos(math.pi * p))
         return cfg.lr
 
-    def optimizer_step(self, loss: float = 0.0) -> tuple[float, float]:
-        """Clip the accumulated gradients, step, zero them; returns ``(grad_norm, lr)``.
+    def optimizer_step(
+        self, loss: torch.Tensor, extra: torch.Tensor | None = None
+    ) -> tuple[float, float, float, list[float]]:
+        """Clip the accumulated gradients, step, zero them; returns ``(grad_norm, loss, lr, extra)`` as floats.
 
-        Refuses a non-finite ``loss`` (the step's summed micro-batch losses) or gradient with ``NonFiniteError``
-        BEFORE ``optimizer.step()``, so the weights and the optimizer state stay as they were (the gradients are
-        dropped; see :func:`~pickaxe.algos.base.clip_and_step`).
+        ``loss`` is the step's summed micro-batch losses (a tensor; not read before this call) and ``extra`` any
+        metric tensors to read in the same host synchronisation. Refuses a non-finite loss or gradient with
+        ``NonFiniteError`` BEFORE ``optimizer.step()``, so the weights and the optimizer state stay as they were
+        (the gradients are dropped; see :func:`~pickaxe.algos.base.clip_and_step`).
         """
         lr = self.current_lr()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
             group["weight_decay"] = self.config.weight_decay
-        where = f"{type(self).__name__} update {self.version}"
-        if not math.isfinite(loss):
-            self.optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteError(f"loss = {loss} ({where})")
         try:
-            grad_norm = float(clip_and_step(self.model, self.optimizer, self.config.max_grad_norm))
+            values = clip_and_step(self.model, self.optimizer, self.config.max_grad_norm, loss, extra)
         except NonFiniteError as e:
-            raise NonFiniteError(f"{e.what} ({where})") from None
+            raise NonFiniteError(f"{e.what} ({type(self).__name__} update {self.version})") from None
         self.optimizer.zero_grad(set_to_none=True)
-        return grad_norm, lr
+        return values[0], values[1], lr, values[2:]
 
     def networks(self) -> dict[str, nn.Module]:
         """The language model."""

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
 from pickaxe.algos.configs import SFTConfig
-from pickaxe.algos.llm_core import Aggregation, LMAlgorithm, aggregate, micro_batches
+from pickaxe.algos.llm_core import Aggregation, LMAlgorithm, aggregate, masked, plan_micro_batches
 from pickaxe.data.batch import Batch
-from pickaxe.models.lm import sequence_logprobs
+from pickaxe.data.layout import sequence_bounds
 
 
 def sft_loss(
@@ -31,29 +33,38 @@ class SFT(LMAlgorithm):
         super().__init__(model, config or SFTConfig())
 
     def update(self, batch: Batch) -> dict[str, float]:
-        """One step on ``input_ids``/``attention_mask``/``loss_mask``; reports the mean token NLL."""
+        """One step on ``input_ids``/``attention_mask``/``loss_mask``; reports the mean token NLL. Device
+        synchronisations: one read of the sequence bounds and the optimizer step's one read."""
         cfg = self.config
-        batch = batch.to(next(self.model.parameters()).device)
-        total_tokens = float(batch["loss_mask"].sum())
-        total_seqs = float(batch.batch_size[0])
-        norm = float(batch["loss_mask"].sum(-1).max())  # longest target of the batch, the same for every micro-batch
+        data = batch.to(self.device)
+        bounds = sequence_bounds(data["attention_mask"], data["loss_mask"])
+        n = data.batch_size[0]
+        total_tokens = float(sum(len(s) for s in bounds.scored))
+        norm = float(max((len(s) for s in bounds.scored), default=0))  # longest target, the same in every micro-batch
+        zero = torch.zeros((), device=self.device)
+        loss_total, nll_sum, real, slots = zero, zero, 0, 0
         self.model.train()
-        loss_sum, nll_sum = 0.0, 0.0
-        for mb in micro_batches(batch, cfg.micro_batch_size):
-            logprob = sequence_logprobs(self.model, mb["input_ids"], mb["attention_mask"])
-            loss = sft_loss(logprob, mb["loss_mask"], cfg.aggregation, total_tokens, total_seqs, norm)
+        plan = plan_micro_batches(
+            data["input_ids"], bounds, list(range(n)), cfg.micro_batch_size, cfg.micro_batch_layout
+        )
+        for rows, layout in plan:
+            mb = data[torch.tensor(rows, device=self.device)]
+            logprob = self.forward_logprobs(layout)
+            loss = sft_loss(logprob, mb["loss_mask"], cfg.aggregation, total_tokens, float(n), norm)
             loss.backward()
-            loss_sum += loss.item()
-            nll_sum += float(-logprob.detach()[mb["loss_mask"]].sum())
-        grad_norm, lr = self.optimizer_step(loss_sum)
+            loss_total = loss_total + loss.detach()
+            nll_sum = nll_sum + masked(-logprob.detach(), mb["loss_mask"]).sum()
+            real, slots = real + layout.real_tokens, slots + layout.slots
+        grad_norm, loss_value, lr, (nll_total,) = self.optimizer_step(loss_total, nll_sum)
         self.model.eval()
         self.version += 1
-        nll = nll_sum / max(total_tokens, 1.0)
+        nll = nll_total / max(total_tokens, 1.0)
         return {
-            "loss/sft": loss_sum,
+            "loss/sft": loss_value,
             "sft/token_nll": nll,
-            "sft/perplexity": float(torch.tensor(nll).exp()),
+            "sft/perplexity": math.exp(min(nll, 700.0)),
             "grad_norm": grad_norm,
             "sft/lr": lr,
             "sft/tokens": total_tokens,
+            "perf/padding_fraction": 1.0 - real / max(slots, 1),
         }

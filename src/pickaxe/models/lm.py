@@ -9,8 +9,10 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import nn
 
+from pickaxe.data.layout import LayoutMode, TokenLayout, plan_layout, sequence_bounds
 from pickaxe.errors import PickaxeError
 from pickaxe.utils import resolve_device
 
@@ -121,6 +123,140 @@ def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+LOGITS_BUDGET_BYTES = 64 << 20
+"""Default size of one chunk of float32 logits in :func:`head_logprobs` (about 110 tokens at a 152k vocabulary)."""
+
+Autocast = Literal["off", "bf16"]
+
+
+def autocast(device: torch.device | str, mode: Autocast = "off") -> torch.autocast:
+    """``torch.autocast`` in bfloat16 on ``device``'s type (CPU or CUDA) when ``mode`` is ``bf16``, else a no-op.
+    Log-softmax and everything after it stay in float32 (``process_logits`` casts)."""
+    kind = torch.device(device).type
+    return torch.autocast(device_type=kind, dtype=torch.bfloat16, enabled=mode == "bf16")
+
+
+def split_lm(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
+    """``(backbone, head)`` of a ``transformers`` causal LM whose logits are exactly ``head(backbone(...)[0])``, or
+    None (then log-probs go through the full forward). Models that rescale or soft-cap logits after the head
+    (Gemma 2, Cohere, Granite) are not split."""
+    cfg = getattr(model, "config", None)
+    if cfg is None or not hasattr(model, "get_decoder") or not hasattr(model, "get_output_embeddings"):
+        return None
+    for attr in ("final_logit_softcapping", "logit_scale", "logits_scaling"):
+        if getattr(cfg, attr, None) not in (None, 1, 1.0):
+            return None
+    try:
+        backbone, head = model.get_decoder(), model.get_output_embeddings()
+    except (AttributeError, NotImplementedError, ValueError):
+        return None
+    if backbone is None or head is None or backbone is model:
+        return None
+    return backbone, head
+
+
+def _score(logits: torch.Tensor, targets: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+    """Log-prob of each row's target token under ``process_logits`` (float32)."""
+    logp = process_logits(logits, temperature, top_k, top_p).log_softmax(-1)
+    return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def head_logprobs(
+    head: nn.Module,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    chunk_tokens: int = 0,
+) -> torch.Tensor:
+    """``[N]`` log-probs of ``targets`` from final hidden states ``hidden`` (``[N, H]``) through the output layer
+    ``head``, ``chunk_tokens`` rows at a time (0: as many as fit ``LOGITS_BUDGET_BYTES`` of float32 logits).
+
+    Memory does not grow with the vocabulary beyond one chunk: with gradients, each chunk is checkpointed (its
+    ``[chunk, V]`` logits are recomputed in the backward pass instead of being kept). A single chunk runs plainly,
+    so small vocabularies pay nothing.
+    """
+    vocab = int(getattr(head, "out_features", 0) or head.weight.shape[0])
+    chunk = chunk_tokens or max(1, LOGITS_BUDGET_BYTES // (4 * vocab))
+    n = hidden.shape[0]
+
+    def piece(h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return _score(head(h), t, temperature, top_k, top_p)
+
+    if n <= chunk:
+        return piece(hidden, targets)
+    grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
+    out = []
+    for s in range(0, n, chunk):
+        h, t = hidden[s : s + chunk], targets[s : s + chunk]
+        if grad:
+            out.append(torch.utils.checkpoint.checkpoint(piece, h, t, use_reentrant=False))
+        else:
+            out.append(piece(h, t))
+    return torch.cat(out)
+
+
+def layout_logprobs(
+    model: nn.Module,
+    layout: TokenLayout,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    chunk_tokens: int = 0,
+    precision: Autocast = "off",
+) -> torch.Tensor:
+    """``[N]`` log-probs of a layout's scored tokens (``layout.targets``) under ``model``, processed like the
+    sampler's logits. Only the hidden states that predict scored tokens reach the output layer (see
+    :func:`head_logprobs`); a model that cannot be split (:func:`split_lm`) computes full logits first."""
+    parts = split_lm(model)
+    kwargs = {
+        "input_ids": layout.input_ids,
+        "attention_mask": layout.attention_mask,
+        "position_ids": layout.position_ids,
+        "use_cache": False,
+    }
+    with autocast(layout.input_ids.device, precision):
+        if parts is None:
+            logits = model(**kwargs).logits
+            picked = logits.reshape(-1, logits.shape[-1]).index_select(0, layout.hidden_index)
+            return _score(picked, layout.targets, temperature, top_k, top_p)
+        backbone, head = parts
+        hidden = backbone(**kwargs).last_hidden_state
+        picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, layout.hidden_index)
+        return head_logprobs(head, picked, layout.targets, temperature, top_k, top_p, chunk_tokens)
+
+
+def completion_logprobs(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    loss_mask: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    chunk_tokens: int = 0,
+    precision: Autocast = "off",
+    rows: int = 0,
+    mode: LayoutMode = "padded",
+) -> torch.Tensor:
+    """Per-token log-probs ``[B, L]`` of the ``loss_mask`` tokens of ``input_ids`` under ``model`` (0 elsewhere),
+    with or without gradient. Column ``j`` is log p(token j | tokens < j) after ``process_logits``.
+
+    Each row's real tokens must be contiguous (the collector's layout). ``rows`` > 0 runs ``rows`` sequences per
+    forward; ``mode`` ``packed`` puts several sequences in one model row. Only scored positions reach the output
+    layer, in chunks of ``chunk_tokens`` (see :func:`head_logprobs`), so memory does not grow with the vocabulary.
+    """
+    bounds = sequence_bounds(attention_mask, loss_mask)
+    B = input_ids.shape[0]
+    step = rows or max(B, 1)
+    out = []
+    for s in range(0, B, step):
+        layout = plan_layout(input_ids, bounds, list(range(s, min(s + step, B))), mode)
+        out.append(layout.scatter(layout_logprobs(model, layout, temperature, top_k, top_p, chunk_tokens, precision)))
+    return torch.cat(out) if out else input_ids.new_zeros(input_ids.shape, dtype=torch.float32)
+
+
 def sequence_logprobs(
     model: nn.Module,
     input_ids: torch.Tensor,
@@ -129,34 +265,12 @@ def sequence_logprobs(
     top_k: int = 0,
     top_p: float = 1.0,
 ) -> torch.Tensor:
-    """Per-token log-probs ``[B, L]`` of ``input_ids`` under ``model``: column ``j`` is log p(token j | tokens < j)
-    after ``process_logits``; column 0 (no context) is 0. Padding columns hold meaningless finite values."""
+    """Per-token log-probs ``[B, L]`` of every real token of ``input_ids`` (full logits of every position: for
+    checks and small models; learners use :func:`completion_logprobs`). Column 0 (no context) is 0; padding columns
+    hold meaningless finite values."""
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask))
     logits = process_logits(out.logits[:, :-1], temperature, top_k, top_p)
     targets = input_ids[:, 1:]
     logp = logits.log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     logp = torch.where(attention_mask[:, 1:].bool(), logp, torch.zeros_like(logp))
     return F.pad(logp, (1, 0))
-
-
-@torch.no_grad()
-def chunked_logprobs(
-    model: nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    rows: int = 256,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-) -> torch.Tensor:
-    """``sequence_logprobs`` without gradient over chunks of ``rows`` sequences, each trimmed to its real columns
-    (reference log-probs, recomputed old log-probs)."""
-    out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
-    for s in range(0, input_ids.shape[0], rows):
-        mask = attention_mask[s : s + rows]
-        cols = mask.any(0).nonzero().squeeze(-1)
-        lo, hi = int(cols[0]), int(cols[-1]) + 1
-        out[s : s + rows, lo:hi] = sequence_logprobs(
-            model, input_ids[s : s + rows, lo:hi], mask[:, lo:hi], temperature, top_k, top_p
-        )
-    return out

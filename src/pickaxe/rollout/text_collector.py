@@ -15,7 +15,7 @@ from torch import nn
 from pickaxe.data.batch import Batch
 from pickaxe.envs.text.example import Example
 from pickaxe.envs.text.prompt_env import PromptEnv
-from pickaxe.models.lm import chunked_logprobs
+from pickaxe.models.lm import Autocast, completion_logprobs
 from pickaxe.rollout.engines.base import Completion, Engine, SamplingParams
 
 
@@ -74,7 +74,8 @@ class TextCollector:
 
     ``collect()`` returns a 1-D ``Batch`` over the ``prompts * n`` completions with the DESIGN LLM keys:
     ``input_ids``, ``attention_mask``, ``loss_mask`` (see ``pack``), ``logprob`` (sampler), ``ref_logprob``
-    (given a ``reference`` model; same temperature, no top-k/top-p), ``reward``, ``advantage`` (zeros: the
+    (given a ``reference`` model; same temperature, no top-k/top-p; completion tokens only, ``ref_rows`` sequences
+    per forward, bf16 autocast with ``precision="bf16"``), ``reward``, ``advantage`` (zeros: the
     algorithm computes it), ``group`` (a prompt id unique over the run) and ``policy_version``.
 
     Before generating, the engine is synced to ``policy`` tagged ``version_fn()`` (the learner's update count).
@@ -92,6 +93,7 @@ class TextCollector:
         version_fn: Callable[[], int] | None = None,
         device: str | torch.device = "cpu",
         ref_rows: int = 256,
+        precision: Autocast = "off",
     ) -> None:
         self.env = env
         self.engine = engine
@@ -103,6 +105,7 @@ class TextCollector:
         self.version_fn = version_fn or (lambda: 0)
         self.device = torch.device(device)
         self.ref_rows = ref_rows
+        self.precision = precision
         self.pad_token_id = int(tokenizer.pad_token_id)
         self.eos_token_id = int(tokenizer.eos_token_id)
         self.groups_seen = 0
@@ -140,9 +143,16 @@ class TextCollector:
         batch = TensorDict(data, batch_size=[n]).to(self.device)
         if self.reference is not None:
             temperature = self.sampling.temperature if self.sampling.temperature > 0 else 1.0
-            batch["ref_logprob"] = chunked_logprobs(
-                self.reference, batch["input_ids"], batch["attention_mask"], self.ref_rows, temperature
-            )
+            with torch.no_grad():
+                batch["ref_logprob"] = completion_logprobs(
+                    self.reference,
+                    batch["input_ids"],
+                    batch["attention_mask"],
+                    batch["loss_mask"],
+                    temperature,
+                    precision=self.precision,
+                    rows=self.ref_rows,
+                )
         t3 = time.perf_counter()
         self.groups_seen += len(examples)
         self.total_steps += n

@@ -184,7 +184,14 @@ def warm_start(
     w = cfg.warm_start
     env = build_env(cfg, seed, seed)  # its own prompt stream; its held-out set is unused
     collector = DemoCollector(env, tokenizer, w.batch_size, device=next(model.parameters()).device)
-    sft = SFT(model, SFTConfig(lr=w.lr, lr_schedule=w.lr_schedule, micro_batch_size=w.batch_size))
+    a = cfg.algo  # the run's compute options (layout, checkpointing, autocast, chunks) apply to the warm start too
+    compute = {
+        "micro_batch_layout": a.micro_batch_layout,
+        "gradient_checkpointing": a.gradient_checkpointing,
+        "autocast": a.autocast,
+        "logprob_chunk_tokens": a.logprob_chunk_tokens,
+    }
+    sft = SFT(model, SFTConfig(lr=w.lr, lr_schedule=w.lr_schedule, micro_batch_size=w.batch_size, **compute))
     start, last = time.perf_counter(), {}
     window: list[float] = []
     reached = False
@@ -284,7 +291,16 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
         if cfg.algo.kl_coef > 0:  # frozen copy of the starting (warm-started) policy
             reference = copy.deepcopy(model).eval().requires_grad_(False)
         collector = TextCollector(
-            env, engine, tokenizer, cfg.collector.prompts, sampling, model, reference, lambda: grpo.version, device
+            env,
+            engine,
+            tokenizer,
+            cfg.collector.prompts,
+            sampling,
+            model,
+            reference,
+            lambda: grpo.version,
+            device,
+            precision=cfg.algo.autocast,
         )
         algo = grpo
     else:
