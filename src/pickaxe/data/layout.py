@@ -11,8 +11,8 @@ Two layouts:
 * ``padded``: one sequence per row, moved to the left edge, rows as wide as the longest sequence (padding that
   every row shares is gone; a 2-D attention mask hides the rest);
 * ``packed``: several sequences per row (first-fit by decreasing length into rows as wide as the longest
-  sequence), position ids restarting at 0 for each sequence and no attention mask, from which ``transformers``
-  builds a block-diagonal causal mask (each sequence attends only to itself).
+  sequence), position ids restarting at 0 for each sequence and a block-diagonal causal mask (each sequence
+  attends only to itself).
 
 Positions always count real tokens from 0, as ``position_ids(attention_mask)`` does for left-padded rows, so every
 layout computes the same numbers up to float rounding. Layouts are planned from Python integers (one host read
@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import torch
 
 LayoutMode = Literal["padded", "packed"]
@@ -34,21 +35,37 @@ LayoutMode = Literal["padded", "packed"]
 class TokenLayout:
     """Model input rows for some sequences of a ``[b, L]`` block, and where their scored tokens are.
 
-    ``input_ids``/``position_ids`` are ``[R, W]``; ``attention_mask`` is ``[R, W]`` (padded) or None (packed:
-    boundaries are in ``position_ids``). ``hidden_index`` (``[N]``) indexes the flattened ``[R * W]`` hidden states
+    ``input_ids``/``position_ids``/``segments`` are ``[R, W]``; ``segments`` numbers the sequences within each row
+    (0, 1, ...) and is -1 on padding: a token may attend to earlier tokens of its own segment only (see
+    :meth:`attention_mask`). ``packed`` says whether rows may hold several sequences. ``hidden_index`` (``[N]``)
+    indexes the flattened ``[R * W]`` hidden states
     that predict the scored tokens ``targets`` (``[N]``); ``out_index`` (``[N]``) is where each log-prob goes in
     the flattened ``[b * L]`` block ``shape``. ``real_tokens`` / ``slots`` count real tokens and ``R * W``.
     """
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
-    attention_mask: torch.Tensor | None
+    segments: torch.Tensor
+    packed: bool
     hidden_index: torch.Tensor
     targets: torch.Tensor
     out_index: torch.Tensor
     shape: tuple[int, int]
     real_tokens: int
     slots: int
+
+    def padding_mask(self) -> torch.Tensor:
+        """``[R, W]`` 1 on real tokens, 0 on padding (the 2-D mask of one-sequence-per-row layouts)."""
+        return (self.segments >= 0).long()
+
+    def attention_mask(self) -> torch.Tensor:
+        """``[R, 1, W, W]`` boolean mask, True where query ``i`` may attend to key ``j``: ``j <= i`` in the same
+        segment (padding attends to padding, so no query row is fully masked). Built on the device without a host
+        read, unlike a 2-D mask that ``transformers`` inspects."""
+        W = self.segments.shape[1]
+        causal = torch.ones(W, W, dtype=torch.bool, device=self.segments.device).tril()
+        same = self.segments[:, :, None] == self.segments[:, None, :]
+        return (same & causal).unsqueeze(1)
 
     def scatter(self, values: torch.Tensor) -> torch.Tensor:
         """``[b, L]`` float32 block holding ``values`` (``[N]``, one per scored token) at the scored tokens, 0
@@ -73,18 +90,18 @@ def sequence_bounds(attention_mask: torch.Tensor, score_mask: torch.Tensor) -> S
     Each row's real tokens must be contiguous (left-padded prompt, right-padded completion) and scored tokens
     must be real tokens after the first one (a first token has no context to be predicted from).
     """
-    attn = attention_mask.detach().to("cpu", torch.bool)
-    score = score_mask.detach().to("cpu", torch.bool)
+    masks = torch.stack([attention_mask.detach().bool(), score_mask.detach().bool()]).cpu().numpy()  # the one read
+    attn, score = masks[0], masks[1]
     length = attn.sum(-1)
-    start = torch.where(length > 0, attn.long().argmax(-1), torch.zeros_like(length))
-    cols = torch.arange(attn.shape[1])
+    start = np.where(length > 0, attn.argmax(-1), 0)
+    cols = np.arange(attn.shape[1])
     run = (cols >= start[:, None]) & (cols < (start + length)[:, None])
-    if not bool((run == attn).all()):
+    if not (run == attn).all():
         raise ValueError("each row's real tokens (attention_mask) must be one contiguous run")
-    if bool((score & ~attn).any()) or bool(score[:, :1].any() | (score & (cols == start[:, None])).any()):
+    if (score & ~attn).any() or (score & (cols <= start[:, None])).any():
         raise ValueError("scored tokens (loss_mask) must be real tokens after each row's first token")
     starts, lengths = start.tolist(), length.tolist()
-    rows, rel = score.nonzero(as_tuple=True)
+    rows, rel = score.nonzero()
     scored: list[list[int]] = [[] for _ in starts]
     for r, c in zip(rows.tolist(), rel.tolist(), strict=True):
         scored[r].append(c - starts[r])
@@ -111,13 +128,15 @@ def plan_layout(
         raise ValueError(f"unknown layout {mode!r}; choose padded or packed")
     src_cols: list[list[int]] = []  # per packed slot: the flat source index in input_ids, -1 for padding
     pos: list[list[int]] = []
+    seg: list[list[int]] = []
     hidden, out, local = [], [], {r: i for i, r in enumerate(rows)}
     for i, members in enumerate(bins):
-        row_src, row_pos, offset = [], [], 0
-        for r in members:
+        row_src, row_pos, row_seg, offset = [], [], [], 0
+        for k, r in enumerate(members):
             s, n = bounds.start[r], bounds.length[r]
             row_src.extend(range(r * L + s, r * L + s + n))
             row_pos.extend(range(n))
+            row_seg.extend([k] * n)
             for c in bounds.scored[r]:
                 hidden.append(i * width + offset + c - 1)
                 out.append(local[r] * L + s + c)
@@ -125,6 +144,7 @@ def plan_layout(
         pad = width - offset
         src_cols.append(row_src + [-1] * pad)
         pos.append(row_pos + [0] * pad)
+        seg.append(row_seg + [-1] * pad)
     device = input_ids.device
     src = torch.tensor(src_cols, dtype=torch.long)
     hidden_index = torch.tensor(hidden, dtype=torch.long)
@@ -134,7 +154,8 @@ def plan_layout(
     return TokenLayout(
         input_ids=flat[src.clamp(min=0).to(device)].masked_fill(~real, 0),
         position_ids=torch.tensor(pos, dtype=torch.long).to(device),
-        attention_mask=None if mode == "packed" else real.long(),
+        segments=torch.tensor(seg, dtype=torch.long).to(device),
+        packed=mode == "packed",
         hidden_index=hidden_index.to(device),
         targets=flat[target_src.to(device)],
         out_index=torch.tensor(out, dtype=torch.long).to(device),

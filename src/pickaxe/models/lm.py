@@ -197,6 +197,16 @@ def head_logprobs(
     return torch.cat(out)
 
 
+def attention_inputs(model: nn.Module, layout: TokenLayout) -> torch.Tensor | None:
+    """The ``attention_mask`` to pass for ``layout``. For the SDPA kernel: a 4-D boolean mask built on the device,
+    which ``transformers`` uses as given (a 2-D mask, or none, makes it inspect the mask or the position ids on the
+    host at every forward: a device synchronisation per micro-batch). Otherwise: the 2-D padding mask, or None for
+    packed rows, whose boundaries ``transformers`` finds in the position ids."""
+    if getattr(getattr(model, "config", None), "_attn_implementation", None) == "sdpa":
+        return layout.attention_mask()
+    return None if layout.packed else layout.padding_mask()
+
+
 def layout_logprobs(
     model: nn.Module,
     layout: TokenLayout,
@@ -212,8 +222,8 @@ def layout_logprobs(
     parts = split_lm(model)
     kwargs = {
         "input_ids": layout.input_ids,
-        "attention_mask": layout.attention_mask,
         "position_ids": layout.position_ids,
+        "attention_mask": attention_inputs(model, layout),
         "use_cache": False,
     }
     with autocast(layout.input_ids.device, precision):

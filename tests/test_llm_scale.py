@@ -1,0 +1,212 @@
+"""The LLM learner at scale: completion-only, vocabulary-chunked log-probs equal the full-logits ones; no
+vocabulary-wide tensor is kept for the backward pass; every compute option (gradient checkpointing, bf16 autocast,
+length-sorted and packed micro-batches, chunk size) gives the plain update; one host read per optimizer step."""
+
+import copy
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from pickaxe.algos.grpo import GRPO, GRPOConfig
+from pickaxe.algos.sft import SFT, SFTConfig
+from pickaxe.envs.text import Arithmetic, PromptEnv
+from pickaxe.models.lm import completion_logprobs, sequence_logprobs, tiny_lm
+from pickaxe.rollout.text_collector import DemoCollector, pack
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_llm_training import SAMPLING, TOK, _grpo_batch, _model, _params
+
+
+def _block(vocab: int, seed: int = 1) -> dict[str, torch.Tensor]:
+    """Seven prompt/completion pairs of uneven lengths in the collector's layout."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = [
+        torch.randint(2, vocab, (int(n),), generator=g).tolist() for n in torch.randint(3, 12, (7,), generator=g)
+    ]
+    comps = [torch.randint(2, vocab, (int(n),), generator=g).tolist() for n in torch.randint(1, 9, (7,), generator=g)]
+    return pack(prompts, comps, 0)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+@pytest.mark.parametrize("mode", ["padded", "packed"])
+@pytest.mark.parametrize("chunk", [0, 3])
+def test_completion_logprobs_equal_full_logits_values_and_gradients(arch: str, mode: str, chunk: int) -> None:
+    model = tiny_lm(97, arch=arch, hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64, seed=0)
+    d = _block(97)
+    ids, attn, mask = d["input_ids"], d["attention_mask"], d["loss_mask"].bool()
+    full = sequence_logprobs(model, ids, attn, 0.7, 5, 1.0)
+    (full[mask].sum()).backward()
+    want = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    got = completion_logprobs(model, ids, attn, mask, 0.7, 5, 1.0, chunk_tokens=chunk, rows=3, mode=mode)
+    (got[mask].sum()).backward()
+    assert torch.allclose(got[mask], full[mask], atol=2e-6)
+    assert torch.isinf(full[mask]).any() == torch.isinf(got[mask]).any()  # top-k's -inf where the full one has it
+    assert (got[~mask] == 0).all()  # prompt and padding: never computed
+    for p, g in zip(model.parameters(), want, strict=True):
+        assert torch.allclose(p.grad, g, atol=2e-6), (p.grad - g).abs().max()
+
+
+def test_no_vocabulary_wide_tensor_is_kept_for_the_backward_pass() -> None:
+    vocab, chunk = 4096, 4
+    model = tiny_lm(vocab, hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32, seed=0)
+    d = _block(vocab)
+    ids, attn, mask = d["input_ids"], d["attention_mask"], d["loss_mask"].bool()
+    scored = int(mask.sum())
+    head_rows: list[int] = []
+    model.lm_head.register_forward_hook(lambda m, inp, out: head_rows.append(inp[0].shape[0]))
+
+    def widest_saved(chunk_tokens: int) -> int:
+        kept: list[int] = []
+
+        def pack_hook(t: torch.Tensor) -> torch.Tensor:
+            if t.shape[-1:] == (vocab,):
+                kept.append(t.numel() // vocab)
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack_hook, lambda t: t):
+            out = completion_logprobs(model, ids, attn, mask, chunk_tokens=chunk_tokens)
+        out.sum().backward()
+        return max(kept, default=0)
+
+    assert widest_saved(scored) >= scored  # one chunk: the [N, V] logits are kept (the check bites)
+    head_rows.clear()
+    assert widest_saved(chunk) == 0  # chunked: the logits are recomputed in the backward pass, never kept
+    assert max(head_rows) <= chunk  # the output layer never sees more than a chunk ...
+    assert sum(head_rows) == 2 * scored  # ... nor a prompt position: each scored token once forward, once again
+
+
+def _update(base, batch, **options):
+    model = copy.deepcopy(base)
+    cfg = GRPOConfig(lr=1e-3, micro_batch_size=5, kl_coef=0.1, max_grad_norm=1e9, **options)
+    metrics = GRPO(model, cfg, SAMPLING).update(batch.clone())
+    return _params(model) - _params(base), metrics
+
+
+@pytest.fixture(scope="module")
+def grpo_case():
+    base = _model()
+    return base, _grpo_batch(base, reference=_model(seed=5))
+
+
+@pytest.mark.parametrize(
+    ("options", "atol"),
+    [
+        ({"gradient_checkpointing": True}, 0.0),  # recomputation repeats the same operations: bitwise
+        ({"micro_batch_layout": "length-sorted"}, 2e-6),
+        ({"micro_batch_layout": "packed"}, 2e-6),
+        ({"logprob_chunk_tokens": 3}, 2e-6),
+    ],
+    ids=["checkpointing", "length-sorted", "packed", "chunked"],
+)
+def test_each_compute_option_gives_the_plain_update(grpo_case, options: dict, atol: float) -> None:
+    base, batch = grpo_case
+    plain, plain_metrics = _update(base, batch)
+    delta, metrics = _update(base, batch, **options)
+    assert plain.abs().max() > 5e-4  # the update moved the weights
+    assert (delta - plain).abs().max() <= atol
+    for key in ("loss/policy", "kl/token_mean", "kl/seq_sum_mean", "grpo/clip_fraction"):
+        assert metrics[key] == pytest.approx(plain_metrics[key], rel=1e-5, abs=1e-7)
+
+
+def test_bf16_autocast_update_is_close_to_float32(grpo_case) -> None:
+    base, batch = grpo_case
+    plain, plain_metrics = _update(base, batch)
+    delta, metrics = _update(base, batch, autocast="bf16")
+    cos = torch.nn.functional.cosine_similarity(delta, plain, dim=0)
+    assert cos > 0.98  # Adam's first step is ~lr x sign(gradient): the directions agree, bf16 rounding aside
+    assert metrics["loss/policy"] == pytest.approx(plain_metrics["loss/policy"], abs=2e-3)
+    assert metrics["check/logprob_diff_max"] > 1e-5  # bf16 log-probs are not the float32 sampler's: it did run in bf16
+    assert all(p.dtype == torch.float32 for p in base.parameters())
+
+
+@pytest.mark.parametrize("options", [{}, {"gradient_checkpointing": True}, {"micro_batch_layout": "packed"}])
+def test_sft_options_give_the_plain_update(options: dict) -> None:
+    base = _model()
+    batch = DemoCollector(PromptEnv(Arithmetic(2), seed=0, eval_size=5), TOK, batch_size=12).collect()
+    out = []
+    for micro, opts in ((12, {}), (5, options)):
+        model = copy.deepcopy(base)
+        SFT(model, SFTConfig(lr=1e-3, micro_batch_size=micro, max_grad_norm=1e9, **opts)).update(batch.clone())
+        out.append(_params(model))
+    assert torch.allclose(out[0], out[1], atol=2e-6)
+
+
+def test_packing_lowers_the_padding_fraction() -> None:
+    base = _model()
+    d = _block(len(TOK), seed=3)
+    batch = TensorDict(dict(d), batch_size=[d["input_ids"].shape[0]])
+    fractions = {}
+    for micro, layout in ((4, "padded"), (4, "length-sorted"), (7, "padded"), (7, "packed")):
+        sft = SFT(copy.deepcopy(base), SFTConfig(micro_batch_size=micro, micro_batch_layout=layout))
+        fractions[micro, layout] = sft.update(batch.clone())["perf/padding_fraction"]
+    assert fractions[4, "length-sorted"] < fractions[4, "padded"], fractions  # similar lengths share micro-batches
+    assert 0.0 <= fractions[7, "packed"] < fractions[7, "padded"], fractions  # short sequences share rows
+
+
+# ------------------------------------------------------------------ host synchronisations per optimizer step
+
+_READS = ("item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__")
+
+
+def _count_reads(fn) -> int:
+    """Calls of the Tensor methods that read a value to the host while ``fn`` runs (on CUDA each one waits for
+    the device; on CPU we count them the same way)."""
+    count = [0]
+    originals = {name: getattr(torch.Tensor, name) for name in _READS}
+
+    def wrap(name):
+        original = originals[name]
+
+        def counted(self, *args, **kwargs):
+            count[0] += 1
+            return original(self, *args, **kwargs)
+
+        return counted
+
+    try:
+        for name in _READS:
+            setattr(torch.Tensor, name, wrap(name))
+        fn()
+    finally:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, original)
+    return count[0]
+
+
+def test_one_host_read_per_optimizer_step() -> None:
+    base = _model()
+    batch = _grpo_batch(base, reference=_model(seed=5))
+    n = len(batch)
+
+    def reads(**kw) -> int:
+        algo = GRPO(copy.deepcopy(base), GRPOConfig(lr=1e-3, kl_coef=0.1, **kw), SAMPLING)
+        return _count_reads(lambda: algo.update(batch.clone()))
+
+    one = reads(micro_batch_size=n)
+    assert reads(micro_batch_size=5) == one  # not per micro-batch
+    assert reads(micro_batch_size=1, micro_batch_layout="packed") == one
+    assert reads(micro_batch_size=n, epochs=3) == one + 2  # one per optimizer step
+    deep = GRPO(
+        tiny_lm(len(TOK), hidden=32, layers=6, heads=4, kv_heads=2, intermediate=64, seed=0),
+        GRPOConfig(lr=1e-3, kl_coef=0.1, micro_batch_size=n),
+        SAMPLING,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # another model than the sampler's: the on-policy check warns
+        assert _count_reads(lambda: deep.update(batch.clone())) == one  # not per parameter (3x the tensors)
+    assert one == 2  # the planning read of the sequence bounds and the step's one read
+
+
+def test_sft_reads_once_per_update() -> None:
+    batch = DemoCollector(PromptEnv(Arithmetic(2), seed=0, eval_size=5), TOK, batch_size=12).collect()
+
+    def reads(micro: int) -> int:
+        sft = SFT(_model(), SFTConfig(micro_batch_size=micro))
+        return _count_reads(lambda: sft.update(batch.clone()))
+
+    assert reads(12) == reads(2) == 2
