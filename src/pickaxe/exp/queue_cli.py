@@ -189,7 +189,8 @@ def _list(rest: list[str]) -> int:
     colours = {"queued": "cyan", "running": "yellow", "succeeded": "green", "failed": "red", "cancelled": "magenta",
                "blocked": "red"}  # fmt: skip
     table = Table(title=f"jobs in {path}", title_justify="left")
-    for col in ("id", "name", "state", "prio", "after", "cpu", "gpu", "tries", "exit", "time", "note"):
+    columns = ("id", "name", "state", "prio", "after", "cpu", "gpu", "tries", "exit", "time", "note")
+    for col in columns:
         # names are never cut: a sweep's names end with the seed, which tells its runs apart
         table.add_column(
             col,
@@ -197,6 +198,7 @@ def _list(rest: list[str]) -> int:
             no_wrap=col == "name",
             overflow="fold",
         )
+    rows = []
     for job in jobs:
         wall = job.wall_s
         note = job.reason or ""
@@ -204,7 +206,7 @@ def _list(rest: list[str]) -> int:
             note = f"{note}; log {job.log_path}"
         elif job.state == "running":
             note = "cancelling" if job.cancel_requested else (f"log {job.log_path}" if job.log_path else "")
-        table.add_row(
+        rows.append((
             str(job.id),
             job.name,
             f"[{colours[job.state]}]{job.state}[/]",
@@ -216,10 +218,13 @@ def _list(rest: list[str]) -> int:
             "" if job.exit_status is None else str(job.exit_status),
             "" if wall is None else _duration(wall),
             note,
-        )
+        ))  # fmt: skip
+    for row in rows:
+        table.add_row(*row)
     console = Console()
-    if not console.is_terminal:  # a pipe or a file: no terminal width to fit, so nothing is cut or wrapped
-        console = Console(width=max(80, 40 + max((len(j.name) for j in jobs), default=0) + 120))
+    if not console.is_terminal:  # a pipe or a file: as wide as the widest cells, so nothing is cut or wrapped
+        widths = [max(len(cell) for cell in cells) for cells in zip(columns, *rows, strict=True)]
+        console = Console(width=max(80, sum(widths) + 3 * len(widths) + 1))
     console.print(table)
     return 0
 
