@@ -1,0 +1,149 @@
+"""Process groups and liveness (pickaxe.exp.processes) and the worker's SIGTERM-then-SIGKILL escalation.
+
+Each test starts a small ``sh`` process group of its own (``start_new_session``) and never signals anything
+else; groups that ignore SIGTERM (``trap '' TERM``, inherited by their children) show the escalation.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from pickaxe.exp.processes import group_alive, kill_group, process_alive, process_start
+from pickaxe.exp.queue_store import JobQueue
+from pickaxe.exp.worker import Worker
+
+IGNORES_TERM = "trap '' TERM; sleep 30 & sleep 30; wait"
+
+
+def _group(script: str) -> subprocess.Popen:
+    proc = subprocess.Popen(["sh", "-c", script], start_new_session=True)
+    _wait_for(lambda: _members(proc.pid) >= 2, "the group to start its children")
+    return proc
+
+
+def _members(pgid: int) -> int:
+    """Live (non-zombie) processes in group ``pgid``."""
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                fields = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            count += int(fields[2]) == pgid and fields[0] != "Z"
+    return count
+
+
+def _wait_for(cond: Callable[[], object], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def groups() -> Iterator[list[subprocess.Popen]]:
+    started: list[subprocess.Popen] = []
+    yield started
+    for proc in started:  # whatever a failed test left behind
+        if group_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_kill_group_kills_every_member_and_waits_until_they_are_gone(groups: list[subprocess.Popen]) -> None:
+    proc = _group("sleep 30 & sleep 30; wait")
+    groups.append(proc)
+    assert group_alive(proc.pid) and process_alive(proc.pid, process_start(proc.pid))
+    start = time.monotonic()
+    kill_group(proc.pid, process_start(proc.pid))
+    assert time.monotonic() - start < 5.0  # returns once the group is gone, not after its 10 s limit
+    assert _members(proc.pid) == 0 and not group_alive(proc.pid)
+    assert proc.wait(timeout=5) == -signal.SIGKILL
+    kill_group(proc.pid)  # a group that is gone: nothing to do, no error
+
+
+def test_kill_group_sends_the_given_signal(groups: list[subprocess.Popen]) -> None:
+    proc = _group("sleep 30 & sleep 30; wait")
+    groups.append(proc)
+    kill_group(proc.pid, sig=signal.SIGTERM)
+    assert proc.wait(timeout=5) == -signal.SIGTERM
+
+
+def test_kill_group_gives_up_after_its_wait(groups: list[subprocess.Popen]) -> None:
+    proc = _group(IGNORES_TERM)
+    groups.append(proc)
+    start = time.monotonic()
+    kill_group(proc.pid, sig=signal.SIGTERM, wait_s=0.3)
+    assert 0.3 <= time.monotonic() - start < 5.0
+    assert _members(proc.pid) == 3  # SIGTERM ignored: the whole group still runs
+    start = time.monotonic()
+    kill_group(proc.pid, sig=signal.SIGTERM, wait_s=0)
+    assert time.monotonic() - start < 0.25 and group_alive(proc.pid)  # wait_s=0: signal and return
+
+
+def test_kill_group_spares_a_reused_group_id(groups: list[subprocess.Popen]) -> None:
+    proc = _group("sleep 30 & sleep 30; wait")
+    groups.append(proc)
+    kill_group(proc.pid, leader_start=process_start(proc.pid) + 1)  # recorded for another process
+    assert _members(proc.pid) == 3 and proc.poll() is None
+
+
+def test_liveness_of_pids_and_zombies(groups: list[subprocess.Popen]) -> None:
+    proc = _group("sleep 30 & sleep 30; wait")
+    groups.append(proc)
+    start = process_start(proc.pid)
+    assert start is not None
+    assert process_alive(proc.pid) and process_alive(proc.pid, start) and not process_alive(proc.pid, start + 1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    _wait_for(lambda: _members(proc.pid) == 0, "the group to die")
+    # the leader is a zombie until it is reaped: not alive, and its group counts as empty
+    assert Path(f"/proc/{proc.pid}/stat").exists()
+    assert not process_alive(proc.pid) and not group_alive(proc.pid)
+    proc.wait()
+    assert process_start(proc.pid) is None and not process_alive(proc.pid)
+
+
+def test_cancel_escalates_to_sigkill_after_the_grace(tmp_path: Path) -> None:
+    with JobQueue(tmp_path / "q.db") as q:
+        job = q.add(["sh", "-c", IGNORES_TERM])
+        seen: dict[str, float] = {}
+
+        def echo(line: str) -> None:
+            if "started" in line:
+                _wait_for(lambda: _members(q.get(job).pid or -1) >= 2, "the job's children")
+                q.cancel(job)  # this process is the worker: the cancel is a request to it
+                seen["cancel"] = time.monotonic()
+
+        Worker(q, slots=1, gpus=[], poll=0.02, kill_grace=0.4, echo=echo).run()
+        ended = time.monotonic()
+        final = q.get(job)
+        assert (final.state, final.exit_status) == ("cancelled", -signal.SIGKILL)
+        assert ended - seen["cancel"] >= 0.4  # SIGTERM first; SIGKILL only once the grace is over
+        assert _members(final.pid) == 0  # the whole group, not only its leader
+
+
+def test_stopping_a_worker_kills_jobs_that_ignore_sigterm(tmp_path: Path) -> None:
+    with JobQueue(tmp_path / "q.db") as q:
+        job = q.add(["sh", "-c", IGNORES_TERM])
+
+        def echo(line: str) -> None:
+            if "started" in line:
+                _wait_for(lambda: _members(q.get(job).pid or -1) >= 2, "the job's children")
+                raise KeyboardInterrupt  # as Ctrl-C would, while the job runs
+
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            Worker(q, slots=1, gpus=[], poll=0.02, kill_grace=0.4, echo=echo).run()
+        assert 0.4 <= time.monotonic() - start < 10.0
+        pid = q.attempts(job)[0].pid
+        assert pid is not None and _members(pid) == 0
+        assert (q.get(job).state, q.attempts(job)[0].outcome) == ("queued", "interrupted")
