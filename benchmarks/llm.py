@@ -1,36 +1,149 @@
-"""LLM RL speed: the per-step time breakdown of ``arith-grpo`` and the ``hf`` engine against ``model.generate``.
+"""LLM RL benchmarks: step breakdown, generation speed, memory at real vocabulary, TRL side by side, FLOP floor.
+
+Usage: ``python benchmarks/llm.py [step generate memory trl floor ...] [--quick] [options]``; no subcommand runs
+``step generate memory floor`` (``trl`` needs the ``bench`` extra: ``pip install -e .[bench]``). Torch runs with
+one thread; the load average is printed first; the last line is one JSON object with every figure.
 
 1. ``step``: the ``arith-grpo`` recipe's collector and GRPO (tiny Qwen2-style model, 32 prompts x 8 completions,
    KL to a frozen reference) for ``--steps`` updates without the SFT warm start; per step, medians of
    generate (engine), reward (scoring), ref (reference log-probs) and update (GRPO, forward + backward + AdamW).
 2. ``generate``: generated tokens/s on the same left-padded prompts (``--prompts`` held-out arithmetic prompts,
-   ``--new-tokens`` new tokens, temperature 1) of
-   * ``hf``: ``HFEngine.generate`` (own KV-cached loop, sampler log-probs included, finished rows dropped);
-   * ``generate``: a plain ``model.generate(do_sample=True)`` call over the same batch;
-   * ``generate+logprobs``: the same with ``output_scores=True`` and the sampled tokens' log-probs gathered,
-     which is what an engine needs.
-   EOS is masked out of the tiny model's logits in every loop so all produce exactly ``--new-tokens`` tokens.
-   Repeats are interleaved; medians are reported, with the ratio hf / generate(+logprobs).
+   ``--new-tokens`` new tokens, temperature 1) of ``hf`` (``HFEngine.generate``), ``generate`` (a plain
+   ``model.generate(do_sample=True)`` call) and ``generate+logprobs`` (the same with ``output_scores=True`` and
+   the sampled tokens' log-probs gathered, which is what an engine needs). EOS is masked out of the logits in every
+   loop so all produce exactly ``--new-tokens`` tokens. Repeats are interleaved; medians, with hf / generate.
+3. ``memory``: peak RSS of the log-prob computation of one GRPO update at a real vocabulary: a Qwen2-style
+   ``tiny_lm(151936, hidden=64, layers=2)``, ``--mem-batch`` sequences of ``--mem-prompt`` prompt tokens plus
+   ``--mem-new`` completion tokens. Each case runs in a fresh process under an address-space cap
+   (``--cap-gb``; a case that hits it is reported as failed at the cap):
+   * ``pickaxe-logprobs``: ``completion_logprobs`` with gradient + backward of the summed log-probs;
+   * ``pickaxe-update``: one whole ``GRPO.update`` (KL to a reference, AdamW step);
+   * ``naive``: the model's full ``[B, L, V]`` logits, ``log_softmax`` and ``gather``, + backward;
+   * ``trl``: TRL's ``GRPOTrainer._get_per_token_logps_and_entropies`` called as its loss does (fused LM head
+     with entropy, ``logits_to_keep`` = completion length) + backward (skipped without TRL).
+   Figures are the process's peak RSS and the rise of the peak over the RSS just before the measured call (model
+   and batch already built); ``beyond params`` subtracts the parameter-sized state the call must create
+   (gradients: 1x the parameter bytes; an update's gradients and AdamW moments: 3x). Also ``pickaxe-logprobs`` at
+   vocabularies 32768, 65536 and 151936: its rise beyond the gradients should not grow with the vocabulary.
+4. ``trl``: pickaxe's GRPO against TRL's ``GRPOTrainer`` (the optional ``bench`` extra pins the TRL version),
+   same model folder (the recipe's tiny model and character tokenizer saved once), same prompt stream (2-digit
+   addition, ``--trl-prompts`` prompts x G=8 per step), reward (exact match), 5 new tokens at temperature 1, lr
+   1e-4 constant, k3 KL with beta 0.005 to a reference loaded from the folder, token-mean loss (TRL ``dapo``),
+   clip 0.2, grad-norm clip 1.0, AdamW without weight decay, float32, one optimizer step per generation, no vLLM,
+   CPU, one thread. Gradient checkpointing off in both, then on in both. Every measured run is a fresh process
+   (``--trl-warmup`` unmeasured steps, then ``--trl-steps``), pairs interleaved (pickaxe, TRL, pickaxe, TRL, ...);
+   per run the median step time, the generate / reward / ref / update split (TRL's methods are wrapped with
+   timers; ``update`` is the rest of the step: forward, backward, optimizer), generated tokens/s end to end and
+   the peak RSS. Reported: per pairing, the median over pairs of pickaxe / TRL for each figure, with min-max.
+5. ``floor``: the update's utilisation of a bare-matmul floor. Model FLOPs of one GRPO update from the config
+   and token counts (dense layers only; norms, rotary, softmax and the loss are not counted):
 
-Usage: ``python benchmarks/llm.py [--steps 8] [--prompts 256] [--new-tokens 16] [--repeats 5]``; the last line is
-one JSON object.
+       forward  = 2 * P_layers * T  +  2 * H * V * C  +  2 * layers * d_attn * sum_i L_i * (L_i + 1)
+       update   = 3 * forward                               (backward = 2 x forward)
+
+   with ``P_layers`` the weights of the decoder layers' linear maps (q, k, v, o, gate, up, down; embeddings
+   excluded: a lookup is not a matmul), ``T`` the real tokens, ``C`` the completion tokens (the only positions
+   whose log-probs the update needs), ``H`` the hidden size, ``V`` the vocabulary, ``d_attn`` = heads x head_dim
+   and ``L_i`` each sequence's length (causal attention: ``QK^T`` and ``AV`` over the lower triangle). The floor
+   is the same FLOPs at the rate torch reaches on bare ``mm`` / ``bmm`` calls of exactly those shapes (each linear
+   map's forward and both backward products; per-sequence attention products), measured in the same run;
+   utilisation = floor time / measured ``GRPO.update`` time (median of ``--floor-repeats``).
+
+``--quick`` shrinks every part (a CI smoke run, under 2 minutes without ``trl``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
+import os
+import resource
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
+from typing import Any
 
 import torch
 
+from pickaxe.algos.configs import GRPOConfig
 from pickaxe.algos.grpo import GRPO
 from pickaxe.recipes.llm import LLM_RECIPES
 from pickaxe.rollout.engines import HFEngine, SamplingParams
 from pickaxe.rollout.text_collector import TextCollector, encode_prompts
 from pickaxe.train.llm import build_env, build_model, derive_llm_seeds
+
+FAST = ("step", "generate", "memory", "floor")
+ALL = ("step", "generate", "memory", "trl", "floor")
+GIB = 1 << 30
+QUICK = {
+    "steps": 2, "prompts": 32, "new_tokens": 8, "repeats": 2,
+    "mem_batch": 4, "mem_prompt": 32, "mem_vocab": 32768, "mem_sweep": [8192, 32768], "cap_gb": 4.0,
+    "trl_pairs": 1, "trl_steps": 2, "trl_prompts": 8, "floor_repeats": 2, "floor_prompts": 8,
+}  # fmt: skip
+"""``--quick``'s defaults (a CI smoke run)."""
+
+
+# ---------------------------------------------------------------------------------------------------- processes
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process now."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_bytes() -> int:
+    """Peak resident set size of this process (since start or the last ``reset_peak``)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def reset_peak() -> int:
+    """Reset the kernel's peak-RSS mark to the current RSS (Linux ``clear_refs`` 5); returns the peak before."""
+    before = peak_bytes()
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return before
+
+
+def run_child(spec: dict[str, Any], cap_bytes: int | None = None, timeout: float = 1800) -> dict[str, Any]:
+    """Run one measurement (``spec``) in a fresh Python process, under an address-space cap when given; returns
+    its JSON result, or ``{"failed": ...}`` with the reason (``at_cap`` when it ran out of the capped memory)."""
+
+    def limit() -> None:
+        if cap_bytes:
+            resource.setrlimit(resource.RLIMIT_AS, (cap_bytes, cap_bytes))
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "_child", json.dumps(spec)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, preexec_fn=limit, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"failed": f"timed out after {timeout:.0f} s", "at_cap": False}
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode == 0 and lines:
+        return json.loads(lines[-1])
+    err = proc.stderr.strip().splitlines()
+    last = err[-1] if err else f"exit status {proc.returncode}"
+    oom = any(s in proc.stderr for s in ("can't allocate memory", "MemoryError", "std::bad_alloc", "out of memory"))
+    return {"failed": last[:300], "at_cap": bool(cap_bytes) and (oom or proc.returncode == -9)}
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, min and max of ``values``."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def fmt_spread(s: dict[str, float], unit: str = "", digits: int = 2) -> str:
+    """``median [min-max]`` text."""
+    return f"{s['median']:.{digits}f}{unit} [{s['min']:.{digits}f}-{s['max']:.{digits}f}]"
+
+
+# ----------------------------------------------------------------------------------------------------- step
 
 
 def step_breakdown(steps: int) -> dict[str, float]:
@@ -61,6 +174,21 @@ def step_breakdown(steps: int) -> dict[str, float]:
     out = {k: statistics.median(v) for k, v in rows.items()}
     out["completions"] = float(cfg.collector.prompts * cfg.collector.group_size)
     return out
+
+
+def report_step(steps: int) -> dict[str, Any]:
+    """Print and return the ``step`` figures."""
+    step = step_breakdown(steps)
+    print(f"\n[step] arith-grpo step ({step['completions']:.0f} completions), median of {steps}, seconds:")
+    for key in ("generate", "reward", "ref", "update", "total"):
+        print(f"  {key:<9} {step[key]:7.3f}  ({100 * step[key] / step['total']:4.1f}%)")
+    return {
+        "step_s": {k: round(v, 4) for k, v in step.items() if k != "completions"},
+        "completions_per_step": step["completions"],
+    }
+
+
+# ------------------------------------------------------------------------------------------------- generate
 
 
 def generation_speed(n_prompts: int, new_tokens: int, repeats: int) -> dict[str, float]:
@@ -120,37 +248,661 @@ def generation_speed(n_prompts: int, new_tokens: int, repeats: int) -> dict[str,
     return {k: statistics.median(v) for k, v in results.items()}
 
 
-def main() -> None:
-    """Run both benchmarks, print figures, end with one JSON line."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--prompts", type=int, default=256)
-    parser.add_argument("--new-tokens", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    step = step_breakdown(args.steps)
-    print(f"arith-grpo step ({step['completions']:.0f} completions), median seconds:")
-    for key in ("generate", "reward", "ref", "update", "total"):
-        print(f"  {key:<9} {step[key]:7.3f}  ({100 * step[key] / step['total']:4.1f}%)")
-    gen = generation_speed(args.prompts, args.new_tokens, args.repeats)
-    print(f"generation, {args.prompts} prompts x {args.new_tokens} new tokens, tokens/s (median of {args.repeats}):")
+def report_generate(prompts: int, new_tokens: int, repeats: int) -> dict[str, Any]:
+    """Print and return the ``generate`` figures."""
+    gen = generation_speed(prompts, new_tokens, repeats)
+    print(f"\n[generate] {prompts} prompts x {new_tokens} new tokens, tokens/s (median of {repeats}):")
     for key, value in gen.items():
         print(f"  {key:<18} {value:10,.0f}")
-    ratio = gen["hf"] / gen["generate"]
-    ratio_lp = gen["hf"] / gen["generate+logprobs"]
+    ratio, ratio_lp = gen["hf"] / gen["generate"], gen["hf"] / gen["generate+logprobs"]
     print(f"  hf / generate = {ratio:.2f}; hf / generate+logprobs = {ratio_lp:.2f}")
-    summary = {
-        "benchmark": "llm",
-        "step_s": {k: round(v, 4) for k, v in step.items() if k != "completions"},
-        "completions_per_step": step["completions"],
+    return {
         "gen_tokens_per_s": {k: round(v, 1) for k, v in gen.items()},
         "hf_over_generate": round(ratio, 3),
         "hf_over_generate_logprobs": round(ratio_lp, 3),
-        "prompts": args.prompts,
-        "new_tokens": args.new_tokens,
+        "gen_prompts": prompts,
+        "gen_new_tokens": new_tokens,
     }
+
+
+# --------------------------------------------------------------------------------------------------- memory
+
+
+def memory_batch(spec: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """A collector-shaped batch (see ``text_collector.pack``) of ``batch`` sequences: prompts of ``prompt``
+    tokens, ``new`` completion tokens each, random ids (seeded), groups of 8."""
+    from pickaxe.rollout.text_collector import pack
+
+    g = torch.Generator().manual_seed(0)
+    B, P, T, V = spec["batch"], spec["prompt"], spec["new"], spec["vocab"]
+    prompts = torch.randint(2, V, (B, P), generator=g).tolist()
+    completions = torch.randint(2, V, (B, T), generator=g).tolist()
+    data = pack(prompts, completions, pad_token_id=0)
+    data["reward"] = torch.randint(0, 2, (B,), generator=g).float()
+    data["group"] = torch.arange(B) // 8
+    data["policy_version"] = torch.zeros(B, dtype=torch.long)
+    data["advantage"] = torch.zeros(B)
+    return data
+
+
+def memory_child(spec: dict[str, Any]) -> dict[str, Any]:
+    """One ``memory`` case in this (fresh) process: build the model and batch, reset the peak mark, run the case;
+    returns peak RSS figures and seconds."""
+    from pickaxe.models.lm import completion_logprobs, num_parameters, position_ids, tiny_lm
+
+    model = tiny_lm(spec["vocab"], hidden=spec["hidden"], layers=spec["layers"], max_positions=1024).train()
+    data = memory_batch(spec)
+    ids, attn, mask = data["input_ids"], data["attention_mask"], data["loss_mask"]
+    params = num_parameters(model)
+    case = spec["case"]
+    state_copies = 3 if case == "pickaxe-update" else 1
+    if case == "pickaxe-update":
+        from tensordict import TensorDict
+
+        with torch.no_grad():
+            lp = completion_logprobs(model, ids, attn, mask)
+        data["logprob"], data["ref_logprob"] = lp, lp.clone()
+        batch = TensorDict(data, batch_size=[ids.shape[0]])
+        cfg = GRPOConfig(lr=1e-4, micro_batch_size=ids.shape[0], kl_coef=0.005, kl_estimator="k3")
+        algo = GRPO(model, cfg, SamplingParams(spec["new"], n=8), seed=0)
+    elif case == "trl":
+        from trl import GRPOTrainer
+        from trl.trainer.utils import add_fused_lm_head
+
+        add_fused_lm_head(model, outputs=("log_probs", "entropy"))  # as GRPOTrainer.__init__ does for the policy
+        trainer = argparse.Namespace(accelerator=argparse.Namespace(autocast=contextlib.nullcontext))
+        completion_mask = mask[:, -spec["new"] :]
+    base_peak = reset_peak()
+    base = rss_bytes()
+    start = time.perf_counter()
+    if case == "pickaxe-logprobs":
+        logp = completion_logprobs(model, ids, attn, mask)
+        logp.sum().backward()
+    elif case == "pickaxe-update":
+        algo.update(batch)
+    elif case == "naive":
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn)).logits[:, :-1]
+        logp = logits.float().log_softmax(-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        (logp * mask[:, 1:]).sum().backward()
+    elif case == "trl":
+        # GRPOTrainer._compute_loss's call: whole batch, logits_to_keep = completion width, entropy computed
+        # (__wrapped__: the method without TRL's profiling timer, which needs a whole trainer)
+        logp, _, _ = GRPOTrainer._get_per_token_logps_and_entropies.__wrapped__(
+            trainer, model, ids, attn, spec["new"], compute_entropy=True
+        )
+        (logp * completion_mask).sum().backward()
+    else:
+        raise ValueError(f"unknown memory case {case!r}")
+    seconds = time.perf_counter() - start
+    peak = peak_bytes()
+    return {
+        "peak": max(peak, base_peak),
+        "base": base,
+        "rise": peak - base,
+        "beyond_params": peak - base - state_copies * 4 * params,
+        "params": params,
+        "seconds": seconds,
+    }
+
+
+def report_memory(args: argparse.Namespace, have_trl: bool) -> dict[str, Any]:
+    """Run the ``memory`` cases in fresh processes; print and return the figures."""
+    cap = int(args.cap_gb * GIB)
+    shape = {"hidden": 64, "layers": 2, "batch": args.mem_batch, "prompt": args.mem_prompt, "new": args.mem_new}
+    vocab = args.mem_vocab
+    cases = ["pickaxe-logprobs", "pickaxe-update", "naive"] + (["trl"] if have_trl else [])
+    print(
+        f"\n[memory] tiny_lm({vocab}, hidden=64, layers=2), {args.mem_batch} sequences x ({args.mem_prompt} prompt + "
+        f"{args.mem_new} completion) tokens, fresh process each, cap {args.cap_gb:g} GiB of address space:"
+    )
+    print(f"  {'case':<18} {'peak RSS':>10} {'rise':>10} {'beyond params':>14} {'seconds':>8}")
+    out: dict[str, Any] = {}
+
+    def show(name: str, r: dict[str, Any]) -> None:
+        if "failed" in r:
+            why = f"failed at the {args.cap_gb:g} GiB cap" if r["at_cap"] else f"failed: {r['failed']}"
+            print(f"  {name:<18} {why}")
+            return
+        print(
+            f"  {name:<18} {r['peak'] / GIB:9.2f}G {r['rise'] / GIB:9.2f}G {r['beyond_params'] / GIB:13.2f}G "
+            f"{r['seconds']:8.2f}"
+        )
+
+    for case in cases:
+        r = run_child({"kind": "memory", "case": case, "vocab": vocab, **shape}, cap)
+        out[case] = r
+        show(case, r)
+    sweep = {}
+    print("  pickaxe-logprobs by vocabulary (rise beyond the gradients, GiB): ", end="")
+    for v in args.mem_sweep:
+        same = v == vocab  # the main case already measured it
+        r = (
+            out["pickaxe-logprobs"]
+            if same
+            else run_child({"kind": "memory", "case": "pickaxe-logprobs", "vocab": v, **shape}, cap)
+        )
+        sweep[str(v)] = r
+        print(f"{v}: " + ("failed" if "failed" in r else f"{r['beyond_params'] / GIB:.3f}"), end="  ")
+    print()
+    summary: dict[str, Any] = {"shape": {**shape, "vocab": vocab}, "cap_gib": args.cap_gb}
+    for case, r in out.items():
+        summary[case] = (
+            {"failed": r["failed"], "at_cap": r["at_cap"]}
+            if "failed" in r
+            else {k: round(r[k] / GIB, 3) for k in ("peak", "rise", "beyond_params")} | {"s": round(r["seconds"], 3)}
+        )
+    summary["pickaxe_beyond_params_by_vocab_gib"] = {
+        v: (None if "failed" in r else round(r["beyond_params"] / GIB, 4)) for v, r in sweep.items()
+    }
+    return summary
+
+
+# ------------------------------------------------------------------------------------------------------ trl
+
+
+def save_model_folder(folder: Path, seed: int = 0) -> None:
+    """The ``arith-grpo`` recipe's tiny model and character tokenizer, saved as a transformers model folder."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    cfg = LLM_RECIPES["arith-grpo"].make()
+    model, tok = build_model(cfg, torch.device("cpu"), seed)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+
+
+def save_prompt_stream(path: Path, n: int, seed: int = 0) -> None:
+    """``n`` training prompts of the ``arith-grpo`` task, in the order both learners consume them."""
+    cfg = LLM_RECIPES["arith-grpo"].make()
+    env = build_env(cfg, seed, seed)
+    rows = [{"prompt": ex.prompt, "answer": ex.answer, "metadata": ex.metadata} for ex in env.sample(n)]
+    path.write_text(json.dumps(rows))
+
+
+class StreamEnv:
+    """A fixed prompt stream (both learners see the same prompts in the same order), scored by the task."""
+
+    def __init__(self, path: str) -> None:
+        from pickaxe.envs.text.example import Example
+
+        cfg = LLM_RECIPES["arith-grpo"].make()
+        self.scorer = build_env(cfg, 0, 0)
+        self.examples = [Example(**row) for row in json.loads(Path(path).read_text())]
+        self.next = 0
+
+    def sample(self, n: int) -> list[Any]:
+        """The next ``n`` prompts."""
+        out = self.examples[self.next : self.next + n]
+        self.next += n
+        return out
+
+    def score(self, example: Any, text: str) -> tuple[float, dict[str, float]]:
+        """The task's reward of ``text`` for ``example``."""
+        return self.scorer.score(example, text)
+
+
+def pickaxe_grpo_child(spec: dict[str, Any]) -> dict[str, Any]:
+    """``warmup + steps`` pickaxe GRPO steps from the model folder; per-step times, split, tokens and peak RSS."""
+    from pickaxe.models.lm import load_lm
+    from pickaxe.models.tokenizer import load_tokenizer
+
+    torch.manual_seed(spec["seed"])
+    model, tok = load_lm(spec["folder"], "cpu"), load_tokenizer(spec["folder"])
+    reference = load_lm(spec["folder"], "cpu").eval().requires_grad_(False)
+    n = spec["prompts"] * spec["group"]
+    cfg = GRPOConfig(
+        lr=spec["lr"],
+        micro_batch_size=n,
+        kl_coef=spec["beta"],
+        kl_estimator="k3",
+        aggregation="token-mean",
+        gradient_checkpointing=spec["gc"],
+    )
+    sampling = SamplingParams(spec["new"], temperature=1.0, top_k=0, top_p=1.0, n=spec["group"])
+    algo = GRPO(model, cfg, sampling, seed=spec["seed"])
+    engine = HFEngine(model, tok.eos_token_id, tok.pad_token_id, max_batch=512, seed=spec["seed"])
+    env = StreamEnv(spec["stream"])
+    collector = TextCollector(env, engine, tok, spec["prompts"], sampling, model, reference, lambda: algo.version)  # type: ignore[arg-type]
+    rows: dict[str, list[float]] = {k: [] for k in ("step", "generate", "reward", "ref", "update", "tokens")}
+    life_peak = 0
+    for i in range(spec["warmup"] + spec["steps"]):
+        if i == spec["warmup"]:
+            life_peak = reset_peak()
+            base = rss_bytes()
+        t0 = time.perf_counter()
+        batch = collector.collect()
+        t1 = time.perf_counter()
+        algo.update(batch)
+        t2 = time.perf_counter()
+        if i < spec["warmup"]:
+            continue
+        m = collector.metrics()
+        rows["step"].append(t2 - t0)
+        rows["generate"].append(m["time/generate_s"])
+        rows["reward"].append(m["time/reward_s"])
+        rows["ref"].append(m["time/ref_logprob_s"])
+        rows["update"].append(t2 - t1)
+        rows["tokens"].append(float(batch["loss_mask"].sum()))
+    peak = peak_bytes()
+    return {"rows": rows, "peak": max(peak, life_peak), "rise": peak - base, "base": base}
+
+
+def trl_grpo_child(spec: dict[str, Any]) -> dict[str, Any]:
+    """``warmup + steps`` steps of TRL's ``GRPOTrainer`` configured like ``pickaxe_grpo_child``; per-step times, the
+    split from timers wrapped around its methods, tokens and peak RSS."""
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig as TRLConfig
+    from trl import GRPOTrainer
+
+    from pickaxe.models.tokenizer import load_tokenizer
+
+    torch.manual_seed(spec["seed"])
+    env = StreamEnv(spec["stream"])
+    n = spec["prompts"] * spec["group"]
+    total = spec["warmup"] + spec["steps"]
+    dataset = Dataset.from_list([{"prompt": ex.prompt, "idx": i} for i, ex in enumerate(env.examples)])
+
+    def exact_match(prompts: list[str], completions: list[str], idx: list[int], **kwargs: Any) -> list[float]:
+        return [env.score(env.examples[i], c)[0] for i, c in zip(idx, completions, strict=True)]
+
+    args = TRLConfig(
+        output_dir=spec["out"],
+        per_device_train_batch_size=n,
+        gradient_accumulation_steps=1,
+        num_generations=spec["group"],
+        max_completion_length=spec["new"],
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        beta=spec["beta"],
+        loss_type="dapo",  # token-mean over the step's completion tokens
+        scale_rewards="group",
+        epsilon=0.2,
+        learning_rate=spec["lr"],
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        max_steps=total,
+        gradient_checkpointing=spec["gc"],
+        bf16=False,
+        use_cpu=True,
+        shuffle_dataset=False,
+        seed=spec["seed"],
+        report_to="none",
+        logging_steps=total + 1,
+        save_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        model_init_kwargs={"dtype": torch.float32},
+    )
+    trainer = GRPOTrainer(
+        model=spec["folder"],
+        reward_funcs=exact_match,
+        args=args,
+        train_dataset=dataset,
+        processing_class=load_tokenizer(spec["folder"]),
+    )
+    phase: dict[str, float] = {"generate": 0.0, "reward": 0.0, "ref": 0.0, "prep": 0.0, "tokens": 0.0}
+
+    def timed(name: str, fn: Any, only_no_grad: bool = False) -> Any:
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            if only_no_grad and torch.is_grad_enabled():
+                return fn(*a, **kw)
+            t = time.perf_counter()
+            out = fn(*a, **kw)
+            phase[name] += time.perf_counter() - t
+            if name == "generate":
+                phase["tokens"] += sum(len(c) for c in out[1])
+            return out
+
+        return wrapper
+
+    trainer._generate = timed("generate", trainer._generate)
+    trainer._calculate_rewards = timed("reward", trainer._calculate_rewards)
+    trainer._get_per_token_logps_and_entropies = timed("ref", trainer._get_per_token_logps_and_entropies, True)
+    trainer._generate_and_score_completions = timed("prep", trainer._generate_and_score_completions)
+    rows: dict[str, list[float]] = {k: [] for k in ("step", "generate", "reward", "ref", "update", "tokens")}
+    marks: dict[str, Any] = {"life_peak": 0, "base": 0}
+
+    class Timer(TrainerCallback):
+        """Per-step wall time (generation, scoring, reference log-probs, forward, backward, optimizer step)."""
+
+        def on_step_begin(self, a: Any, state: Any, control: Any, **kw: Any) -> None:
+            if state.global_step == spec["warmup"]:
+                marks["life_peak"], marks["base"] = reset_peak(), rss_bytes()
+            for k in phase:
+                phase[k] = 0.0
+            marks["t0"] = time.perf_counter()
+
+        def on_step_end(self, a: Any, state: Any, control: Any, **kw: Any) -> None:
+            step = time.perf_counter() - marks["t0"]
+            if state.global_step <= spec["warmup"]:  # global_step already counts this step
+                return
+            rows["step"].append(step)
+            for k in ("generate", "reward", "ref", "tokens"):
+                rows[k].append(phase[k])
+            rows["update"].append(step - phase["prep"])
+
+    trainer.add_callback(Timer())
+    trainer.train()
+    peak = peak_bytes()
+    return {"rows": rows, "peak": max(peak, marks["life_peak"]), "rise": peak - marks["base"], "base": marks["base"]}
+
+
+def summarise_run(r: dict[str, Any]) -> dict[str, float]:
+    """Medians of one run's per-step rows, tokens/s end to end and memory."""
+    rows = r["rows"]
+    out = {k: statistics.median(v) for k, v in rows.items() if k != "tokens"}
+    out["tokens_per_s"] = sum(rows["tokens"]) / sum(rows["step"])
+    out["peak"], out["rise"] = float(r["peak"]), float(r["rise"])
+    return out
+
+
+def report_trl(args: argparse.Namespace) -> dict[str, Any]:
+    """Interleaved fresh-process pairs of pickaxe and TRL GRPO runs, GC off and on; print and return ratios."""
+    import trl
+
+    steps, warmup, pairs = args.trl_steps, args.trl_warmup, args.trl_pairs
+    keys = ("step", "generate", "reward", "ref", "update", "tokens_per_s", "peak", "rise")
+    results: dict[str, dict[str, list[dict[str, float]]]] = {
+        gc: {"pickaxe": [], "trl": []} for gc in ("gc_off", "gc_on")
+    }
+    failures: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="pickaxe-bench-") as tmp:
+        folder, stream = Path(tmp) / "model", Path(tmp) / "prompts.json"
+        save_model_folder(folder)
+        save_prompt_stream(stream, (warmup + steps) * args.trl_prompts)
+        base = {
+            "folder": str(folder),
+            "stream": str(stream),
+            "out": str(Path(tmp) / "trl-out"),
+            "prompts": args.trl_prompts,
+            "group": 8,
+            "new": 5,
+            "lr": 1e-4,
+            "beta": 0.005,
+            "seed": 0,
+            "steps": steps,
+            "warmup": warmup,
+        }
+        print(
+            f"\n[trl] pickaxe vs TRL {trl.__version__} GRPOTrainer: {args.trl_prompts} prompts x 8, 5 new tokens, "
+            f"{warmup} warm-up + {steps} measured steps per fresh process, {pairs} interleaved pairs per pairing"
+        )
+        for p in range(pairs):
+            for gc in ("gc_off", "gc_on"):
+                for lib in ("pickaxe", "trl"):
+                    r = run_child({**base, "kind": "grpo", "lib": lib, "gc": gc == "gc_on"})
+                    if "failed" in r:
+                        failures.append(f"{lib} {gc} pair {p}: {r['failed']}")
+                        print(f"  {lib} {gc} pair {p}: FAILED {r['failed']}")
+                        continue
+                    s = summarise_run(r)
+                    results[gc][lib].append(s)
+                    print(
+                        f"  pair {p} {gc} {lib:<7} step {s['step']:.3f}s (gen {s['generate']:.3f} ref {s['ref']:.3f} "
+                        f"update {s['update']:.3f}) {s['tokens_per_s']:7.0f} tok/s peak {s['peak'] / GIB:.2f}G "
+                        f"(+{s['rise'] / GIB:.2f}G in training)",
+                        flush=True,
+                    )
+    summary: dict[str, Any] = {"trl_version": trl.__version__, "pairs": pairs, "steps": steps, "failures": failures}
+    for gc, libs in results.items():
+        pk, tr = libs["pickaxe"], libs["trl"]
+        n = min(len(pk), len(tr))
+        if n == 0:
+            continue
+        ratios = {k: spread([pk[i][k] / tr[i][k] for i in range(n) if tr[i][k] > 0]) for k in keys if tr[0][k] > 0}
+        summary[gc] = {
+            "pickaxe_over_trl": {k: {kk: round(vv, 3) for kk, vv in v.items()} for k, v in ratios.items()},
+            "pickaxe": {k: round(statistics.median(r[k] for r in pk), 4) for k in keys},
+            "trl": {k: round(statistics.median(r[k] for r in tr), 4) for k in keys},
+        }
+        print(f"  {gc}: pickaxe / TRL over {n} pairs, median [min-max] (< 1: pickaxe faster or smaller):")
+        for k, s in ratios.items():
+            print(f"    {k:<13} {fmt_spread(s)}")
+        print(
+            f"    TRL's step {summary[gc]['trl']['step']:.3f}s = gen {summary[gc]['trl']['generate']:.3f} + ref "
+            f"{summary[gc]['trl']['ref']:.3f} + reward {summary[gc]['trl']['reward']:.3f} + update "
+            f"{summary[gc]['trl']['update']:.3f} + rest; speed-up pickaxe = {1 / ratios['step']['median']:.2f}x"
+        )
+    return summary
+
+
+# ---------------------------------------------------------------------------------------------------- floor
+
+
+def linear_shapes(config: Any) -> list[tuple[int, int]]:
+    """``(in, out)`` of every linear map of one decoder layer of a Qwen2/Llama-style ``config``."""
+    H, inter = config.hidden_size, config.intermediate_size
+    hd = getattr(config, "head_dim", None) or H // config.num_attention_heads
+    q, kv = config.num_attention_heads * hd, config.num_key_value_heads * hd
+    return [(H, q), (H, kv), (H, kv), (q, H), (H, inter), (H, inter), (inter, H)]
+
+
+def update_flops(config: Any, lengths: list[int], completion_tokens: int) -> dict[str, float]:
+    """Model FLOPs of one update (forward + backward) from the config and token counts; see the module docstring."""
+    H, V = config.hidden_size, config.vocab_size
+    hd = getattr(config, "head_dim", None) or H // config.num_attention_heads
+    d_attn = config.num_attention_heads * hd
+    T = sum(lengths)
+    p_layers = config.num_hidden_layers * sum(i * o for i, o in linear_shapes(config))
+    dense = 2 * p_layers * T
+    head = 2 * H * V * completion_tokens
+    attention = 2 * config.num_hidden_layers * d_attn * sum(n * (n + 1) for n in lengths)
+    forward = dense + head + attention
+    return {"forward": float(forward), "update": 3.0 * forward, "dense": float(dense), "head": float(head),
+            "attention": float(attention)}  # fmt: skip
+
+
+def matmul_floor(config: Any, lengths: list[int], completion_tokens: int, repeats: int) -> dict[str, float]:
+    """Seconds and FLOP rate of bare matmuls of the update's shapes: each layer's linear maps over the real tokens
+    (forward, grad-input, grad-weight), the head over the completion tokens, and per-sequence causal attention
+    products (``QK^T``, ``AV`` and their backward, as full square products timed once per distinct length)."""
+    H, V = config.hidden_size, config.vocab_size
+    T = sum(lengths)
+    hd = getattr(config, "head_dim", None) or H // config.num_attention_heads
+    heads = config.num_attention_heads
+    g = torch.Generator().manual_seed(0)
+
+    def mm_triplet(m: int, k: int, n: int) -> tuple[float, float]:
+        a, w, gy = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g), torch.randn(m, n, generator=g)
+
+        def run() -> None:
+            a @ w  # forward
+            gy @ w.t()  # grad input
+            a.t() @ gy  # grad weight
+
+        run()
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - t)
+        return statistics.median(times), 3 * 2.0 * m * k * n
+
+    seconds, flops = 0.0, 0.0
+    for k, n in linear_shapes(config):
+        s, f = mm_triplet(T, k, n)
+        seconds += config.num_hidden_layers * s
+        flops += config.num_hidden_layers * f
+    s, f = mm_triplet(completion_tokens, H, V)
+    seconds, flops = seconds + s, flops + f
+    # attention: per length L, [heads, L, hd] x [heads, hd, L] and [heads, L, L] x [heads, L, hd], forward + 2 backward
+    counts: dict[int, int] = {}
+    for n in lengths:
+        counts[n] = counts.get(n, 0) + 1
+    for n, c in counts.items():
+        q, kt, p = (torch.randn(heads, n, hd, generator=g), torch.randn(heads, hd, n, generator=g),
+                    torch.randn(heads, n, n, generator=g))  # fmt: skip
+
+        def run(q: torch.Tensor = q, kt: torch.Tensor = kt, p: torch.Tensor = p) -> None:
+            for _ in range(3):
+                torch.bmm(q, kt)
+                torch.bmm(p, q)
+
+        run()
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - t)
+        seconds += config.num_hidden_layers * c * statistics.median(times)
+        flops += config.num_hidden_layers * c * 3 * 2 * (2.0 * heads * n * n * hd)
+    return {"seconds": seconds, "rate": flops / seconds}
+
+
+def floor_child(spec: dict[str, Any]) -> dict[str, Any]:
+    """Time ``GRPO.update`` on a collected ``arith-grpo`` batch and the bare-matmul floor of its shapes."""
+    torch.set_num_threads(1)
+    cfg = LLM_RECIPES["arith-grpo"].make()
+    seeds = derive_llm_seeds(cfg.seed)
+    model, tok = build_model(cfg, torch.device("cpu"), seeds["model"])
+    env = build_env(cfg, seeds["env"], seeds["eval_env"])
+    e = cfg.engine
+    sampling = SamplingParams(e.max_new_tokens, e.temperature, e.top_k, e.top_p, n=cfg.collector.group_size)
+    engine = HFEngine(model, tok.eos_token_id, tok.pad_token_id, e.max_batch, seed=0)
+    reference = copy.deepcopy(model).eval().requires_grad_(False)
+    prompts = spec["prompts"] or cfg.collector.prompts
+    collector = TextCollector(env, engine, tok, prompts, sampling, model, reference, lambda: 0)
+    batch = collector.collect()
+    times = []
+    for _ in range(spec["repeats"] + 1):  # the first is a warm-up
+        algo = GRPO(copy.deepcopy(model), cfg.algo, sampling, seed=0)
+        b = batch.clone()
+        t = time.perf_counter()
+        algo.update(b)
+        times.append(time.perf_counter() - t)
+    update_s = statistics.median(times[1:])
+    lengths = [int(n) for n in batch["attention_mask"].sum(-1)]
+    completion = int(batch["loss_mask"].sum())
+    flops = update_flops(model.config, lengths, completion)
+    floor = matmul_floor(model.config, lengths, completion, spec["repeats"])
+    floor_s = flops["update"] / floor["rate"]
+    return {
+        "update_s": update_s,
+        "flops": flops,
+        "matmul_rate": floor["rate"],
+        "floor_s": floor_s,
+        "utilisation": floor_s / update_s,
+        "sequences": len(lengths),
+        "tokens": sum(lengths),
+        "completion_tokens": completion,
+        "padded_slots": int(batch["attention_mask"].numel()),
+    }
+
+
+def report_floor(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the ``floor`` measurement in a fresh process; print and return it."""
+    r = run_child({"kind": "floor", "repeats": args.floor_repeats, "prompts": args.floor_prompts})
+    if "failed" in r:
+        print(f"\n[floor] failed: {r['failed']}")
+        return {"failed": r["failed"]}
+    f = r["flops"]
+    print(
+        f"\n[floor] GRPO.update of an arith-grpo batch ({r['sequences']} sequences, {r['tokens']} real tokens in "
+        f"{r['padded_slots']} slots, {r['completion_tokens']} completion tokens), median of {args.floor_repeats}:"
+    )
+    print(
+        f"  model FLOPs {f['update'] / 1e9:.2f} G (forward: dense {f['dense'] / 1e9:.2f} G, head {f['head'] / 1e9:.3f}"
+        f" G, attention {f['attention'] / 1e9:.3f} G; update = 3 x forward)"
+    )
+    print(
+        f"  bare matmuls of these shapes: {r['matmul_rate'] / 1e9:.1f} GFLOP/s -> floor {r['floor_s']:.3f} s; update "
+        f"{r['update_s']:.3f} s ({f['update'] / r['update_s'] / 1e9:.1f} GFLOP/s); utilisation {r['utilisation']:.1%}"
+        " (goal >= 60%)"
+    )
+    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items() if k != "flops"} | {
+        "update_gflops": round(f["update"] / 1e9, 3)
+    }
+
+
+# ----------------------------------------------------------------------------------------------------- main
+
+
+def child_main(spec: dict[str, Any]) -> None:
+    """Entry point of a fresh measurement process: run ``spec`` and print its JSON result."""
+    torch.set_num_threads(1)
+    kind = spec["kind"]
+    if kind == "memory":
+        out = memory_child(spec)
+    elif kind == "grpo":
+        out = pickaxe_grpo_child(spec) if spec["lib"] == "pickaxe" else trl_grpo_child(spec)
+    elif kind == "floor":
+        out = floor_child(spec)
+    else:
+        raise ValueError(f"unknown child kind {kind!r}")
+    print(json.dumps(out))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options; ``--quick`` shrinks every part."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("parts", nargs="*", help=f"any of {', '.join(ALL)}, all (default: {' '.join(FAST)})")
+    parser.add_argument("--quick", action="store_true", help="small shapes and few repeats (CI smoke run)")
+    parser.add_argument("--steps", type=int, default=8, help="step: measured steps")
+    parser.add_argument("--prompts", type=int, default=256, help="generate: prompts")
+    parser.add_argument("--new-tokens", type=int, default=16, help="generate: new tokens")
+    parser.add_argument("--repeats", type=int, default=5, help="generate: interleaved repeats")
+    parser.add_argument("--mem-vocab", type=int, default=151936)
+    parser.add_argument("--mem-batch", type=int, default=32)
+    parser.add_argument("--mem-prompt", type=int, default=300)
+    parser.add_argument("--mem-new", type=int, default=4)
+    parser.add_argument("--mem-sweep", type=int, nargs="*", default=[32768, 65536, 151936])
+    parser.add_argument("--cap-gb", type=float, default=12.0, help="memory: address-space cap of each case (GiB)")
+    parser.add_argument("--trl-pairs", type=int, default=5)
+    parser.add_argument("--trl-steps", type=int, default=5)
+    parser.add_argument("--trl-warmup", type=int, default=1)
+    parser.add_argument("--trl-prompts", type=int, default=32)
+    parser.add_argument("--floor-repeats", type=int, default=5)
+    parser.add_argument("--floor-prompts", type=int, default=0, help="floor: prompts per batch (0: the recipe's)")
+    args = parser.parse_args(argv)
+    if args.quick:  # smaller defaults; options given explicitly still win
+        parser.set_defaults(**QUICK)
+        args = parser.parse_args(argv)
+    parts = args.parts or list(FAST)
+    unknown = [p for p in parts if p not in (*ALL, "all")]
+    if unknown:
+        parser.error(f"unknown part {unknown[0]!r}; choose from {', '.join(ALL)} or all")
+    args.parts = list(ALL) if "all" in parts else parts
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the chosen parts, print figures, end with one JSON line."""
+    if len(sys.argv) == 3 and sys.argv[1] == "_child":
+        child_main(json.loads(sys.argv[2]))
+        return
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    try:
+        import trl  # noqa: F401
+
+        have_trl = True
+    except ImportError:
+        have_trl = False
+    load = os.getloadavg()
+    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; torch {torch.__version__}, one thread; "
+          f"parts: {' '.join(args.parts)}{' (quick)' if args.quick else ''}")  # fmt: skip
+    summary: dict[str, Any] = {"benchmark": "llm", "quick": args.quick, "load_avg": [round(x, 2) for x in load]}
+    for part in args.parts:
+        if part == "step":
+            summary["step"] = report_step(args.steps)
+        elif part == "generate":
+            summary["generate"] = report_generate(args.prompts, args.new_tokens, args.repeats)
+        elif part == "memory":
+            summary["memory"] = report_memory(args, have_trl)
+        elif part == "trl":
+            if not have_trl:
+                print("\n[trl] skipped: TRL is not installed (pip install -e .[bench])")
+                summary["trl"] = {"skipped": "trl not installed"}
+            else:
+                summary["trl"] = report_trl(args)
+        elif part == "floor":
+            summary["floor"] = report_floor(args)
+    summary["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(summary))
 
 
