@@ -3,6 +3,8 @@ vocabulary-wide tensor is kept for the backward pass; every compute option (grad
 length-sorted and packed micro-batches, chunk size) gives the plain update; one host read per optimizer step."""
 
 import copy
+import json
+import math
 import sys
 import warnings
 from pathlib import Path
@@ -14,8 +16,11 @@ from tensordict import TensorDict
 from pickaxe.algos.grpo import GRPO, GRPOConfig
 from pickaxe.algos.sft import SFT, SFTConfig
 from pickaxe.envs.text import Arithmetic, PromptEnv
+from pickaxe.errors import PickaxeError
 from pickaxe.models.lm import completion_logprobs, sequence_logprobs, tiny_lm
-from pickaxe.rollout.text_collector import DemoCollector, pack
+from pickaxe.rollout.engines import HFEngine
+from pickaxe.rollout.text_collector import DemoCollector, TextCollector, pack
+from pickaxe.train.build import train
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_llm_training import SAMPLING, TOK, _grpo_batch, _model, _params
@@ -210,3 +215,68 @@ def test_sft_reads_once_per_update() -> None:
         return _count_reads(lambda: sft.update(batch.clone()))
 
     assert reads(12) == reads(2) == 2
+
+
+def test_offloaded_reference_gives_the_same_log_probs_and_stays_on_the_host() -> None:
+    model, reference = _model(), _model(seed=5)
+    batches = []
+    for offload in (False, True):
+        env = PromptEnv(Arithmetic(2), seed=0, eval_size=5)
+        engine = HFEngine(model, TOK.eos_token_id, TOK.pad_token_id, seed=0)
+        collector = TextCollector(env, engine, TOK, 4, SAMPLING, model, reference, offload_reference=offload)
+        batches.append(collector.collect())
+    assert torch.equal(batches[0]["ref_logprob"], batches[1]["ref_logprob"])
+    assert batches[1]["ref_logprob"][batches[1]["loss_mask"]].abs().sum() > 0
+    assert all(p.device.type == "cpu" for p in reference.parameters())
+
+
+def test_a_run_with_every_compute_option_trains_and_logs_them(tmp_path: Path) -> None:
+    from test_llm_training import _records, _tiny_cfg
+
+    cfg = _tiny_cfg(seed=3)
+    for key, value in {
+        "micro_batch_layout": "packed",
+        "gradient_checkpointing": True,
+        "autocast": "bf16",
+        "logprob_chunk_tokens": 7,
+    }.items():
+        setattr(cfg.algo, key, value)
+    cfg.collector.offload_reference = True
+    result, _ = train(cfg, run_dir=tmp_path / "run")
+    assert result.steps == 32
+    records = _records(tmp_path / "run")
+    updates = [r for r in records if "loss/policy" in r]
+    assert updates and all(math.isfinite(r["loss/policy"]) for r in updates)
+    assert all(0.0 <= r["perf/padding_fraction"] < 1.0 for r in updates)
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["algo"]["micro_batch_layout"] == "packed" and saved["collector"]["offload_reference"] is True
+
+
+def test_compute_options_parse_from_the_command_line_and_bad_values_are_named() -> None:
+    from pickaxe.recipes.args import parse_train
+
+    cfg, _ = parse_train(
+        "arith-grpo",
+        [
+            "--algo.micro-batch-layout",
+            "length-sorted",
+            "--algo.gradient-checkpointing",
+            "True",
+            "--algo.autocast",
+            "bf16",
+            "--algo.logprob-chunk-tokens",
+            "128",
+            "--collector.offload-reference",
+            "True",
+        ],
+    )
+    assert (cfg.algo.micro_batch_layout, cfg.algo.gradient_checkpointing, cfg.algo.autocast) == (
+        "length-sorted",
+        True,
+        "bf16",
+    )
+    assert cfg.algo.logprob_chunk_tokens == 128 and cfg.collector.offload_reference
+    with pytest.raises(PickaxeError, match="--algo.logprob-chunk-tokens must be >= 0, got -1"):
+        parse_train("arith-grpo", ["--algo.logprob-chunk-tokens", "-1"])
+    with pytest.raises(PickaxeError, match=r"micro.batch.layout"):
+        parse_train("arith-grpo", ["--algo.micro-batch-layout", "sorted"])

@@ -94,6 +94,7 @@ class TextCollector:
         device: str | torch.device = "cpu",
         ref_rows: int = 256,
         precision: Autocast = "off",
+        offload_reference: bool = False,
     ) -> None:
         self.env = env
         self.engine = engine
@@ -106,6 +107,9 @@ class TextCollector:
         self.device = torch.device(device)
         self.ref_rows = ref_rows
         self.precision = precision
+        self.offload_reference = offload_reference
+        if reference is not None and offload_reference:
+            reference.to("cpu")
         self.pad_token_id = int(tokenizer.pad_token_id)
         self.eos_token_id = int(tokenizer.eos_token_id)
         self.groups_seen = 0
@@ -143,16 +147,7 @@ class TextCollector:
         batch = TensorDict(data, batch_size=[n]).to(self.device)
         if self.reference is not None:
             temperature = self.sampling.temperature if self.sampling.temperature > 0 else 1.0
-            with torch.no_grad():
-                batch["ref_logprob"] = completion_logprobs(
-                    self.reference,
-                    batch["input_ids"],
-                    batch["attention_mask"],
-                    batch["loss_mask"],
-                    temperature,
-                    precision=self.precision,
-                    rows=self.ref_rows,
-                )
+            batch["ref_logprob"] = self.reference_logprobs(batch, temperature)
         t3 = time.perf_counter()
         self.groups_seen += len(examples)
         self.total_steps += n
@@ -167,6 +162,30 @@ class TextCollector:
             }
         )
         return batch
+
+    def reference_logprobs(self, batch: Batch, temperature: float) -> torch.Tensor:
+        """The frozen reference's log-probs of ``batch``'s completion tokens; with ``offload_reference`` the
+        reference visits the batch's device for this call only."""
+        assert self.reference is not None
+        device = batch["input_ids"].device
+        if self.offload_reference:
+            self.reference.to(device)
+        try:
+            with torch.no_grad():
+                return completion_logprobs(
+                    self.reference,
+                    batch["input_ids"],
+                    batch["attention_mask"],
+                    batch["loss_mask"],
+                    temperature,
+                    precision=self.precision,
+                    rows=self.ref_rows,
+                )
+        finally:
+            if self.offload_reference:
+                self.reference.to("cpu")
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """Completion text: the tokens before EOS, special tokens dropped."""

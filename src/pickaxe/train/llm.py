@@ -301,6 +301,7 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
             lambda: grpo.version,
             device,
             precision=cfg.algo.autocast,
+            offload_reference=cfg.collector.offload_reference,
         )
         algo = grpo
     else:

@@ -91,6 +91,9 @@ class TextCollectorConfig:
     """Prompts per batch (SFT: demonstrations per batch)."""
     group_size: int = ranged(8, ge=1)
     """Completions per prompt (GRPO's G)."""
+    offload_reference: bool = False
+    """Keep the frozen reference model (kl_coef > 0) in host memory and move it to the device only while it
+    computes reference log-probs (frees its device memory between steps, for one copy each way per batch)."""
 
     def __post_init__(self) -> None:
         validate(self)
