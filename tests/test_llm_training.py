@@ -50,14 +50,34 @@ def _params(model) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
-@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
-def test_grpo_gradient_accumulation_invariance(aggregation: str) -> None:
+OPTIONS = {
+    "plain": {},
+    "length-sorted": {"micro_batch_layout": "length-sorted"},
+    "packed": {"micro_batch_layout": "packed"},
+    "checkpointing": {"gradient_checkpointing": True},
+    "chunked": {"logprob_chunk_tokens": 5},
+}
+
+
+@pytest.mark.parametrize(
+    ("aggregation", "options"),
+    [(a, "plain") for a in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")]
+    + [("seq-mean-token-mean", o) for o in OPTIONS if o != "plain"],
+)
+def test_grpo_gradient_accumulation_invariance(aggregation: str, options: str) -> None:
     base = _model()
     batch = _grpo_batch(base, reference=_model(seed=5))
     results = []
     for micro in (24, 5):  # one micro-batch vs five uneven ones
         model = copy.deepcopy(base)
-        cfg = GRPOConfig(lr=1e-3, aggregation=aggregation, micro_batch_size=micro, kl_coef=0.1, max_grad_norm=1e9)
+        cfg = GRPOConfig(
+            lr=1e-3,
+            aggregation=aggregation,
+            micro_batch_size=micro,
+            kl_coef=0.1,
+            max_grad_norm=1e9,
+            **OPTIONS[options],
+        )
         algo = GRPO(model, cfg, SAMPLING)
         metrics = algo.update(batch.clone())
         results.append((_params(model), metrics["loss/policy"]))
