@@ -280,3 +280,13 @@ def test_compute_options_parse_from_the_command_line_and_bad_values_are_named() 
         parse_train("arith-grpo", ["--algo.logprob-chunk-tokens", "-1"])
     with pytest.raises(PickaxeError, match=r"micro.batch.layout"):
         parse_train("arith-grpo", ["--algo.micro-batch-layout", "sorted"])
+
+
+def test_all_finite_reads_once_however_many_tensors() -> None:
+    from pickaxe.algos.base import all_finite
+
+    params = list(tiny_lm(len(TOK), hidden=32, layers=6, heads=4, kv_heads=2, intermediate=64).parameters())
+    assert _count_reads(lambda: all_finite(params)) == 1  # the Trainer's check of the weights after each update
+    assert all_finite(params) and all_finite([])
+    params[-3].data.view(-1)[0] = float("nan")
+    assert not all_finite(params)

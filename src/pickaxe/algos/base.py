@@ -23,6 +23,12 @@ def first_nonfinite(named: Any, grads: bool = False) -> str | None:
     return None
 
 
+def all_finite(tensors: Any) -> bool:
+    """Whether every tensor of ``tensors`` is free of NaN/Inf, in one host read (not one per tensor)."""
+    flags = [torch.isfinite(t).all() for t in tensors]
+    return not flags or bool(torch.stack([f.to(flags[0].device) for f in flags]).all())
+
+
 def clip_and_step(
     module: nn.Module,
     optimizer: torch.optim.Optimizer,

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pickaxe.algos.base import Algorithm, first_nonfinite
+from pickaxe.algos.base import Algorithm, all_finite, first_nonfinite
 from pickaxe.errors import CheckpointError, NonFiniteError, PickaxeError
 from pickaxe.faults import fault_point
 from pickaxe.rollout.collector import Collector
@@ -323,7 +323,11 @@ class Trainer:
         return {o.key: o.value for o in overrides}
 
     def _check_parameters(self) -> None:
-        for net_name, net in self.algo.networks().items():
+        """Refuse non-finite weights after an update: one host read for all networks, names only on failure."""
+        networks = self.algo.networks()
+        if all_finite(p for net in networks.values() for p in net.parameters()):
+            return
+        for net_name, net in networks.items():
             bad = first_nonfinite(net.named_parameters())
             if bad is not None:
                 raise NonFiniteError(f"{net_name} {bad}", source="parameter")
@@ -512,11 +516,13 @@ class Trainer:
 def _check_batch(batch: Any) -> None:
     """Raise ``NonFiniteError`` (source ``input``) if a reward or observation of the batch is NaN/Inf."""
     keys = batch.keys() if hasattr(batch, "keys") else ()
-    for key in ("reward", "obs", "next_obs"):
-        if key in keys:
-            t = batch[key]
-            if isinstance(t, torch.Tensor) and t.is_floating_point() and not torch.isfinite(t).all():
-                raise NonFiniteError(f"{key} in the collected batch", source="input")
+    checked = {k: batch[k] for k in ("reward", "obs", "next_obs") if k in keys}
+    checked = {k: t for k, t in checked.items() if isinstance(t, torch.Tensor) and t.is_floating_point()}
+    if all_finite(checked.values()):  # one host read for the batch
+        return
+    for key, t in checked.items():
+        if not torch.isfinite(t).all():
+            raise NonFiniteError(f"{key} in the collected batch", source="input")
 
 
 def _nonfinite_what(error: NonFiniteError, step: int) -> str:

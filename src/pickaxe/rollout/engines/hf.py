@@ -22,7 +22,7 @@ class HFEngine:
     (2) sampling draws from the engine's own seeded ``torch.Generator``, so rollouts are reproducible from the run
     seed whatever else touches the global RNG; (3) rows that finished are dropped from the batch and its cache, so
     a step costs only the still-running rows. Prompts are left-padded and positions skip the padding, as in the
-    learner's forward pass (``pickaxe.models.lm.sequence_logprobs``).
+    learner's forward pass (``pickaxe.models.lm.completion_logprobs``).
 
     ``model`` may be the learner's own module (then ``sync_weights`` only records the version) or a copy.
     """
