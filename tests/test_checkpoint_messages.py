@@ -365,3 +365,61 @@ def test_load_checkpoint_of_a_renamed_checkpoint_folder(saved: Path, tmp_path: P
         (copy / f.name).write_bytes(f.read_bytes())
     state, info = load_checkpoint(copy)
     assert info.path == copy and info.step == 5 and state["n"] == 3
+
+
+# ------------------------------------------------------------------------------------------ the fallback walk
+
+
+def _damage(folder: Path) -> None:
+    (folder / "MANIFEST.json").unlink()
+
+
+def test_walk_order_is_latest_then_older_newest_first_then_newer(tmp_path: Path) -> None:
+    mgr = CheckpointManager(tmp_path, keep_last=10)
+    for step in (1, 2, 3, 4, 5, 6):
+        mgr.save(step, _state())
+    mgr.save(3, _state())  # resumed from step 2: latest points at 3, with 4..6 newer
+    for step in (3, 2):
+        _damage(mgr.dir / f"step-{step:012d}")
+    reports: list[str] = []
+    assert mgr.load(on_skip=reports.append)[1].step == 1
+    assert [r.split()[3] for r in reports] == ["step-000000000003", "step-000000000002"]
+    _damage(mgr.dir / "step-000000000001")
+    reports.clear()
+    assert mgr.load(on_skip=reports.append)[1].step == 6  # then the newer ones, newest first
+    for step in (6, 5):
+        _damage(mgr.dir / f"step-{step:012d}")
+    reports.clear()
+    assert mgr.latest(on_skip=reports.append).step == 4
+    assert [r.split()[3] for r in reports] == [f"step-{s:012d}" for s in (3, 2, 1, 6, 5)]
+    (mgr.dir / "latest").unlink()  # no pointer: newest first
+    reports.clear()
+    assert mgr.load(on_skip=reports.append)[1].step == 4
+    assert [r.split()[3] for r in reports] == [f"step-{s:012d}" for s in (6, 5)]
+
+
+def test_walk_skips_a_checkpoint_whose_state_is_refused(tmp_path: Path) -> None:
+    mgr = CheckpointManager(tmp_path)
+    mgr.save(1, {**_state(), "algo": "ppo"})
+    mgr.save(2, {**_state(), "algo": "dqn"})
+
+    def only_ppo(state: Any, info: Any) -> None:
+        if state["algo"] != "ppo":
+            raise ValueError(f"state of {state['algo']}")
+
+    reports: list[str] = []
+    state, info = mgr.load(accept=only_ppo, on_skip=reports.append)
+    assert (info.step, state["algo"]) == (1, "ppo")
+    assert len(reports) == 1 and "holds state this run cannot load (ValueError: state of dqn)" in reports[0]
+
+
+def test_save_checkpoint_passes_metric_meta_and_retention(tmp_path: Path) -> None:
+    for step, metric in [(1, 9.0), (2, 1.0), (3, 2.0), (4, 3.0), (5, 4.0)]:
+        ckpt.save_checkpoint(tmp_path, step, _state(), metric=metric, meta={"s": step})
+    infos = CheckpointManager(tmp_path).list()
+    assert [(i.step, i.metric, i.meta) for i in infos] == [
+        (1, 9.0, {"s": 1}), (3, 2.0, {"s": 3}), (4, 3.0, {"s": 4}), (5, 4.0, {"s": 5})
+    ]  # fmt: skip  # defaults: the last 3 and the best 1
+    for step, metric in [(6, 0.5), (7, 8.0)]:
+        ckpt.save_checkpoint(tmp_path / "min", step, _state(), metric=metric, keep_last=1, keep_best=1, mode="min")
+    assert [i.step for i in CheckpointManager(tmp_path / "min").list()] == [6, 7]

@@ -467,3 +467,17 @@ def test_table_columns_and_alignment() -> None:
         "g             running                   ?/?       0.123      0.500  7.0s  runs/y",
     ]
     assert format_runs([]) == "no runs found (a run folder holds config.json)"
+
+
+def test_rewind_skips_a_torn_line_in_the_middle(tmp_path: Path) -> None:
+    _run_folder(tmp_path / "r", {"a": 1})
+    (tmp_path / "r" / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2, "x\n{"step": 3}\n')
+    run = Run.open(tmp_path / "r", tensorboard=False)
+    run.rewind(5)
+    run.close()
+    assert read_metrics(tmp_path / "r") == [{"step": 1}, {"step": 3}]
+
+
+def test_wall_time_ignores_records_without_a_time(tmp_path: Path) -> None:
+    records = [{"step": 1, "time/elapsed_s": 4.0}, {"step": 2}, {"step": 3, "time/elapsed_s": 6.0}]
+    assert summarize_run(_run_folder(tmp_path / "r", {"recipe": "x"}, records)).wall_s == 6.0
