@@ -279,8 +279,6 @@ def sequence_logprobs(
     checks and small models; learners use :func:`completion_logprobs`). Column 0 (no context) is 0; padding columns
     hold meaningless finite values."""
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask))
-    logits = process_logits(out.logits[:, :-1], temperature, top_k, top_p)
-    targets = input_ids[:, 1:]
-    logp = logits.log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    logp = _score(out.logits[:, :-1], input_ids[:, 1:], temperature, top_k, top_p)
     logp = torch.where(attention_mask[:, 1:].bool(), logp, torch.zeros_like(logp))
     return F.pad(logp, (1, 0))
