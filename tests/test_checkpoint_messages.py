@@ -398,6 +398,24 @@ def test_walk_order_is_latest_then_older_newest_first_then_newer(tmp_path: Path)
     assert [r.split()[3] for r in reports] == [f"step-{s:012d}" for s in (6, 5)]
 
 
+def test_walk_tries_each_checkpoint_once(tmp_path: Path) -> None:
+    mgr = CheckpointManager(tmp_path, keep_last=10)
+    for step in (1, 2, 3, 4):
+        mgr.save(step, _state())
+    mgr.save(2, _state())  # latest points at 2, with 3 and 4 newer
+    for step in (1, 2, 3, 4):
+        _damage(mgr.dir / f"step-{step:012d}")
+    reports: list[str] = []
+    with pytest.raises(CheckpointError) as exc:
+        mgr.load(on_skip=reports.append)
+    tried = ", ".join(f"step-{s:012d}" for s in (2, 1, 4, 3))
+    assert str(exc.value) == (
+        f"no good checkpoint in {mgr.dir} (tried newest to oldest: {tried}; each reason is reported above); "
+        "restore the folder from a backup or start training from scratch"
+    )
+    assert len(reports) == 4
+
+
 def test_walk_skips_a_checkpoint_whose_state_is_refused(tmp_path: Path) -> None:
     mgr = CheckpointManager(tmp_path)
     mgr.save(1, {**_state(), "algo": "ppo"})
@@ -414,12 +432,12 @@ def test_walk_skips_a_checkpoint_whose_state_is_refused(tmp_path: Path) -> None:
 
 
 def test_save_checkpoint_passes_metric_meta_and_retention(tmp_path: Path) -> None:
-    for step, metric in [(1, 9.0), (2, 1.0), (3, 2.0), (4, 3.0), (5, 4.0)]:
+    for step, metric in [(1, 9.0), (2, 8.0), (3, 2.0), (4, 3.0), (5, 4.0)]:
         ckpt.save_checkpoint(tmp_path, step, _state(), metric=metric, meta={"s": step})
     infos = CheckpointManager(tmp_path).list()
     assert [(i.step, i.metric, i.meta) for i in infos] == [
         (1, 9.0, {"s": 1}), (3, 2.0, {"s": 3}), (4, 3.0, {"s": 4}), (5, 4.0, {"s": 5})
-    ]  # fmt: skip  # defaults: the last 3 and the best 1
+    ]  # fmt: skip  # defaults: the last 3 and the best 1 (not the second best, step 2)
     for step, metric in [(6, 0.5), (7, 8.0)]:
         ckpt.save_checkpoint(tmp_path / "min", step, _state(), metric=metric, keep_last=1, keep_best=1, mode="min")
     assert [i.step for i in CheckpointManager(tmp_path / "min").list()] == [6, 7]

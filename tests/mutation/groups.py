@@ -32,6 +32,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_checkpoint.py",
             "tests/test_checkpoint_messages.py",
             "tests/test_runs_records.py",
+            "tests/test_runs_tracking.py",
+            "tests/test_runs_folder.py",
             "tests/test_run_status.py",
             "tests/test_run_dir.py",
             "tests/test_monitoring.py",

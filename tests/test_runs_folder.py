@@ -1,0 +1,158 @@
+"""The run folder around training: a full, read-only or forbidden disk says which and what to do (found down the
+chain of causes), unique folder names, the old run moved aside, undoing a run twice, and the final model's
+``--checkpoint`` names and digest record (mutation survivors of issue 8)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from torch import nn
+
+from pickaxe.errors import PickaxeError
+from pickaxe.runs.folder import disk_error, move_aside, unique_path
+from pickaxe.runs.model import MODEL_DIGEST_FILE, MODEL_FILE, _checkpoint_choice, load_model, save_model
+from pickaxe.runs.run import Run
+from pickaxe.runs.status import process_alive
+
+RUN = Path("runs/x")
+
+# ------------------------------------------------------------------------------------------ disk errors
+
+DISK_ERRORS = [
+    (errno.ENOSPC, "no space left on device", "free space"),
+    (errno.EDQUOT, "disk quota exceeded", "free space"),
+    (errno.EROFS, "read-only file system", "make runs/x writable"),
+    (errno.EACCES, "permission denied", "make runs/x writable"),
+    (errno.EPERM, "operation not permitted", "make runs/x writable"),
+]
+
+
+@pytest.mark.parametrize(("code", "what", "fix"), DISK_ERRORS)
+def test_disk_error_names_the_problem_and_the_fix(code: int, what: str, fix: str) -> None:
+    e = OSError(code, "strerror", "runs/x/metrics.jsonl")
+    assert str(disk_error(e, RUN)) == (
+        f"{what} writing runs/x/metrics.jsonl; what was written before is kept: {fix} and run `pickaxe resume runs/x`"
+    )
+    no_file = OSError(code, "strerror")  # no file name: the run folder is named instead
+    assert str(disk_error(no_file, RUN, resumable=False)) == (
+        f"{what} writing runs/x; no run was created: {fix} and run the command again"
+    )
+
+
+class SafetensorError(Exception):
+    """What safetensors raises for an I/O error (it is no OSError)."""
+
+
+def test_disk_error_from_safetensors_text_only_for_its_error_type() -> None:
+    text = "Error while serializing: I/O error: Read-only file system (os error 30)"
+    assert str(disk_error(SafetensorError(text), RUN)).startswith("read-only file system writing runs/x;")
+    assert disk_error(RuntimeError(text), RUN) is None  # the "(os error N)" text is trusted from safetensors only
+
+
+def _wrapped(depth: int, suppress: bool = False) -> None:
+    """Raise a RuntimeError whose chain of causes reaches an ENOSPC ``depth`` links down."""
+    if depth == 0:
+        raise OSError(errno.ENOSPC, "No space left on device", "runs/x/model.tmp")
+    try:
+        _wrapped(depth - 1)
+    except Exception as inner:
+        if suppress:
+            raise RuntimeError(f"wrapper {depth}") from None
+        if depth % 2:  # alternate an explicit cause and an implicit context
+            raise RuntimeError(f"wrapper {depth}") from inner
+        raise RuntimeError(f"wrapper {depth}")  # noqa: B904 - the implicit context is what is tested
+
+
+def _caught(depth: int, suppress: bool = False) -> BaseException:
+    with pytest.raises(Exception) as exc:
+        _wrapped(depth, suppress)
+    return exc.value
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_disk_error_found_down_the_chain_of_causes(depth: int) -> None:
+    message = str(disk_error(_caught(depth), RUN))
+    assert message.startswith("no space left on device writing runs/x/model.tmp; what was written before is kept")
+
+
+def test_disk_error_stops_where_the_context_is_suppressed() -> None:
+    assert disk_error(_caught(2, suppress=True), RUN) is None  # `raise ... from None` hides the cause
+    assert disk_error(PickaxeError("already a message"), RUN) is None
+
+
+# ------------------------------------------------------------------------------------------ folder names
+
+
+def test_unique_path_counts_past_taken_names(tmp_path: Path) -> None:
+    base = tmp_path / "run"
+    assert unique_path(base) == base
+    for name in ("run", "run-1", "run-2"):
+        (tmp_path / name).mkdir()
+    assert unique_path(base) == tmp_path / "run-3"
+
+
+def test_move_aside_renames_to_old_and_the_time(tmp_path: Path) -> None:
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "config.json").write_text("{}")
+    before = time.strftime("%Y%m%d-%H%M%S")
+    moved = move_aside(tmp_path / "r")
+    after = time.strftime("%Y%m%d-%H%M%S")
+    assert re.fullmatch(r"r\.old-\d{8}-\d{6}", moved.name) and before <= moved.name[len("r.old-") :] <= after
+    assert (moved / "config.json").read_text() == "{}" and not (tmp_path / "r").exists()
+
+
+def test_discard_twice_is_harmless(tmp_path: Path) -> None:
+    run = Run(tmp_path / "a" / "r", config={"x": 1})
+    run.discard()
+    run.discard()  # e.g. once by a failed start and once by the caller's cleanup
+    assert not (tmp_path / "a").exists()
+
+
+def test_init_process_is_alive() -> None:
+    assert process_alive(1)  # pid 1 always exists; only pids <= 0 are invalid
+
+
+# ------------------------------------------------------------------------------------------ the final model
+
+
+@pytest.mark.parametrize(
+    ("given", "chosen"),
+    [("final", "final"), (" latest ", "latest"), ("best", "best"), ("2048", 2048), ("step-2048", 2048), (7, 7)],
+)
+def test_checkpoint_names(given: Any, chosen: Any) -> None:
+    assert _checkpoint_choice(given) == chosen
+
+
+@pytest.mark.parametrize("given", ["step-", "step-x", "Step-5", "-5", "newest", "2048-step"])
+def test_bad_checkpoint_names(given: str) -> None:
+    with pytest.raises(PickaxeError) as exc:
+        _checkpoint_choice(given)
+    assert str(exc.value) == f"--checkpoint must be final, latest, best or an env step (e.g. 10000), got {given!r}"
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        [],
+        {"sha256": "ab"},
+        {"size": "12", "sha256": "ab"},
+        {"size": True, "sha256": "ab"},
+        {"size": 12},
+        {"size": 12, "sha256": 5},
+    ],
+)
+def test_malformed_model_digest_record_is_refused(tmp_path: Path, record: Any) -> None:
+    net = nn.Linear(2, 2)
+    save_model(tmp_path, {"net": net})
+    (tmp_path / MODEL_DIGEST_FILE).write_text(json.dumps(record))
+    with pytest.raises(PickaxeError) as exc:
+        load_model(tmp_path, {"net": net})
+    assert str(exc.value) == (
+        f"{tmp_path / MODEL_DIGEST_FILE} is unreadable or malformed; delete it to load {MODEL_FILE} unverified"
+    )
