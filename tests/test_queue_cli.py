@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -47,10 +48,10 @@ def test_list_shows_each_figure_in_its_column(tmp_path: Path, capsys: pytest.Cap
         failed = q.add(["sh", "-c", "exit 3"], name="fails", priority=2)
         after = q.add(["true"], name="after-it", depends_on=[failed], cpus=2, gpus=1)
         running = q.add(["sleep", "9"], name="runs", gpus=2)
-        quick = q.add(["true"], name="quick", priority=-1)
+        quick = q.add(["true"], name="quick", priority=-1, gpus=1)
         slow = q.add(["true"], name="slow")
-        waiting = q.add(["true"], name="waits")
-        for job_id, status, gpus in ((failed, 3, []), (quick, 0, []), (slow, 0, [])):
+        waiting = q.add(["true"], name="waits", depends_on=[quick, slow])
+        for job_id, status, gpus in ((failed, 3, []), (quick, 0, ["3"]), (slow, 0, [])):
             job = q.claim("w", free_cpus=8, free_gpu_ids=gpus, only=[job_id])
             assert q.finish(job_id, status, attempt=job.attempts, worker_id="w")
         assert q.claim("w", free_cpus=8, free_gpu_ids=["4", "7", "9"], only=[running]) is not None
@@ -71,9 +72,9 @@ def test_list_shows_each_figure_in_its_column(tmp_path: Path, capsys: pytest.Cap
         failed: ["fails", "failed", "2", "", "1", "0", "1", "3", "42.3s", f"exit status 3; log {log}"],
         after: ["after-it", "blocked", "0", str(failed), "2", "1", "0", "", "", f"job {failed} failed"],
         running: ["runs", "running", "0", "", "1", "2 (4,7)", "1", "", "2m05s", f"log {running_log}"],
-        quick: ["quick", "succeeded", "-1", "", "1", "0", "1", "0", "59.9s", ""],
+        quick: ["quick", "succeeded", "-1", "", "1", "1", "1", "0", "59.9s", ""],  # its GPU is free again
         slow: ["slow", "succeeded", "0", "", "1", "0", "1", "0", "3h07m", ""],
-        waiting: ["waits", "queued", "0", "", "1", "0", "0", "", "", ""],
+        waiting: ["waits", "queued", "0", f"{quick},{slow}", "1", "0", "0", "", "", ""],
     }  # fmt: skip
     for job_id, values in expect.items():
         assert [cells[job_id][c] for c in COLUMNS[1:]] == values, job_id
@@ -127,8 +128,10 @@ def test_list_on_a_terminal_colours_states_and_keeps_names_whole(
     for state, code in codes.items():
         assert f"\x1b[{code}m{state}\x1b[0m" in out, state
     monkeypatch.setenv("COLUMNS", "90")
-    main_queue(["list", "--db", str(db)])
+    main_queue(["list", "--db", str(db), "--state", "queued"])
     assert long_name in capsys.readouterr().out  # a narrow terminal folds the other columns, never the name
+    main_queue(["list", "--db", str(db), "--state", "failed"])
+    assert "…" not in capsys.readouterr().out  # a log path too long for its column is folded, not cut
 
 
 def test_durations() -> None:
@@ -149,6 +152,13 @@ def test_queue_help_and_job_messages(tmp_path: Path, capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit):
         main_queue(["add", "--help"])
     assert "pickaxe queue add [OPTIONS] -- COMMAND..." in capsys.readouterr().out
+    for command, prog in ((main_queue, "pickaxe queue list"), (main_worker, "pickaxe worker")):
+        argv = ["list"] if command is main_queue else []
+        with pytest.raises(SystemExit):
+            command([*argv, "--help"])
+        assert f"usage: {prog} " in capsys.readouterr().out
+        with pytest.raises(PickaxeError, match=f"^unknown option --dbx for {prog}; did you mean --db"):
+            command([*argv, "--dbx", "x"])
 
     db = str(tmp_path / "q.db")
     with JobQueue(db) as q:
@@ -185,7 +195,7 @@ def test_add_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
         job = q.get(int(capsys.readouterr().out))
     assert (job.depends_on, job.priority, job.cpus, job.gpus, job.name) == (tuple(ids), 3, 2, 1, "mine")
     assert job.argv == ["echo", "--after", "hi"] and job.run_dir == str(Path.cwd() / "runs" / "x")
-    main_queue(["list", "--db", db, "--json", "--state=queued", "--state", "blocked"])
+    assert main_queue(["list", "--db", db, "--json", "--state=queued", "--state", "blocked"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 3
 
 
@@ -197,7 +207,7 @@ def test_worker_command(tmp_path: Path, capsys: pytest.CaptureFixture[str], monk
         assert main_worker(["--db", db, "--slots", "3", *gpus, "--until-empty"]) == 0
         err = capsys.readouterr().err
         assert err.startswith("pickaxe worker: ") and f"on {tmp_path / 'q.db'}: 3 slots, gpus {shown}\n" in err
-    main_worker(["--db", db, "--gpus", "none", "--until-empty"])
+    main_worker(["--db", db, "--gpus", "", "--until-empty"])
     assert f": {os.cpu_count()} slots, gpus none" in capsys.readouterr().err
     with JobQueue(db) as q:
         job = q.add(["true"], gpus=1)
@@ -221,3 +231,13 @@ def test_sigterm_to_the_worker_requeues_its_job(tmp_path: Path, capsys: pytest.C
     with JobQueue(db) as q:
         assert (q.get(job).state, [a.outcome for a in q.attempts(job)]) == ("queued", ["interrupted"])
     assert "stopped and the job requeued" in capsys.readouterr().err
+
+
+def test_worker_command_runs_outside_the_main_thread(tmp_path: Path) -> None:
+    results: list[object] = []
+    before = signal.getsignal(signal.SIGTERM)
+    args = ["--db", str(tmp_path / "q.db"), "--gpus", "none", "--until-empty"]
+    thread = threading.Thread(target=lambda: results.append(main_worker(args)))  # e.g. a notebook's helper
+    thread.start()
+    thread.join(timeout=30)
+    assert results == [0] and signal.getsignal(signal.SIGTERM) == before  # only the main thread sets handlers
