@@ -24,7 +24,11 @@ one thread; the load average is printed first; the last line is one JSON object 
    Figures are the process's peak RSS and the rise of the peak over the RSS just before the measured call (model
    and batch already built); ``beyond params`` subtracts the parameter-sized state the call must create
    (gradients: 1x the parameter bytes; an update's gradients and AdamW moments: 3x). Also ``pickaxe-logprobs`` at
-   vocabularies 32768, 65536 and 151936: its rise beyond the gradients should not grow with the vocabulary.
+   vocabularies 32768, 65536 and 151936 (``--mem-sweep``, with ``--mem-sweep-new`` 64 completion tokens per
+   sequence, enough to fill a chunk at each) and with 4, 16 and 64 completion tokens per sequence at the main
+   vocabulary (``--mem-new-sweep``): beyond the gradients it holds one chunk of logits (64 MiB, and a few copies
+   of it for the backward pass) and a few parameter-sized temporaries, so it grows with the vocabulary only until
+   the completion tokens fill one chunk, and not with the completion tokens after that.
 4. ``trl``: pickaxe's GRPO against TRL's ``GRPOTrainer`` (the optional ``bench`` extra pins the TRL version),
    same model folder (the recipe's tiny model and character tokenizer saved once), same prompt stream (2-digit
    addition, ``--trl-prompts`` prompts x G=8 per step), reward (exact match), 5 new tokens at temperature 1, lr
@@ -82,7 +86,8 @@ ALL = ("step", "generate", "memory", "trl", "floor")
 GIB = 1 << 30
 QUICK = {
     "steps": 2, "prompts": 32, "new_tokens": 8, "repeats": 2,
-    "mem_batch": 4, "mem_prompt": 32, "mem_vocab": 32768, "mem_sweep": [8192, 32768], "cap_gb": 4.0,
+    "mem_batch": 4, "mem_prompt": 32, "mem_vocab": 32768, "mem_sweep": [8192],
+    "mem_sweep_new": 4, "mem_new_sweep": [], "cap_gb": 4.0,
     "trl_pairs": 1, "trl_steps": 2, "trl_prompts": 8, "floor_repeats": 2, "floor_prompts": 8,
 }  # fmt: skip
 """``--quick``'s defaults (a CI smoke run)."""
@@ -372,19 +377,32 @@ def report_memory(args: argparse.Namespace, have_trl: bool) -> dict[str, Any]:
         r = run_child({"kind": "memory", "case": case, "vocab": vocab, **shape}, cap)
         out[case] = r
         show(case, r)
-    sweep = {}
-    print("  pickaxe-logprobs by vocabulary (rise beyond the gradients, GiB): ", end="")
-    for v in args.mem_sweep:
-        same = v == vocab  # the main case already measured it
-        r = (
-            out["pickaxe-logprobs"]
-            if same
-            else run_child({"kind": "memory", "case": "pickaxe-logprobs", "vocab": v, **shape}, cap)
-        )
-        sweep[str(v)] = r
-        print(f"{v}: " + ("failed" if "failed" in r else f"{r['beyond_params'] / GIB:.3f}"), end="  ")
-    print()
+
+    def sweep(label: str, specs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        print(f"  pickaxe-logprobs {label} (rise beyond the gradients, GiB): ", end="")
+        got = {}
+        for key, spec in specs.items():
+            got[key] = r = run_child({"kind": "memory", "case": "pickaxe-logprobs", **spec}, cap)
+            print(
+                f"{key}: " + (f"failed ({r['failed']})" if "failed" in r else f"{r['beyond_params'] / GIB:.3f}"),
+                end="  ",
+            )
+        print()
+        return got
+
+    fill = args.mem_sweep_new
+    by_vocab = sweep(
+        f"by vocabulary, {fill} completion tokens per sequence",
+        {str(v): {**shape, "vocab": v, "new": fill} for v in args.mem_sweep},
+    )
+    by_new = sweep(
+        f"at {vocab} by completion tokens per sequence",
+        {str(n): {**shape, "vocab": vocab, "new": n} for n in args.mem_new_sweep},
+    )
     summary: dict[str, Any] = {"shape": {**shape, "vocab": vocab}, "cap_gib": args.cap_gb}
+    summary["pickaxe_beyond_params_by_new_tokens_gib"] = {
+        n: (None if "failed" in r else round(r["beyond_params"] / GIB, 4)) for n, r in by_new.items()
+    }
     for case, r in out.items():
         summary[case] = (
             {"failed": r["failed"], "at_cap": r["at_cap"]}
@@ -392,7 +410,7 @@ def report_memory(args: argparse.Namespace, have_trl: bool) -> dict[str, Any]:
             else {k: round(r[k] / GIB, 3) for k in ("peak", "rise", "beyond_params")} | {"s": round(r["seconds"], 3)}
         )
     summary["pickaxe_beyond_params_by_vocab_gib"] = {
-        v: (None if "failed" in r else round(r["beyond_params"] / GIB, 4)) for v, r in sweep.items()
+        v: (None if "failed" in r else round(r["beyond_params"] / GIB, 4)) for v, r in by_vocab.items()
     }
     return summary
 
@@ -653,11 +671,17 @@ def report_trl(args: argparse.Namespace) -> dict[str, Any]:
         n = min(len(pk), len(tr))
         if n == 0:
             continue
-        ratios = {k: spread([pk[i][k] / tr[i][k] for i in range(n) if tr[i][k] > 0]) for k in keys if tr[0][k] > 0}
+        # reward is left out: pickaxe's includes decoding each completion, TRL decodes inside its generate
+        compared = [k for k in keys if k != "reward"]
+        ratios = {k: spread([pk[i][k] / tr[i][k] for i in range(n)]) for k in compared}
         summary[gc] = {
             "pickaxe_over_trl": {k: {kk: round(vv, 3) for kk, vv in v.items()} for k, v in ratios.items()},
-            "pickaxe": {k: round(statistics.median(r[k] for r in pk), 4) for k in keys},
-            "trl": {k: round(statistics.median(r[k] for r in tr), 4) for k in keys},
+            "pickaxe": {
+                k: round(statistics.median(r[k] for r in pk) / (GIB if k in ("peak", "rise") else 1), 4) for k in keys
+            },
+            "trl": {
+                k: round(statistics.median(r[k] for r in tr) / (GIB if k in ("peak", "rise") else 1), 4) for k in keys
+            },
         }
         print(f"  {gc}: pickaxe / TRL over {n} pairs, median [min-max] (< 1: pickaxe faster or smaller):")
         for k, s in ratios.items():
@@ -850,6 +874,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--mem-prompt", type=int, default=300)
     parser.add_argument("--mem-new", type=int, default=4)
     parser.add_argument("--mem-sweep", type=int, nargs="*", default=[32768, 65536, 151936])
+    parser.add_argument("--mem-sweep-new", type=int, default=64, help="memory: completion tokens of the vocab sweep")
+    parser.add_argument("--mem-new-sweep", type=int, nargs="*", default=[4, 16, 64])
     parser.add_argument("--cap-gb", type=float, default=12.0, help="memory: address-space cap of each case (GiB)")
     parser.add_argument("--trl-pairs", type=int, default=5)
     parser.add_argument("--trl-steps", type=int, default=5)
