@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from pickaxe.exp import processes
 from pickaxe.exp.processes import group_alive, kill_group, process_alive, process_start
 from pickaxe.exp.queue_store import JobQueue
 from pickaxe.exp.worker import Worker
@@ -110,6 +111,23 @@ def test_liveness_of_pids_and_zombies(groups: list[subprocess.Popen]) -> None:
     assert not process_alive(proc.pid) and not group_alive(proc.pid)
     proc.wait()
     assert process_start(proc.pid) is None and not process_alive(proc.pid)
+
+
+def test_liveness_without_proc(groups: list[subprocess.Popen], monkeypatch: pytest.MonkeyPatch) -> None:
+    class NoProc(type(Path())):  # type: ignore[misc]
+        """A Path for which /proc/self/stat does not exist, as on macOS."""
+
+        def exists(self, *args: object, **kwargs: object) -> bool:
+            return str(self) != "/proc/self/stat" and super().exists()
+
+    proc = _group("sleep 30 & sleep 30; wait")
+    groups.append(proc)
+    monkeypatch.setattr(processes, "Path", NoProc)
+    assert process_alive(proc.pid) and group_alive(proc.pid)  # signal 0 reaches them
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    _wait_for(lambda: not process_alive(proc.pid) and not group_alive(proc.pid), "signal 0 to find nothing")
+    assert process_alive(1) and group_alive(1)  # pid 1 always runs (signal 0 only checks, it sends nothing)
 
 
 def test_cancel_escalates_to_sigkill_after_the_grace(tmp_path: Path) -> None:

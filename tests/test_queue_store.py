@@ -105,6 +105,10 @@ def test_release_and_finish_record_when_the_attempt_ended(q: JobQueue) -> None:
     last = q.get(job)
     assert (last.state, last.reason, last.exit_status) == ("failed", "killed by SIGKILL", -9)
     assert last.finished is not None and 0.0 <= last.wall_s < 60.0
+    stopped = q.add(["true"])
+    assert q.claim("w", free_cpus=1, only=[stopped]) is not None
+    assert q.release(stopped, 1, "w")  # a worker stopping: the default outcome
+    assert (q.attempts(stopped)[0].outcome, q.get(stopped).reason) == ("interrupted", "attempt 1 interrupted; requeued")
     other = q.add(["true"])
     _ran(q, other, -200)  # not a signal this OS names
     assert q.get(other).reason == "killed by signal 200"
