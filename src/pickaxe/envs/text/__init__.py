@@ -1,6 +1,7 @@
 """Text environments: ``PromptEnv`` (prompts + weighted rewards), generated verifiable tasks, reward functions."""
 
 from pickaxe.envs.text.example import Example
+from pickaxe.envs.text.preferences import PreferencePair, load_preferences
 from pickaxe.envs.text.prompt_env import DatasetError, PromptEnv, load_examples
 from pickaxe.envs.text.rewards import REWARDS, exact_match, format_reward, length_penalty, numeric_match
 from pickaxe.envs.text.tasks import (
@@ -24,6 +25,7 @@ __all__ = [
     "DigitTask",
     "Example",
     "GeneratedTask",
+    "PreferencePair",
     "PromptEnv",
     "Reverse",
     "SortDigits",
@@ -32,6 +34,7 @@ __all__ = [
     "format_reward",
     "length_penalty",
     "load_examples",
+    "load_preferences",
     "make_task",
     "numeric_match",
 ]

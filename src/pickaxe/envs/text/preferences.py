@@ -1,0 +1,139 @@
+"""Preference data for reward models and DPO: ``PreferencePair`` and ``load_preferences``.
+
+Rows come from a ``.jsonl``/``.json``/``.parquet`` file or a ``datasets.Dataset``, in one of two shapes:
+
+* a pair: ``{"prompt": ..., "chosen": ..., "rejected": ...}``;
+* a ranking (``ranking_key`` set): ``{"prompt": ..., "<ranking_key>": [best, ..., worst]}``, which becomes every
+  ordered pair of the list (``n (n - 1) / 2`` pairs, the better response as ``chosen``).
+
+Every row is validated before anything is returned: a bad one raises ``DatasetError`` (one line naming the file,
+the row, the field and the fix), so a dataset is loaded whole or not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pickaxe.envs.text.prompt_env import DatasetError, _read_json, _read_jsonl, _text
+
+__all__ = ["PreferencePair", "load_preferences"]
+
+
+@dataclass
+class PreferencePair:
+    """One preference: ``chosen`` is preferred to ``rejected`` as a response to ``prompt``.
+
+    ``group`` numbers the distinct prompts in order of first appearance (pairs of one prompt, e.g. those of a
+    ranking, share it: split train/held-out by group so no prompt lands in both); ``row`` is the source row;
+    ``metadata`` holds the row's other fields.
+    """
+
+    prompt: str
+    chosen: str
+    rejected: str
+    group: int = 0
+    row: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def load_preferences(
+    source: str | Path | Any,
+    prompt_key: str = "prompt",
+    chosen_key: str = "chosen",
+    rejected_key: str = "rejected",
+    ranking_key: str | None = None,
+) -> list[PreferencePair]:
+    """Read and validate preference pairs from a ``.jsonl``/``.json``/``.parquet`` file or a ``datasets.Dataset``.
+
+    Each row needs a non-empty string under ``prompt_key`` and either non-empty, different strings under
+    ``chosen_key`` and ``rejected_key``, or (``ranking_key`` set) a list of at least two distinct non-empty
+    strings, best first, under ``ranking_key``. Pairs come out in row order (a ranking's pairs in the order
+    ``(0, 1), (0, 2), ..., (1, 2), ...``). Any bad row raises ``DatasetError`` with the file, the row number
+    (0-based), the field and what to fix; nothing is returned then.
+    """
+    name, rows = _rows(source)
+    groups: dict[str, int] = {}
+    pairs: list[PreferencePair] = []
+    for i, row in enumerate(rows):
+        where = f"{name}: row {i}"
+        if not isinstance(row, dict):
+            raise DatasetError(f"{where} is a {type(row).__name__}, not an object with a {prompt_key!r} field")
+        prompt = _field(row, prompt_key, where, "prompt_key")
+        group = groups.setdefault(prompt, len(groups))
+        if ranking_key is None:
+            chosen = _field(row, chosen_key, where, "chosen_key")
+            rejected = _field(row, rejected_key, where, "rejected_key")
+            if chosen == rejected:
+                raise DatasetError(
+                    f"{where}: fields {chosen_key!r} and {rejected_key!r} are the same text; "
+                    "a pair needs two different responses, remove or fix the row"
+                )
+            meta = {k: v for k, v in row.items() if k not in (prompt_key, chosen_key, rejected_key)}
+            pairs.append(PreferencePair(prompt, chosen, rejected, group, i, meta))
+            continue
+        ranking = _ranking(row, ranking_key, where)
+        meta = {k: v for k, v in row.items() if k not in (prompt_key, ranking_key)}
+        for a in range(len(ranking)):
+            for b in range(a + 1, len(ranking)):
+                pairs.append(PreferencePair(prompt, ranking[a], ranking[b], group, i, dict(meta)))
+    if not pairs:
+        raise DatasetError(f"{name} holds no rows; a preference dataset needs at least one pair")
+    return pairs
+
+
+def _rows(source: str | Path | Any) -> tuple[str, Sequence[Any]]:
+    """The source's display name and its rows (a file is read whole before any row is validated)."""
+    if not isinstance(source, str | Path):
+        return f"<{type(source).__name__}>", source
+    path = Path(source)
+    name = str(path)
+    if not path.is_file():
+        raise DatasetError(f"preference file {name!r} does not exist; pass a .jsonl, .json or .parquet file")
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return name, list(_read_jsonl(path))
+    if suffix == ".json":
+        return name, _read_json(path)
+    if suffix == ".parquet":
+        import datasets
+
+        return name, datasets.Dataset.from_parquet(str(path))
+    raise DatasetError(f"{name}: unsupported file type {suffix!r}; use .jsonl, .json or .parquet")
+
+
+def _field(row: dict[str, Any], key: str, where: str, option: str) -> str:
+    """A required non-empty string field."""
+    if key not in row or row[key] is None:
+        raise DatasetError(f"{where} has no {key!r} field (fields: {sorted(row)}); add it or set {option}")
+    value = _text(row[key], where, key)
+    if not value.strip():
+        raise DatasetError(f"{where}: field {key!r} is empty; fill it in or remove the row")
+    return value
+
+
+def _ranking(row: dict[str, Any], key: str, where: str) -> list[str]:
+    """A ranking field: at least two distinct non-empty strings, best first."""
+    if key not in row or row[key] is None:
+        raise DatasetError(f"{where} has no {key!r} field (fields: {sorted(row)}); add it or set ranking_key")
+    value = row[key]
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise DatasetError(
+            f"{where}: field {key!r} must be a list of responses, best first, got {type(value).__name__}"
+        )
+    if len(value) < 2:
+        raise DatasetError(f"{where}: field {key!r} ranks {len(value)} response(s); a ranking needs at least two")
+    ranking = []
+    for j, item in enumerate(value):
+        text = _text(item, where, f"{key}[{j}]")
+        if not text.strip():
+            raise DatasetError(f"{where}: field '{key}[{j}]' is empty; fill it in or drop it from the ranking")
+        if text in ranking:
+            raise DatasetError(
+                f"{where}: field '{key}[{j}]' repeats '{key}[{ranking.index(text)}]'; "
+                "a ranking lists each response once, remove the duplicate"
+            )
+        ranking.append(text)
+    return ranking
