@@ -17,8 +17,8 @@ from torch import nn
 from pickaxe.errors import PickaxeError
 from pickaxe.runs.folder import disk_error, move_aside, unique_path
 from pickaxe.runs.model import MODEL_DIGEST_FILE, MODEL_FILE, _checkpoint_choice, load_model, save_model
-from pickaxe.runs.run import Run
-from pickaxe.runs.status import process_alive
+from pickaxe.runs.run import Run, default_run_dir
+from pickaxe.runs.status import process_alive, read_status, write_status
 
 RUN = Path("runs/x")
 
@@ -92,9 +92,16 @@ def test_disk_error_stops_where_the_context_is_suppressed() -> None:
 def test_unique_path_counts_past_taken_names(tmp_path: Path) -> None:
     base = tmp_path / "run"
     assert unique_path(base) == base
-    for name in ("run", "run-1", "run-2"):
+    for name in ("run", "run-1", "run-3"):
         (tmp_path / name).mkdir()
-    assert unique_path(base) == tmp_path / "run-3"
+    assert unique_path(base) == tmp_path / "run-2"  # the first free number, counting up by one
+    (tmp_path / "run-2").mkdir()
+    assert unique_path(base) == tmp_path / "run-4"
+
+
+def test_default_run_dir_lies_under_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert default_run_dir("cartpole-ppo").parent == Path("runs")
 
 
 def test_move_aside_renames_to_old_and_the_time(tmp_path: Path) -> None:
@@ -114,6 +121,45 @@ def test_discard_twice_is_harmless(tmp_path: Path) -> None:
     assert not (tmp_path / "a").exists()
 
 
+def test_discarding_a_reopened_run_removes_nothing(tmp_path: Path) -> None:
+    with Run(tmp_path / "r", config={"x": 1}) as run:
+        run.log({"loss": 1.0}, 1)
+    before = sorted(p.name for p in (tmp_path / "r").iterdir())
+    Run.open(tmp_path / "r").discard()  # only a run's own failed start undoes anything
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == before
+
+
+def test_config_that_is_not_utf8_names_the_byte(tmp_path: Path) -> None:
+    with Run(tmp_path / "r", config={"x": 1}) as run:
+        (tmp_path / "r" / "config.json").write_bytes(b'{"x": "\xff"}')
+        with pytest.raises(PickaxeError) as exc:
+            run.config()
+    assert str(exc.value) == (
+        f"{tmp_path / 'r' / 'config.json'} is not UTF-8 text (byte 7 is b'\\xff'); "
+        "restore it from a copy or delete the run"
+    )
+
+
+def test_set_status_records_the_fields(tmp_path: Path) -> None:
+    with Run(tmp_path / "r", config={"x": 1}) as run:
+        run.set_status("running", step=1000, total_steps=50000)
+    status = read_status(tmp_path / "r")
+    assert status is not None and (status["state"], status["step"], status["total_steps"]) == ("running", 1000, 50000)
+
+
+def test_status_write_failing_before_its_temporary_file_exists_keeps_the_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def read_only(self: Path, *args: Any, **kwargs: Any) -> int:
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    monkeypatch.setattr(Path, "write_text", read_only)
+    with pytest.raises(OSError) as exc:
+        write_status(tmp_path, "running", step=1)
+    assert exc.value.errno == errno.EROFS  # not the FileNotFoundError of removing a file never made
+    assert str(disk_error(exc.value, tmp_path)).startswith("read-only file system writing ")
+
+
 def test_init_process_is_alive() -> None:
     assert process_alive(1)  # pid 1 always exists; only pids <= 0 are invalid
 
@@ -127,6 +173,12 @@ def test_init_process_is_alive() -> None:
 )
 def test_checkpoint_names(given: Any, chosen: Any) -> None:
     assert _checkpoint_choice(given) == chosen
+
+
+def test_checkpoint_choice_refuses_a_bool() -> None:
+    with pytest.raises(PickaxeError) as exc:
+        _checkpoint_choice(True)  # type: ignore[arg-type]  # an int to Python, but no env step
+    assert str(exc.value) == "checkpoint must be final, latest, best or an env step, got True"
 
 
 @pytest.mark.parametrize("given", ["step-", "step-x", "Step-5", "-5", "newest", "2048-step"])

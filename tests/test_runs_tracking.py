@@ -4,6 +4,7 @@ purge of the steps a killed run wrote past its checkpoint (mutation survivors of
 
 from __future__ import annotations
 
+import re
 import socket
 import sys
 import types
@@ -16,7 +17,7 @@ import pytest
 
 from pickaxe.errors import PickaxeError
 from pickaxe.runs.run import Run, read_metrics
-from pickaxe.runs.tracking import PrometheusSink, WandbSink, check_port
+from pickaxe.runs.tracking import PrometheusSink, WandbSink, check_port, check_tracker
 
 
 def _free_port() -> int:
@@ -47,18 +48,31 @@ def test_prometheus_exports_numbers_only_under_sanitized_names() -> None:
     port = _free_port()
     sink = PrometheusSink(port, "cartpole-1")
     try:
-        sink.log({"step": 10, "eval/return_mean": 12.5, "loss-total.x": 3, "note": "text", "done": True})
-        sink.log({"step": 20, "eval/return_mean": 14.0})  # the same gauge again: its latest value
+        sink.log({"note": "text", "done": True, "step": 10, "eval/Return_mean": 12.5, "loss-total.x": 3})
+        sink.log({"step": 20, "eval/Return_mean": 14.0})  # the same gauge again: its latest value
         samples = _scrape(port)
     finally:
         sink.close()
     assert samples == {
         'pickaxe_step{run="cartpole-1"}': "20.0",
-        'pickaxe_eval_return_mean{run="cartpole-1"}': "14.0",
+        'pickaxe_eval_Return_mean{run="cartpole-1"}': "14.0",
         'pickaxe_loss_total_x{run="cartpole-1"}': "3.0",
     }
     with pytest.raises(urllib.error.URLError):  # close() stops serving
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
+
+
+def test_prometheus_sink_on_a_busy_port_says_so() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(PickaxeError) as exc:
+            PrometheusSink(port, "r")
+    assert re.fullmatch(
+        rf"cannot serve Prometheus metrics on 127\.0\.0\.1:{port} \(.*Address already in use.*\); pick another port",
+        str(exc.value),
+    )
 
 
 @pytest.mark.parametrize("port", [0, -1, 65536, 70000, "8000", 8000.0, True, None])
@@ -132,6 +146,33 @@ def test_wandb_run_is_named_and_resumable_by_the_run_folder(tmp_path: Path, wand
     sink.close()
     assert wandb.calls == [("log", {"loss": 0.5, "n": 3}, 512), ("finish", None, None)]
     assert type(wandb.calls[0][2]) is int
+
+
+def test_missing_wandb_package_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb raises ImportError
+    with pytest.raises(PickaxeError) as exc:
+        WandbSink(tmp_path / "r", None)
+    assert str(exc.value) == "--track wandb needs the wandb package: pip install 'pickaxe[wandb]'"
+
+
+def test_unknown_tracker_lists_the_known_ones() -> None:
+    with pytest.raises(PickaxeError) as exc:
+        check_tracker("tensorbored")
+    assert str(exc.value) == "unknown tracker 'tensorbored'; choose from mlflow, wandb"
+
+
+# ------------------------------------------------------------------------------------------ metrics.jsonl
+
+
+def test_read_metrics_skips_damaged_lines_anywhere(tmp_path: Path) -> None:
+    lines = [b'{"step": 1, "loss": 0.5, "time/s": 1.0, "sys/rss_mb": 9}', b'{"step": 2, "lo', b"\xff\xfe not text",
+             b"[1, 2]", b'{"step": 3, "loss": 0.25}']  # fmt: skip
+    (tmp_path / "metrics.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    assert read_metrics(tmp_path) == [
+        {"step": 1, "loss": 0.5, "time/s": 1.0, "sys/rss_mb": 9},
+        {"step": 3, "loss": 0.25},
+    ]
+    assert read_metrics(tmp_path, deterministic=True) == [{"step": 1, "loss": 0.5}, {"step": 3, "loss": 0.25}]
 
 
 # ------------------------------------------------------------------------------------------ resuming
