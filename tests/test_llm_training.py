@@ -153,12 +153,13 @@ def _digit_reward(prompt: str, completion: str, metadata: dict) -> float:
     return sum(c.isdigit() for c in completion) / 4
 
 
-def test_short_grpo_run_increases_mean_reward() -> None:
+@pytest.mark.parametrize("advantage", ["group", "rloo", "reinforce++-baseline"])
+def test_short_grpo_run_increases_mean_reward(advantage: str) -> None:
     torch.manual_seed(0)
     model = _model(seed=1)
     env = PromptEnv([Example(f"{i}+{i}=", str(2 * i)) for i in range(40)], rewards=[_digit_reward], seed=0)
     sampling = SamplingParams(max_new_tokens=4, temperature=1.0, n=8)
-    algo = GRPO(model, GRPOConfig(lr=3e-3, micro_batch_size=64), sampling, seed=0)
+    algo = GRPO(model, GRPOConfig(lr=3e-3, micro_batch_size=64, advantage=advantage), sampling, seed=0)
     engine = HFEngine(model, TOK.eos_token_id, TOK.pad_token_id, seed=0)
     collector = TextCollector(env, engine, TOK, 8, sampling, model, version_fn=lambda: algo.version)
     rewards = []

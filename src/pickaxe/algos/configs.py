@@ -142,6 +142,10 @@ class GRPOConfig(LMConfig):
     """Ratio clipped above at 1 + clip_high (DAPO's clip-higher: 0.28)."""
     scale_rewards: bool = True
     """Divide group-centred rewards by the group std (False: Dr. GRPO)."""
+    advantage: Literal["group", "rloo", "reinforce++", "reinforce++-baseline"] = "group"
+    """group: GRPO's group-normalised reward; rloo: leave-one-out baseline (mean of the other completions of the
+    prompt); reinforce++: per-token returns of the reward (with k1 KL per token when kl_in=reward), whitened over the
+    batch; reinforce++-baseline: the same after subtracting the group's mean reward."""
     loss_norm: int = ranged(0, ge=0)
     """Constant divisor of seq-mean-token-sum-norm (0: the generation budget, max_new_tokens)."""
     dynamic_sampling: bool = False
@@ -176,3 +180,43 @@ class GRPOConfig(LMConfig):
         if name not in presets:
             raise ValueError(f"unknown GRPO variant {name!r}; choose one of {sorted(presets)}")
         return cls(**{**presets[name], **overrides})
+
+
+@dataclass
+class RewardModelConfig(LMConfig):
+    """Reward-model (Bradley–Terry) hyper-parameters. ``micro_batch_size`` counts sequences and is rounded down to
+    whole pairs (at least one pair: both responses of a pair share a forward)."""
+
+    mutable: ClassVar[tuple[str, ...]] = ("lr", "max_grad_norm", "margin")
+    """Fields read afresh at every optimizer step, so ``pickaxe set`` may change them while the run trains."""
+
+    lr: float = ranged(1e-5, gt=0, le=10)
+    margin: float = ranged(0.0, ge=0)
+    """The chosen score must lead by this much: loss -log sigmoid(r_chosen - r_rejected - margin). A batch's
+    per-pair ``margin`` key (preference strength, Llama 2) is added to it."""
+
+
+DPOLoss = Literal["sigmoid", "ipo"]
+"""DPO's loss on the log-ratio gap: sigmoid (DPO, cDPO with label smoothing) or ipo."""
+
+
+@dataclass
+class DPOConfig(LMConfig):
+    """Direct Preference Optimization hyper-parameters. ``micro_batch_size`` counts sequences and is rounded down
+    to whole pairs (at least one pair)."""
+
+    mutable: ClassVar[tuple[str, ...]] = ("lr", "max_grad_norm", "beta")
+    """Fields read afresh at every optimizer step, so ``pickaxe set`` may change them while the run trains."""
+
+    lr: float = ranged(5e-7, gt=0, le=10)
+    beta: float = ranged(0.1, gt=0, le=100)
+    """Strength of the KL anchor to the reference (implicit reward = beta * log-ratio); usual range 0.01-0.5."""
+    loss: DPOLoss = "sigmoid"
+    """sigmoid: -log sigmoid(beta h) (DPO); ipo: (h - 1/(2 beta))^2 on per-token mean log-probs (IPO)."""
+    label_smoothing: float = ranged(0.0, ge=0, lt=0.5)
+    """Probability that a label is flipped (conservative DPO, sigmoid loss only); 0 is plain DPO."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+        if self.loss == "ipo" and self.label_smoothing:
+            raise ValueError("label_smoothing applies to the sigmoid loss only; set it to 0 with loss='ipo'")

@@ -32,6 +32,7 @@ from pickaxe.algos.llm_core import (
     truncated_is_weight,
     zero_variance_groups,
 )
+from pickaxe.algos.rlhf_core import reinforce_pp_advantages, rloo_advantages
 from pickaxe.data.batch import Batch
 from pickaxe.data.layout import sequence_bounds
 from pickaxe.models.lm import completion_logprobs
@@ -46,18 +47,34 @@ def grpo_advantages(
     ref_logprob: torch.Tensor | None = None,
     mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Per-sequence advantages of one batch: group-normalised rewards (``cfg.scale_rewards``), from rewards minus
-    ``cfg.kl_coef`` x the sequence's summed KL estimate when ``cfg.kl_in == "reward"`` (then ``logprob``, the
-    sampler's, ``ref_logprob`` and ``mask`` are needed). Returns the advantages and metric tensors (not yet read
-    from the device): ``kl/seq_sum_mean`` (the per-sequence summed KL, averaged over sequences) and
-    ``kl/token_mean`` (per generated token)."""
+    """Advantages of one batch, by ``cfg.advantage``: per sequence (``[B]``) group-normalised rewards
+    (``cfg.scale_rewards``) or RLOO's leave-one-out ones, from rewards minus ``cfg.kl_coef`` x the sequence's summed
+    KL estimate when ``cfg.kl_in == "reward"`` (then ``logprob``, the sampler's, ``ref_logprob`` and ``mask`` are
+    needed); or per token (``[B, L]``) REINFORCE++'s whitened returns, the KL shaping each token's reward.
+    Returns the advantages and metric tensors (not yet read from the device): ``kl/seq_sum_mean`` (the
+    per-sequence summed KL, averaged over sequences) and ``kl/token_mean`` (per generated token)."""
     metrics: dict[str, torch.Tensor] = {}
-    if cfg.kl_coef > 0 and cfg.kl_in == "reward":
-        if logprob is None or ref_logprob is None or mask is None:
-            raise ValueError("kl_in='reward' needs the sampler log-probs, reference log-probs and the loss mask")
+    kl_reward = cfg.kl_coef > 0 and cfg.kl_in == "reward"
+    if kl_reward and (logprob is None or ref_logprob is None or mask is None):
+        raise ValueError("kl_in='reward' needs the sampler log-probs, reference log-probs and the loss mask")
+    if cfg.advantage.startswith("reinforce++"):
+        if logprob is None or mask is None:
+            raise ValueError(f"advantage={cfg.advantage} needs the sampler log-probs and the loss mask")
+        ref = ref_logprob if kl_reward else logprob  # no KL in the reward: k1 of a policy against itself is 0
+        baseline = group if cfg.advantage == "reinforce++-baseline" else None
+        coef = cfg.kl_coef if kl_reward else 0.0
+        advantage, _ = reinforce_pp_advantages(reward, logprob, ref, mask, coef, baseline, estimator=cfg.kl_estimator)
+        if kl_reward:
+            kl = kl_estimate(logprob, ref, cfg.kl_estimator, mask)
+            metrics["kl/seq_sum_mean"] = sequence_sum(kl, mask).mean()
+            metrics["kl/token_mean"] = sequence_sum(kl, mask).sum() / mask.sum().clamp(min=1)
+        return advantage, metrics
+    if kl_reward:
         reward, kl_seq = kl_shaped_reward(reward, logprob, ref_logprob, mask, cfg.kl_coef, cfg.kl_estimator)
         metrics["kl/seq_sum_mean"] = kl_seq.mean()
         metrics["kl/token_mean"] = kl_seq.sum() / mask.sum().clamp(min=1)
+    if cfg.advantage == "rloo":
+        return rloo_advantages(reward, group), metrics
     return group_advantages(reward, group, cfg.scale_rewards), metrics
 
 
@@ -82,8 +99,10 @@ def grpo_loss(
         log_ratio = sequence_log_ratio(logprob, mb["old_logprob"], mask)
     else:
         log_ratio = token_log_ratio(logprob, mb["old_logprob"], mask)
-    # 2. PPO's clipped surrogate with the sequence's advantage on each of its tokens
-    advantage = mb["advantage"].unsqueeze(-1).expand_as(logprob)
+    # 2. PPO's clipped surrogate with the sequence's advantage on each of its tokens (or per-token advantages)
+    advantage = mb["advantage"]
+    advantage = advantage if advantage.ndim == 2 else advantage.unsqueeze(-1).expand_as(logprob)
+    advantage = masked(advantage, mask)
     pg, ratio, clipped = clipped_surrogate(
         log_ratio, torch.zeros_like(log_ratio), advantage, cfg.clip_low, cfg.clip_high
     )
@@ -223,7 +242,9 @@ class GRPO(LMAlgorithm):
         tis_diff: torch.Tensor | None,
     ) -> torch.Tensor:
         """Every metric of the update as one device tensor, read with the last optimizer step."""
-        parts = [data["advantage"].abs().mean(), totals["tokens"], totals["clipped"], totals["ratio_sum"]]
+        adv = data["advantage"]
+        adv_abs = masked_mean(adv.abs(), data["loss_mask"]) if adv.ndim == 2 else adv.abs().mean()
+        parts = [adv_abs, totals["tokens"], totals["clipped"], totals["ratio_sum"]]
         parts += [totals["kl_sum"], first["diff_sum"], first["diff_max"], first["diff_max_mb0"]]
         parts.append(data["policy_version"].min())
         parts += list(reads.values())

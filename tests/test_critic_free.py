@@ -1,0 +1,73 @@
+"""Critic-free advantage estimators in the GRPO loss: RLOO's leave-one-out baseline and REINFORCE++'s whitened
+per-token returns, by hand and through a whole update (micro-batching must not change it)."""
+
+import copy
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from pickaxe.algos.grpo import GRPO, GRPOConfig, grpo_advantages, grpo_loss
+from pickaxe.algos.rlhf_core import reinforce_pp_advantages
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_llm_training import SAMPLING, _grpo_batch, _model, _params
+
+
+def test_rloo_advantage_is_the_reward_minus_the_mean_of_the_others() -> None:
+    reward = torch.tensor([1.0, 0.0, 0.0, 1.0, 5.0, 3.0])
+    group = torch.tensor([4, 4, 4, 4, 9, 9])
+    adv, _ = grpo_advantages(reward, group, GRPOConfig(advantage="rloo"))
+    expected = [1 - 1 / 3, 0 - 2 / 3, 0 - 2 / 3, 1 - 1 / 3, 5 - 3, 3 - 5]
+    assert adv.tolist() == pytest.approx(expected)
+
+
+def test_rloo_subtracts_the_kl_penalty_from_the_reward_first() -> None:
+    mask = torch.tensor([[0, 1, 1], [0, 1, 1]], dtype=torch.bool)
+    logprob = torch.tensor([[0.0, -0.5, -0.5], [0.0, -1.0, -1.0]])
+    ref = torch.full((2, 3), -1.0)  # k1 = logprob - ref: 0.5 per token in row 0, 0 in row 1
+    cfg = GRPOConfig(advantage="rloo", kl_coef=1.0, kl_in="reward", kl_estimator="k1")
+    adv, metrics = grpo_advantages(torch.tensor([1.0, 1.0]), torch.tensor([0, 0]), cfg, logprob, ref, mask)
+    assert adv.tolist() == pytest.approx([(1 - 1.0) - 1.0, 1.0 - (1 - 1.0)])  # shaped rewards 0 and 1
+    assert float(metrics["kl/seq_sum_mean"]) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("advantage", ["reinforce++", "reinforce++-baseline"])
+def test_reinforce_pp_advantages_are_per_token_and_drive_the_loss(advantage: str) -> None:
+    mask = torch.tensor([[0, 1, 1, 0], [0, 1, 1, 1], [0, 0, 1, 0]], dtype=torch.bool)
+    logprob = torch.where(mask, torch.tensor(-0.7), torch.tensor(-math.inf))  # -inf off the mask must not leak
+    ref = torch.where(mask, torch.tensor(-0.9), torch.tensor(0.0))
+    reward, group = torch.tensor([1.0, 0.0, 2.0]), torch.tensor([0, 0, 1])
+    cfg = GRPOConfig(advantage=advantage, kl_coef=0.1, kl_in="reward", kl_estimator="k1")
+    adv, metrics = grpo_advantages(reward, group, cfg, logprob, ref, mask)
+    baseline = group if advantage.endswith("baseline") else None
+    want, _ = reinforce_pp_advantages(reward, logprob, ref, mask, 0.1, baseline, estimator="k1")
+    assert adv.shape == (3, 4) and torch.equal(adv, want)
+    assert float(metrics["kl/token_mean"]) == pytest.approx(0.2)
+    # on policy (ratio 1), token-mean: the loss is minus the mean advantage over the generated tokens
+    mb = TensorDict({"loss_mask": mask, "advantage": adv, "old_logprob": logprob.clone()}, batch_size=[3])
+    lp = logprob.clone().requires_grad_(True)
+    loss, _ = grpo_loss(lp, mb, cfg, float(mask.sum()), 3.0, 1.0)
+    assert loss.item() == pytest.approx(-float(adv[mask].mean()), abs=1e-6)
+    loss.backward()
+    assert torch.isfinite(lp.grad).all() and (lp.grad[~mask] == 0).all()
+
+
+@pytest.mark.parametrize("advantage", ["rloo", "reinforce++", "reinforce++-baseline"])
+def test_estimators_update_the_same_with_any_micro_batching(advantage: str) -> None:
+    base = _model()
+    batch = _grpo_batch(base, reference=_model(seed=5))
+    out = []
+    for micro in (24, 5):
+        model = copy.deepcopy(base)
+        cfg = GRPOConfig(
+            lr=1e-3, micro_batch_size=micro, kl_coef=0.05, kl_in="reward", advantage=advantage, max_grad_norm=1e9
+        )
+        metrics = GRPO(model, cfg, SAMPLING).update(batch.clone())
+        assert math.isfinite(metrics["loss/policy"]) and metrics["grpo/advantage_abs_mean"] > 0
+        out.append(_params(model))
+    assert not torch.equal(out[0], _params(base))
+    assert torch.allclose(out[0], out[1], atol=1e-6)
