@@ -1,0 +1,83 @@
+"""Micro-batching of preference pairs, shared by the reward model and DPO.
+
+A pair's loss needs both of its responses in one graph, so micro-batches are cut between pairs, never inside one:
+``pairs_per_micro_batch`` turns ``micro_batch_size`` (sequences) into whole pairs. Each micro-batch's rows are
+``[chosen_1 .. chosen_k, rejected_1 .. rejected_k]``, laid out by ``llm_core.plan_micro_batches`` (padded or
+packed), so outputs split at ``k`` into the chosen and rejected halves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from pickaxe.algos.llm_core import plan_micro_batches
+from pickaxe.data.batch import Batch
+from pickaxe.data.layout import SequenceBounds, TokenLayout
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """A batch's pairs, read from its ``pair`` and ``chosen`` keys: pair ``i`` has id ``ids[i]`` and its responses
+    in rows ``chosen[i]`` and ``rejected[i]`` (pairs in order of first appearance)."""
+
+    ids: list[int]
+    chosen: list[int]
+    rejected: list[int]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def read_pairs(batch: Batch) -> Pairs:
+    """The pairs of a ``pack_pairs`` batch (one host read of ``pair`` and ``chosen``; free for a CPU batch). Each
+    pair id must appear on exactly one chosen and one rejected row, or ``ValueError`` says which does not."""
+    for key in ("pair", "chosen"):
+        if key not in batch:
+            raise ValueError(f"a preference batch needs a {key!r} key; build it with pickaxe.rollout.pairs.pack_pairs")
+    meta = torch.stack([batch["pair"].long(), batch["chosen"].long()]).cpu().tolist()
+    rows: dict[int, list[int | None]] = {}
+    for row, (pid, is_chosen) in enumerate(zip(meta[0], meta[1], strict=True)):
+        slot = rows.setdefault(pid, [None, None])
+        k = 0 if is_chosen else 1
+        if slot[k] is not None:
+            raise ValueError(
+                f"pair {pid} has two {'chosen' if k == 0 else 'rejected'} rows; give each pair one of each"
+            )
+        slot[k] = row
+    incomplete = [pid for pid, (c, r) in rows.items() if c is None or r is None]
+    if incomplete:
+        raise ValueError(f"pair {incomplete[0]} lacks a chosen or a rejected row; give each pair one of each")
+    ids = list(rows)
+    return Pairs(ids, [int(rows[i][0]) for i in ids], [int(rows[i][1]) for i in ids])  # type: ignore[arg-type]
+
+
+def pairs_per_micro_batch(micro_batch_size: int) -> int:
+    """Whole pairs in a micro-batch of ``micro_batch_size`` sequences (at least one)."""
+    return max(1, micro_batch_size // 2)
+
+
+def plan_pair_micro_batches(
+    input_ids: torch.Tensor,
+    bounds: SequenceBounds,
+    pairs: Pairs,
+    micro_batch_size: int,
+    layout: str = "padded",
+    subset: list[int] | None = None,
+) -> list[tuple[list[int], list[int], TokenLayout]]:
+    """Micro-batches of the pairs ``subset`` (indices into ``pairs``; default all): ``(pair indices, rows,
+    layout)`` with rows ``[chosen..., rejected...]``. ``length-sorted`` orders pairs by their longer response
+    first; ``packed`` packs each micro-batch's sequences into shared rows."""
+    order = list(range(len(pairs))) if subset is None else list(subset)
+    if layout == "length-sorted":
+        order.sort(key=lambda i: max(bounds.length[pairs.chosen[i]], bounds.length[pairs.rejected[i]]))
+    mode = "packed" if layout == "packed" else "padded"
+    size = pairs_per_micro_batch(micro_batch_size)
+    out = []
+    for s in range(0, len(order), size):
+        chunk = order[s : s + size]
+        rows = [pairs.chosen[i] for i in chunk] + [pairs.rejected[i] for i in chunk]
+        planned_rows, planned = plan_micro_batches(input_ids, bounds, rows, len(rows), mode)[0]
+        out.append((chunk, planned_rows, planned))
+    return out

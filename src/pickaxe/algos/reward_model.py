@@ -1,0 +1,113 @@
+"""Reward-model training: the Bradley–Terry loss on preference pairs, one optimizer step per batch of pairs.
+
+A batch comes from ``pickaxe.rollout.pairs.pack_pairs`` (chosen and rejected rows tied by ``pair``). Each sequence
+is scored at its last real token (``RewardModel.layout_scores``); micro-batches hold whole pairs and the loss is
+normalised by the step's pair count, so any ``micro_batch_size`` or layout gives the same update up to float
+rounding.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pickaxe.algos.configs import RewardModelConfig
+from pickaxe.algos.llm_core import LMAlgorithm
+from pickaxe.algos.pairs_core import plan_pair_micro_batches, read_pairs
+from pickaxe.algos.rlhf_core import bradley_terry_loss
+from pickaxe.data.batch import Batch
+from pickaxe.data.layout import SequenceBounds, sequence_bounds
+from pickaxe.models.reward import RewardModel
+
+
+def last_token_bounds(bounds: SequenceBounds) -> SequenceBounds:
+    """The same sequences with only their last real token scored: a layout planned from these puts, for each
+    sequence, the index of the hidden state just before its last token in ``hidden_index`` (a reward model reads
+    ``hidden_index + 1``, the last token itself)."""
+    return SequenceBounds(bounds.start, bounds.length, [[n - 1] if n > 1 else [] for n in bounds.length])
+
+
+class RewardModelTrainer(LMAlgorithm):
+    """Trains a :class:`~pickaxe.models.reward.RewardModel` with the Bradley–Terry loss
+    ``-log sigmoid(r_chosen - r_rejected - margin)`` (``margin``: the config's plus a batch's per-pair ``margin``).
+
+    ``update(batch)`` takes one optimizer step over all the batch's pairs; ``evaluate(batch)`` returns the
+    held-out pairwise accuracy (ties count as wrong). Exported like any model: ``networks()`` is ``{"policy":
+    reward_model}``; ``RewardModel.save(dir)`` writes a folder that ``RewardModel.load`` reads.
+    """
+
+    def __init__(self, model: RewardModel, config: RewardModelConfig | None = None) -> None:
+        if not hasattr(model, "layout_scores"):
+            raise TypeError(
+                f"RewardModelTrainer needs a RewardModel (pickaxe.models.reward), got {type(model).__name__}; "
+                "build one with RewardModel.from_lm(lm) or tiny_reward_model(vocab)"
+            )
+        super().__init__(model, config or RewardModelConfig())
+
+    def update(self, batch: Batch) -> dict[str, float]:
+        """One optimizer step on every pair of ``batch``. Device synchronisations: the pair ids (free for a CPU
+        batch), the sequence bounds and the optimizer step's one read."""
+        cfg = self.config
+        pairs = read_pairs(batch)
+        data = batch.to(self.device)
+        bounds = last_token_bounds(sequence_bounds(data["attention_mask"], data["loss_mask"]))
+        n = len(pairs)
+        margins = self._margins(data, pairs.chosen)
+        zero = torch.zeros((), device=self.device)
+        loss_total, acc, margin, chosen, rejected = zero, zero, zero, zero, zero
+        real = slots = 0
+        self.model.train()
+        plan = plan_pair_micro_batches(data["input_ids"], bounds, pairs, cfg.micro_batch_size, cfg.micro_batch_layout)
+        for idx, _rows, layout in plan:
+            k = len(idx)
+            scores = self.model.layout_scores(layout, cfg.autocast)
+            mb_margin = cfg.margin if margins is None else margins[torch.tensor(idx, device=self.device)] + cfg.margin
+            out = bradley_terry_loss(scores[:k], scores[k:], mb_margin, total_pairs=float(n))
+            out.loss.backward()
+            loss_total = loss_total + out.loss.detach()
+            acc = acc + out.accuracy
+            margin, chosen, rejected = (
+                margin + out.margin.sum(),
+                chosen + out.chosen.sum(),
+                rejected + out.rejected.sum(),
+            )
+            real, slots = real + layout.real_tokens, slots + layout.slots
+        grad_norm, loss_value, lr, (accuracy, margin_sum, chosen_sum, rejected_sum) = self.optimizer_step(
+            loss_total, torch.stack([acc, margin, chosen, rejected])
+        )
+        self.model.eval()
+        self.version += 1
+        return {
+            "loss/rm": loss_value,
+            "rm/accuracy": accuracy,
+            "rm/margin": margin_sum / n,
+            "rm/chosen_reward": chosen_sum / n,
+            "rm/rejected_reward": rejected_sum / n,
+            "rm/pairs": float(n),
+            "grad_norm": grad_norm,
+            "rm/lr": lr,
+            "perf/padding_fraction": 1.0 - real / max(slots, 1),
+        }
+
+    @torch.no_grad()
+    def evaluate(self, batch: Batch) -> float:
+        """Pairwise accuracy on ``batch``'s pairs: the fraction whose chosen response scores strictly above the
+        rejected one (eval mode, no gradient; one read of the pair ids, the bounds and the result)."""
+        cfg = self.config
+        pairs = read_pairs(batch)
+        data = batch.to(self.device)
+        bounds = last_token_bounds(sequence_bounds(data["attention_mask"], data["loss_mask"]))
+        self.model.eval()
+        correct = torch.zeros((), device=self.device)
+        plan = plan_pair_micro_batches(data["input_ids"], bounds, pairs, cfg.micro_batch_size, cfg.micro_batch_layout)
+        for idx, _rows, layout in plan:
+            k = len(idx)
+            scores = self.model.layout_scores(layout, cfg.autocast)
+            correct = correct + (scores[:k] > scores[k:]).sum()
+        return float(correct) / max(len(pairs), 1)
+
+    @staticmethod
+    def _margins(data: Batch, chosen_rows: list[int]) -> torch.Tensor | None:
+        """Per-pair ``margin`` from the batch (read on the chosen rows), or None without that key."""
+        if "margin" not in data:
+            return None
+        return data["margin"].float()[torch.tensor(chosen_rows, device=data.device)]

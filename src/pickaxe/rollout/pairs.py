@@ -1,0 +1,129 @@
+"""Preference pairs as Batches for reward models and DPO, and a reward model as a batched ``PromptEnv`` reward.
+
+``pack_pairs`` lays each pair out as two rows of the collector's layout (see ``text_collector.pack``: prompt
+left-padded, response right-padded, ``loss_mask`` on the response and its EOS): row ``2i`` holds pair ``i``'s
+chosen response, row ``2i + 1`` its rejected one. ``pair`` (an id per row, the same for both rows of a pair) and
+``chosen`` (True on the chosen row) say which is which; learners pair rows by these keys, not by position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from pickaxe.data.batch import Batch
+from pickaxe.envs.text.preferences import PreferencePair
+from pickaxe.models.reward import RewardModel
+from pickaxe.rollout.text_collector import pack
+
+__all__ = ["RewardModelScorer", "encode_response", "pack_pairs", "pair_batches"]
+
+
+def encode_response(tokenizer: Any, text: str, eos: bool = True) -> list[int]:
+    """Token ids of a response: its text without special tokens, then EOS (what a finished completion ends with)
+    unless ``eos`` is False. Reward models and DPO see responses in this form, in training and in scoring."""
+    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return [*ids, int(tokenizer.eos_token_id)] if eos else ids
+
+
+def pack_pairs(
+    pairs: Sequence[PreferencePair],
+    tokenizer: Any,
+    pair_ids: Sequence[int] | None = None,
+    margin_key: str | None = None,
+    eos: bool = True,
+) -> Batch:
+    """A 1-D Batch of ``2 * len(pairs)`` rows: ``input_ids``, ``attention_mask``, ``loss_mask`` (see ``pack``),
+    ``pair`` (``pair_ids``, default ``0..n-1``: DPO caches reference log-probs under these ids, so give each
+    distinct pair one id for the whole run, e.g. its index in the dataset) and ``chosen`` (bool).
+
+    ``margin_key`` copies each pair's ``metadata[margin_key]`` (a number: how strongly chosen is preferred) to a
+    float ``margin`` row key, which the reward model's Bradley–Terry loss adds to the config's margin.
+    """
+    if not pairs:
+        raise ValueError("pack_pairs needs at least one preference pair")
+    ids = list(range(len(pairs))) if pair_ids is None else [int(i) for i in pair_ids]
+    if len(ids) != len(pairs) or len(set(ids)) != len(ids):
+        raise ValueError(
+            f"pair_ids must hold {len(pairs)} distinct ids, one per pair; got {len(ids)} ({len(set(ids))} distinct)"
+        )
+    prompts, responses = [], []
+    for p in pairs:
+        prompt = list(tokenizer(p.prompt)["input_ids"])
+        prompts += [prompt, prompt]
+        responses += [encode_response(tokenizer, p.chosen, eos), encode_response(tokenizer, p.rejected, eos)]
+    data = pack(prompts, responses, int(tokenizer.pad_token_id))
+    data["pair"] = torch.tensor(ids, dtype=torch.long).repeat_interleave(2)
+    data["chosen"] = torch.tensor([True, False]).repeat(len(pairs))
+    if margin_key is not None:
+        margins = []
+        for i, p in enumerate(pairs):
+            value = p.metadata.get(margin_key)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(
+                    f"pair {ids[i]} has no numeric metadata[{margin_key!r}] (got {value!r}); add the margin to every "
+                    "row or pass margin_key=None"
+                )
+            margins.append(float(value))
+        data["margin"] = torch.tensor(margins, dtype=torch.float32).repeat_interleave(2)
+    return TensorDict(data, batch_size=[2 * len(pairs)])
+
+
+def pair_batches(
+    pairs: Sequence[PreferencePair],
+    tokenizer: Any,
+    batch_size: int,
+    epochs: int = 1,
+    seed: int = 0,
+    shuffle: bool = True,
+    margin_key: str | None = None,
+) -> Iterator[Batch]:
+    """Batches of ``batch_size`` pairs (the last of an epoch may be smaller), ``epochs`` passes over ``pairs``,
+    shuffled per epoch by ``seed``. Each pair's id is its index in ``pairs``, the same in every epoch."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    rng = np.random.default_rng(seed)
+    for _ in range(epochs):
+        order = rng.permutation(len(pairs)) if shuffle else np.arange(len(pairs))
+        for s in range(0, len(pairs), batch_size):
+            idx = [int(i) for i in order[s : s + batch_size]]
+            yield pack_pairs([pairs[i] for i in idx], tokenizer, idx, margin_key)
+
+
+class RewardModelScorer:
+    """A reward model as a ``PromptEnv`` reward ``fn(prompt, completion, metadata) -> float``, and batched:
+    ``batch(prompts, completions)`` scores ``rows`` sequences per forward with one host read per call. Completions
+    are encoded like training responses (:func:`encode_response`, EOS appended); the model scores in eval mode."""
+
+    __name__ = "reward_model"
+
+    def __init__(self, model: RewardModel, tokenizer: Any, rows: int = 64) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.rows = rows
+
+    def __call__(self, prompt: str, completion: str, metadata: dict[str, Any] | None = None) -> float:
+        """The reward model's score of one completion."""
+        return self.batch([prompt], [completion])[0]
+
+    def batch(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
+        """Scores of ``completions`` (``completions[i]`` answers ``prompts[i]``), in order."""
+        if len(prompts) != len(completions):
+            raise ValueError(f"got {len(prompts)} prompts and {len(completions)} completions; pass one prompt each")
+        if not prompts:
+            return []
+        prompt_ids = [list(self.tokenizer(p)["input_ids"]) for p in prompts]
+        responses = [encode_response(self.tokenizer, c) for c in completions]
+        data = pack(prompt_ids, responses, int(self.tokenizer.pad_token_id))
+        device = next(self.model.parameters()).device
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            scores = self.model.score(data["input_ids"].to(device), data["attention_mask"].to(device), self.rows)
+        finally:
+            self.model.train(was_training)
+        return scores.cpu().tolist()
