@@ -1,0 +1,212 @@
+"""Direct Preference Optimization (DPO, and IPO through ``DPOConfig.loss``) on preference pairs.
+
+A batch comes from ``pickaxe.rollout.pairs.pack_pairs``. A sequence's log-prob is the sum of its response tokens'
+log-probs (``loss_mask``; per-token mean for IPO, as TRL does). The frozen reference's log-probs do not change, so
+each pair's are computed once, the first time its id is seen, and cached under that id: later epochs run only the
+policy. Micro-batches hold whole pairs and the loss is normalised by the step's pair count, so any
+``micro_batch_size`` or layout gives the same update up to float rounding.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch import nn
+
+from pickaxe.algos.configs import DPOConfig
+from pickaxe.algos.llm_core import LMAlgorithm, sequence_sum
+from pickaxe.algos.pairs_core import Pairs, plan_pair_micro_batches, read_pairs
+from pickaxe.algos.rlhf_core import PairLoss, dpo_loss
+from pickaxe.data.batch import Batch
+from pickaxe.data.layout import SequenceBounds, sequence_bounds
+from pickaxe.models.lm import layout_logprobs
+
+
+class DPO(LMAlgorithm):
+    """DPO on a causal LM against a frozen ``reference`` (default: a copy of ``model`` as given).
+
+    ``update(batch)`` takes one optimizer step over all the batch's pairs and logs ``loss/dpo``, ``dpo/accuracy``
+    (pairs whose implicit reward ``beta (log pi - log pi_ref)`` is higher for the chosen response), ``dpo/margin``
+    (mean chosen minus rejected implicit reward), ``dpo/chosen_reward``, ``dpo/rejected_reward`` and
+    ``dpo/ref_cache_hits`` (fraction of the batch's pairs whose reference log-probs came from the cache).
+    ``evaluate(batch)`` reports the same on held-out pairs without touching the cache.
+
+    The cache maps a pair id to the reference's summed response log-probs of its two responses (one device tensor
+    row per pair) and their token counts; a cached id seen with different lengths raises ``ValueError`` (ids must
+    name one pair for the whole run). ``reference_sequences`` counts the sequences the reference has scored.
+    """
+
+    def __init__(self, model: nn.Module, config: DPOConfig | None = None, reference: nn.Module | None = None) -> None:
+        ref = copy.deepcopy(model) if reference is None else reference
+        super().__init__(model, config or DPOConfig())
+        self.reference = ref.eval().requires_grad_(False)
+        self._slots: dict[int, int] = {}  # pair id -> row of _ref_values
+        self._lengths: dict[int, tuple[int, int, int, int]] = {}  # pair id -> (seq len c, seq len r, resp c, resp r)
+        self._ref_values = torch.zeros(0, 2, device=self.device)
+        self.reference_sequences = 0
+
+    def update(self, batch: Batch) -> dict[str, float]:
+        """One optimizer step on every pair of ``batch``. Device synchronisations: the pair ids (free for a CPU
+        batch), the sequence bounds and the optimizer step's one read."""
+        cfg = self.config
+        pairs = read_pairs(batch)
+        data = batch.to(self.device)
+        bounds = sequence_bounds(data["attention_mask"], data["loss_mask"])
+        n = len(pairs)
+        hits = self._fill_cache(data, bounds, pairs)
+        ref = self._ref_values[torch.tensor([self._slots[i] for i in pairs.ids], device=self.device)]
+        counts = self._token_counts(bounds, pairs)
+        zero = torch.zeros((), device=self.device)
+        loss_total, acc, margin, chosen, rejected = zero, zero, zero, zero, zero
+        real = slots = 0
+        self.model.train()
+        plan = plan_pair_micro_batches(data["input_ids"], bounds, pairs, cfg.micro_batch_size, cfg.micro_batch_layout)
+        for idx, rows, layout in plan:
+            k = len(idx)
+            logp = sequence_sum(
+                self.forward_logprobs(layout), data["loss_mask"][torch.tensor(rows, device=self.device)]
+            )
+            sel = torch.tensor(idx, device=self.device)
+            out = self._loss(logp[:k], logp[k:], ref[sel], counts[sel], float(n))
+            out.loss.backward()
+            loss_total = loss_total + out.loss.detach()
+            acc = acc + out.accuracy
+            margin, chosen, rejected = (
+                margin + out.margin.sum(),
+                chosen + out.chosen.sum(),
+                rejected + out.rejected.sum(),
+            )
+            real, slots = real + layout.real_tokens, slots + layout.slots
+        grad_norm, loss_value, lr, (accuracy, margin_sum, chosen_sum, rejected_sum) = self.optimizer_step(
+            loss_total, torch.stack([acc, margin, chosen, rejected])
+        )
+        self.model.eval()
+        self.version += 1
+        return {
+            "loss/dpo": loss_value,
+            "dpo/accuracy": accuracy,
+            "dpo/margin": margin_sum / n,
+            "dpo/chosen_reward": chosen_sum / n,
+            "dpo/rejected_reward": rejected_sum / n,
+            "dpo/ref_cache_hits": hits / n,
+            "dpo/pairs": float(n),
+            "grad_norm": grad_norm,
+            "dpo/lr": lr,
+            "perf/padding_fraction": 1.0 - real / max(slots, 1),
+        }
+
+    @torch.no_grad()
+    def evaluate(self, batch: Batch) -> dict[str, float]:
+        """``dpo/eval_accuracy``, ``dpo/eval_margin``, ``dpo/eval_chosen_reward``, ``dpo/eval_rejected_reward`` and
+        ``loss/dpo_eval`` on ``batch``'s pairs (eval mode, no gradient); the reference scores them afresh, so
+        held-out ids never enter the training cache."""
+        cfg = self.config
+        pairs = read_pairs(batch)
+        data = batch.to(self.device)
+        bounds = sequence_bounds(data["attention_mask"], data["loss_mask"])
+        n = len(pairs)
+        ref = self._reference_logprobs(data, bounds, pairs, list(range(n)))
+        counts = self._token_counts(bounds, pairs)
+        self.model.eval()
+        totals = torch.zeros(5, device=self.device)
+        plan = plan_pair_micro_batches(data["input_ids"], bounds, pairs, cfg.micro_batch_size, cfg.micro_batch_layout)
+        for idx, rows, layout in plan:
+            k = len(idx)
+            logp = sequence_sum(
+                self.forward_logprobs(layout), data["loss_mask"][torch.tensor(rows, device=self.device)]
+            )
+            sel = torch.tensor(idx, device=self.device)
+            out = self._loss(logp[:k], logp[k:], ref[sel], counts[sel], float(n))
+            totals += torch.stack([out.loss, out.accuracy, out.margin.sum(), out.chosen.sum(), out.rejected.sum()])
+        loss, accuracy, margin, chosen, rejected = totals.tolist()
+        return {
+            "loss/dpo_eval": loss,
+            "dpo/eval_accuracy": accuracy,
+            "dpo/eval_margin": margin / n,
+            "dpo/eval_chosen_reward": chosen / n,
+            "dpo/eval_rejected_reward": rejected / n,
+        }
+
+    def _loss(
+        self, pi_c: torch.Tensor, pi_r: torch.Tensor, ref: torch.Tensor, counts: torch.Tensor, n: float
+    ) -> PairLoss:
+        """``dpo_loss`` of a micro-batch's pairs; IPO compares per-token means (``counts``: response tokens)."""
+        cfg = self.config
+        ref_c, ref_r = ref[:, 0], ref[:, 1]
+        if cfg.loss == "ipo":
+            pi_c, pi_r = pi_c / counts[:, 0], pi_r / counts[:, 1]
+            ref_c, ref_r = ref_c / counts[:, 0], ref_r / counts[:, 1]
+        return dpo_loss(pi_c, pi_r, ref_c, ref_r, cfg.beta, cfg.loss, cfg.label_smoothing, total_pairs=n)
+
+    def _token_counts(self, bounds: SequenceBounds, pairs: Pairs) -> torch.Tensor:
+        """``[P, 2]`` response token counts (at least 1) of each pair's chosen and rejected rows."""
+        counts = [
+            [max(1, len(bounds.scored[c])), max(1, len(bounds.scored[r]))]
+            for c, r in zip(pairs.chosen, pairs.rejected, strict=True)
+        ]
+        return torch.tensor(counts, dtype=torch.float32, device=self.device)
+
+    def _fill_cache(self, data: Batch, bounds: SequenceBounds, pairs: Pairs) -> int:
+        """Compute and store the reference log-probs of ``pairs`` not cached yet; returns how many were cached."""
+        missing = []
+        for i, (pid, c, r) in enumerate(zip(pairs.ids, pairs.chosen, pairs.rejected, strict=True)):
+            lengths = (bounds.length[c], bounds.length[r], len(bounds.scored[c]), len(bounds.scored[r]))
+            if pid not in self._slots:
+                missing.append(i)
+            elif self._lengths[pid] != lengths:
+                raise ValueError(
+                    f"pair id {pid} was cached for responses of other lengths {self._lengths[pid]} than now {lengths}; "
+                    "give each distinct pair one id for the whole run (e.g. its index in the dataset)"
+                )
+        if missing:
+            values = self._reference_logprobs(data, bounds, pairs, missing)
+            start = self._ref_values.shape[0]
+            self._ref_values = torch.cat([self._ref_values, values])
+            for j, i in enumerate(missing):
+                pid, c, r = pairs.ids[i], pairs.chosen[i], pairs.rejected[i]
+                self._slots[pid] = start + j
+                self._lengths[pid] = (bounds.length[c], bounds.length[r], len(bounds.scored[c]), len(bounds.scored[r]))
+        return len(pairs) - len(missing)
+
+    @torch.no_grad()
+    def _reference_logprobs(self, data: Batch, bounds: SequenceBounds, pairs: Pairs, subset: list[int]) -> torch.Tensor:
+        """``[len(subset), 2]`` summed response log-probs of the pairs ``subset`` under the reference, in the order
+        of ``subset``, micro-batched and laid out like the policy's forward."""
+        cfg = self.config
+        out = torch.zeros(len(subset), 2, device=self.device)
+        where = {i: j for j, i in enumerate(subset)}
+        plan = plan_pair_micro_batches(
+            data["input_ids"], bounds, pairs, cfg.micro_batch_size, cfg.micro_batch_layout, subset
+        )
+        for idx, rows, layout in plan:
+            k = len(idx)
+            logp = layout_logprobs(self.reference, layout, 1.0, 0, 1.0, cfg.logprob_chunk_tokens, cfg.autocast)
+            sums = sequence_sum(layout.scatter(logp), data["loss_mask"][torch.tensor(rows, device=self.device)])
+            dest = torch.tensor([where[i] for i in idx], device=self.device)
+            out[dest] = torch.stack([sums[:k], sums[k:]], dim=1)
+            self.reference_sequences += len(rows)
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """The LM learner's state, the reference weights and the reference cache."""
+        state = super().state_dict()
+        ids = list(self._slots)
+        state["reference"] = self.reference.state_dict()
+        state["ref_cache"] = {
+            "ids": torch.tensor(ids, dtype=torch.long),
+            "values": self._ref_values[[self._slots[i] for i in ids]].cpu() if ids else torch.zeros(0, 2),
+            "lengths": torch.tensor([self._lengths[i] for i in ids], dtype=torch.long).reshape(-1, 4),
+        }
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+        super().load_state_dict(state)
+        self.reference.load_state_dict(state["reference"])
+        cache = state["ref_cache"]
+        ids = [int(i) for i in cache["ids"].tolist()]
+        self._ref_values = cache["values"].float().to(self.device)
+        self._slots = {pid: j for j, pid in enumerate(ids)}
+        self._lengths = {pid: tuple(v) for pid, v in zip(ids, cache["lengths"].tolist(), strict=True)}
