@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import re
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 from torch import nn
 
 from pickaxe.errors import PickaxeError
-from pickaxe.runs.folder import disk_error, move_aside, unique_path
+from pickaxe.runs.folder import check_new_run_dir, disk_error, move_aside, unique_path
 from pickaxe.runs.model import MODEL_DIGEST_FILE, MODEL_FILE, _checkpoint_choice, load_model, save_model
 from pickaxe.runs.run import Run, default_run_dir
 from pickaxe.runs.status import process_alive, read_status, write_status
@@ -84,6 +85,91 @@ def test_disk_error_found_down_the_chain_of_causes(depth: int) -> None:
 def test_disk_error_stops_where_the_context_is_suppressed() -> None:
     assert disk_error(_caught(2, suppress=True), RUN) is None  # `raise ... from None` hides the cause
     assert disk_error(PickaxeError("already a message"), RUN) is None
+
+
+# ------------------------------------------------------------------------------------------ a new run's folder
+
+
+def test_a_folder_holding_a_run_is_refused_unless_overwrite(tmp_path: Path) -> None:
+    Run(tmp_path / "r", config={"x": 1}).close()
+    with pytest.raises(PickaxeError) as exc:
+        check_new_run_dir(tmp_path / "r")  # overwrite is off unless asked for
+    assert str(exc.value) == (
+        f"{tmp_path / 'r'} already holds a run (config.json); `pickaxe resume {tmp_path / 'r'}` continues it, "
+        "--overwrite moves it aside and starts a new one, or choose another --run-dir"
+    )
+    assert check_new_run_dir(tmp_path / "r", overwrite=True) is True
+
+
+def test_broken_link_or_file_is_not_a_run_folder(tmp_path: Path) -> None:
+    (tmp_path / "link").symlink_to(tmp_path / "gone")
+    with pytest.raises(PickaxeError) as exc:
+        check_new_run_dir(tmp_path / "link")
+    assert str(exc.value) == (
+        f"run folder {tmp_path / 'link'} is a broken symbolic link; remove it or choose another run folder"
+    )
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(PickaxeError) as exc:
+        check_new_run_dir(tmp_path / "file")
+    assert (
+        str(exc.value)
+        == f"run folder {tmp_path / 'file'} is a file, not a folder; choose another run folder (--run-dir)"
+    )
+    (tmp_path / "works").symlink_to(tmp_path, target_is_directory=True)  # a link to a folder is fine
+    assert check_new_run_dir(tmp_path / "works") is False
+
+
+@pytest.fixture
+def unwritable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every folder refuses new files (a read-only mount; chmod does not stop root)."""
+
+    def refuse(*args: Any, dir: Any = None, **kwargs: Any) -> Any:
+        raise PermissionError(errno.EACCES, "Permission denied", str(dir))
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+
+
+@pytest.mark.usefixtures("unwritable")
+def test_unwritable_folder_is_named_with_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(PickaxeError) as exc:
+        check_new_run_dir(tmp_path)  # an existing, empty folder
+    assert str(exc.value) == (
+        f"cannot write run folder {tmp_path}: {tmp_path} is not writable (Permission denied); "
+        "choose another --run-dir or fix its permissions"
+    )
+    with pytest.raises(PickaxeError) as exc:
+        check_new_run_dir(tmp_path / "a" / "r")  # to be created: the folder it would be created in is named
+    assert str(exc.value) == (
+        f"cannot write run folder {tmp_path / 'a' / 'r'}: {tmp_path} (where {tmp_path / 'a' / 'r'} would be created) "
+        "is not writable (Permission denied); choose another --run-dir or fix its permissions"
+    )
+
+
+def test_overwrite_needs_the_parent_writable_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    Run(tmp_path / "r", config={"x": 1}).close()
+    real = tempfile.mkstemp
+
+    def parent_read_only(*args: Any, dir: Any = None, **kwargs: Any) -> Any:
+        if Path(dir) == tmp_path:
+            raise PermissionError(errno.EACCES, "Permission denied", str(dir))
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", parent_read_only)
+    with pytest.raises(PickaxeError) as exc:
+        check_new_run_dir(tmp_path / "r", overwrite=True)  # the old run is renamed within its parent
+    assert str(exc.value).startswith(
+        f"cannot write run folder {tmp_path / 'r'}: {tmp_path} (where {tmp_path / 'r'} would be created) is not "
+    )
+
+
+def test_folder_that_cannot_be_inspected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def fails(self: Path) -> bool:
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(Path, "is_symlink", fails)
+    with pytest.raises(PickaxeError) as exc:
+        check_new_run_dir(tmp_path / "r")
+    assert str(exc.value) == f"cannot use run folder {tmp_path / 'r'}: Permission denied; choose another --run-dir"
 
 
 # ------------------------------------------------------------------------------------------ folder names

@@ -4,6 +4,7 @@ purge of the steps a killed run wrote past its checkpoint (mutation survivors of
 
 from __future__ import annotations
 
+import errno
 import re
 import socket
 import sys
@@ -175,6 +176,25 @@ def test_read_metrics_skips_damaged_lines_anywhere(tmp_path: Path) -> None:
     assert read_metrics(tmp_path, deterministic=True) == [{"step": 1, "loss": 0.5}, {"step": 3, "loss": 0.25}]
 
 
+def test_new_run_gives_wandb_its_config(tmp_path: Path, wandb: FakeWandb) -> None:
+    with Run(tmp_path / "r", config={"algo": {"lr": 0.1}}, track=("wandb",)):
+        pass
+    assert wandb.inits[0]["config"] == {"algo": {"lr": 0.1}}
+
+
+def test_full_disk_while_logging_names_the_metrics_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with Run(tmp_path / "r") as run:
+        logger = run._sinks[0]
+
+        def full(text: str) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(logger._file, "write", full)
+        with pytest.raises(OSError) as exc:
+            run.log({"loss": 1.0}, 1)
+    assert str(exc.value) == f"[Errno 28] No space left on device: '{tmp_path / 'r' / 'metrics.jsonl'}'"
+
+
 # ------------------------------------------------------------------------------------------ resuming
 
 
@@ -182,7 +202,7 @@ def _finished_segment(path: Path) -> None:
     """A run that logged steps 1..5 (metrics.jsonl and TensorBoard) and was then killed."""
     with Run(path, config={"a": 1}) as run:
         for step in range(1, 6):
-            run.log({"loss": float(step)}, step)
+            run.log({"loss": float(step), "note": "text", "done": True}, step)
 
 
 def test_resume_keeps_wandb_and_prometheus(tmp_path: Path, wandb: FakeWandb) -> None:
@@ -230,6 +250,7 @@ def _scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
 
     acc = EventAccumulator(str(run_dir / "tensorboard"))
     acc.Reload()
+    assert acc.Tags()["scalars"] == [tag]  # numbers only, and not the step itself
     return [(e.step, e.value) for e in acc.Scalars(tag)]
 
 
