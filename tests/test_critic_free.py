@@ -14,7 +14,7 @@ from pickaxe.algos.grpo import GRPO, GRPOConfig, grpo_advantages, grpo_loss
 from pickaxe.algos.rlhf_core import reinforce_pp_advantages
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_llm_training import SAMPLING, _grpo_batch, _model, _params
+from test_llm_training import SAMPLING, _grpo_batch, _model, _params, _step_grads
 
 
 def test_rloo_advantage_is_the_reward_minus_the_mean_of_the_others() -> None:
@@ -66,8 +66,11 @@ def test_estimators_update_the_same_with_any_micro_batching(advantage: str) -> N
         cfg = GRPOConfig(
             lr=1e-3, micro_batch_size=micro, kl_coef=0.05, kl_in="reward", advantage=advantage, max_grad_norm=1e9
         )
-        metrics = GRPO(model, cfg, SAMPLING).update(batch.clone())
+        algo = GRPO(model, cfg, SAMPLING)
+        grads = _step_grads(algo)
+        metrics = algo.update(batch.clone())
         assert math.isfinite(metrics["loss/policy"]) and metrics["grpo/advantage_abs_mean"] > 0
-        out.append(_params(model))
-    assert not torch.equal(out[0], _params(base))
-    assert torch.allclose(out[0], out[1], atol=1e-6)
+        assert not torch.equal(_params(model), _params(base))
+        out.append(grads[0])
+    assert out[0].abs().max() > 1e-3
+    assert torch.allclose(out[0], out[1], atol=1e-6), (out[0] - out[1]).abs().max()

@@ -23,7 +23,7 @@ from pickaxe.rollout.text_collector import DemoCollector, TextCollector, pack
 from pickaxe.train.build import train
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_llm_training import SAMPLING, TOK, _grpo_batch, _model, _params
+from test_llm_training import SAMPLING, TOK, _grpo_batch, _model, _step_grads
 
 
 def _block(vocab: int, seed: int = 1) -> dict[str, torch.Tensor]:
@@ -86,10 +86,12 @@ def test_no_vocabulary_wide_tensor_is_kept_for_the_backward_pass() -> None:
 
 
 def _update(base, batch, **options):
-    model = copy.deepcopy(base)
+    """The gradient the update's optimizer step applied (see ``_step_grads``) and its metrics."""
     cfg = GRPOConfig(lr=1e-3, micro_batch_size=5, kl_coef=0.1, max_grad_norm=1e9, **options)
-    metrics = GRPO(model, cfg, SAMPLING).update(batch.clone())
-    return _params(model) - _params(base), metrics
+    algo = GRPO(copy.deepcopy(base), cfg, SAMPLING)
+    grads = _step_grads(algo)
+    metrics = algo.update(batch.clone())
+    return grads[0], metrics
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +114,7 @@ def test_each_compute_option_gives_the_plain_update(grpo_case, options: dict, at
     base, batch = grpo_case
     plain, plain_metrics = _update(base, batch)
     delta, metrics = _update(base, batch, **options)
-    assert plain.abs().max() > 5e-4  # the update moved the weights
+    assert plain.abs().max() > 1e-3  # a real gradient
     assert (delta - plain).abs().max() <= atol
     for key in ("loss/policy", "kl/token_mean", "kl/seq_sum_mean", "grpo/clip_fraction"):
         assert metrics[key] == pytest.approx(plain_metrics[key], rel=1e-5, abs=1e-7)
@@ -123,7 +125,7 @@ def test_bf16_autocast_update_is_close_to_float32(grpo_case) -> None:
     plain, plain_metrics = _update(base, batch)
     delta, metrics = _update(base, batch, autocast="bf16")
     cos = torch.nn.functional.cosine_similarity(delta, plain, dim=0)
-    assert cos > 0.98  # Adam's first step is ~lr x sign(gradient): the directions agree, bf16 rounding aside
+    assert cos > 0.99  # the same gradient up to bf16 rounding
     assert metrics["loss/policy"] == pytest.approx(plain_metrics["loss/policy"], abs=2e-3)
     assert metrics["check/logprob_diff_max"] > 1e-5  # bf16 log-probs are not the float32 sampler's: it did run in bf16
     assert all(p.dtype == torch.float32 for p in base.parameters())
@@ -135,9 +137,10 @@ def test_sft_options_give_the_plain_update(options: dict) -> None:
     batch = DemoCollector(PromptEnv(Arithmetic(2), seed=0, eval_size=5), TOK, batch_size=12).collect()
     out = []
     for micro, opts in ((12, {}), (5, options)):
-        model = copy.deepcopy(base)
-        SFT(model, SFTConfig(lr=1e-3, micro_batch_size=micro, max_grad_norm=1e9, **opts)).update(batch.clone())
-        out.append(_params(model))
+        sft = SFT(copy.deepcopy(base), SFTConfig(lr=1e-3, micro_batch_size=micro, max_grad_norm=1e9, **opts))
+        grads = _step_grads(sft)
+        sft.update(batch.clone())
+        out.append(grads[0])
     assert torch.allclose(out[0], out[1], atol=2e-6)
 
 
@@ -230,6 +233,7 @@ def test_offloaded_reference_gives_the_same_log_probs_and_stays_on_the_host() ->
     assert all(p.device.type == "cpu" for p in reference.parameters())
 
 
+@pytest.mark.filterwarnings("ignore:GRPO on-policy check")  # bf16 learner vs float32 sampler: ~1e-3 apart
 def test_a_run_with_every_compute_option_trains_and_logs_them(tmp_path: Path) -> None:
     from test_llm_training import _records, _tiny_cfg
 
@@ -276,7 +280,7 @@ def test_compute_options_parse_from_the_command_line_and_bad_values_are_named() 
         "bf16",
     )
     assert cfg.algo.logprob_chunk_tokens == 128 and cfg.collector.offload_reference
-    with pytest.raises(PickaxeError, match="--algo.logprob-chunk-tokens must be >= 0, got -1"):
+    with pytest.raises(PickaxeError, match=r"--algo.logprob-chunk-tokens must be >= 0, got -1"):
         parse_train("arith-grpo", ["--algo.logprob-chunk-tokens", "-1"])
     with pytest.raises(PickaxeError, match=r"micro.batch.layout"):
         parse_train("arith-grpo", ["--algo.micro-batch-layout", "sorted"])

@@ -46,6 +46,23 @@ def _grpo_batch(model, seed: int = 0, reference=None):
     return batch
 
 
+def _step_grads(algo) -> list[torch.Tensor]:
+    """Record the (clipped) gradient every optimizer step of ``algo`` applies, flattened. Updates are compared by
+    these, not by the weights after Adam: Adam's first step is about lr x sign(gradient), so float noise in a
+    mathematically zero gradient (Qwen2's key bias: a constant added to every key leaves the softmax unchanged)
+    would move a weight by a full step either way."""
+    seen: list[torch.Tensor] = []
+    step = algo.optimizer.step
+
+    def recording(*args, **kwargs):
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in algo.model.parameters()]
+        seen.append(torch.cat([g.detach().flatten() for g in grads]).clone())
+        return step(*args, **kwargs)
+
+    algo.optimizer.step = recording
+    return seen
+
+
 def _params(model) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
@@ -79,12 +96,14 @@ def test_grpo_gradient_accumulation_invariance(aggregation: str, options: str) -
             **OPTIONS[options],
         )
         algo = GRPO(model, cfg, SAMPLING)
+        grads = _step_grads(algo)
         metrics = algo.update(batch.clone())
-        results.append((_params(model), metrics["loss/policy"]))
-    (p_full, loss_full), (p_micro, loss_micro) = results
-    assert not torch.equal(p_full, _params(base))
+        assert not torch.equal(_params(model), _params(base))
+        results.append((grads[0], metrics["loss/policy"]))
+    (g_full, loss_full), (g_micro, loss_micro) = results
+    assert g_full.abs().max() > 1e-3  # a real gradient
     assert loss_micro == pytest.approx(loss_full, rel=1e-4, abs=1e-6)
-    assert torch.allclose(p_full, p_micro, atol=1e-6), (p_full - p_micro).abs().max()
+    assert torch.allclose(g_full, g_micro, atol=1e-6), (g_full - g_micro).abs().max()
 
 
 @pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
@@ -95,9 +114,12 @@ def test_sft_gradient_accumulation_invariance(aggregation: str) -> None:
     for micro in (12, 5):
         model = copy.deepcopy(base)
         cfg = SFTConfig(lr=1e-3, micro_batch_size=micro, max_grad_norm=1e9, aggregation=aggregation)
-        SFT(model, cfg).update(batch.clone())
-        out.append(_params(model))
-    assert torch.allclose(out[0], out[1], atol=1e-6)
+        sft = SFT(model, cfg)
+        grads = _step_grads(sft)
+        sft.update(batch.clone())
+        out.append(grads[0])
+    assert out[0].abs().max() > 1e-3
+    assert torch.allclose(out[0], out[1], atol=1e-6), (out[0] - out[1]).abs().max()
 
 
 def test_grpo_logs_checks_and_stays_quiet_on_policy() -> None:
