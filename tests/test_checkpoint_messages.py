@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import time
 from pathlib import Path
@@ -441,3 +442,20 @@ def test_save_checkpoint_passes_metric_meta_and_retention(tmp_path: Path) -> Non
     for step, metric in [(6, 0.5), (7, 8.0)]:
         ckpt.save_checkpoint(tmp_path / "min", step, _state(), metric=metric, keep_last=1, keep_best=1, mode="min")
     assert [i.step for i in CheckpointManager(tmp_path / "min").list()] == [6, 7]
+
+
+def test_non_finite_metric_warning_and_record(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    mgr = CheckpointManager(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="pickaxe.runs.checkpoint"):
+        folder = mgr.save(7, _state(), metric=float("inf"))
+    assert caplog.messages == ["checkpoint of step 7: metric inf is not finite; stored without one"]
+    assert _meta(folder)["metric"] is None  # null in meta.json: never counts as best
+
+
+def test_meta_with_nan_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    mgr = CheckpointManager(tmp_path)
+    with pytest.raises(TypeError) as exc:
+        mgr.save(1, _state(), meta={"score": float("nan")})
+    # the json module's reason follows (its wording varies between Python versions)
+    assert str(exc.value).startswith("checkpoint meta must be JSON-serialisable (no nan/inf, no objects): Out of range")
+    assert not mgr.dir.exists()

@@ -200,6 +200,30 @@ def test_move_aside_renames_to_old_and_the_time(tmp_path: Path) -> None:
     assert (moved / "config.json").read_text() == "{}" and not (tmp_path / "r").exists()
 
 
+def test_failed_move_aside_keeps_the_old_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with Run(tmp_path / "r", config={"x": 1}) as run:
+        run.log({"loss": 1.0}, 1)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "r").iterdir() if p.is_file()}
+
+    def busy(src: Any, dst: Any) -> None:
+        raise OSError(errno.EBUSY, "Device or resource busy")
+
+    monkeypatch.setattr("pickaxe.runs.folder.os.rename", busy)
+    with pytest.raises(PickaxeError) as exc:
+        Run(tmp_path / "r", config={"x": 2}, overwrite=True)
+    assert re.fullmatch(
+        rf"cannot move the run in {re.escape(str(tmp_path / 'r'))} aside to "
+        rf"{re.escape(str(tmp_path))}/r\.old-\d{{8}}-\d{{6}} \(Device or resource busy\); move or delete it yourself",
+        str(exc.value),
+    ), str(exc.value)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "r").iterdir() if p.is_file()} == before  # nothing removed
+
+
+def test_new_run_prints_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    Run(tmp_path / "r", config={"x": 1}).close()
+    assert capsys.readouterr() == ("", "")  # the "started" event is recorded in events.jsonl, not echoed
+
+
 def test_discard_twice_is_harmless(tmp_path: Path) -> None:
     run = Run(tmp_path / "a" / "r", config={"x": 1})
     run.discard()
