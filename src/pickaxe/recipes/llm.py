@@ -51,7 +51,7 @@ def _arith_grpo() -> LLMTrainConfig:
         engine=EngineConfig(max_new_tokens=5, temperature=1.0),
         collector=TextCollectorConfig(prompts=32, group_size=8),
         eval=LLMEvalConfig(prompts=500, samples=8, pass_k=8),
-        warm_start=WarmStartConfig(updates=2000, target_nll=0.4, lr=3e-3, batch_size=128, log_every=100),
+        warm_start=WarmStartConfig(updates=4000, target_nll=0.4, lr=3e-3, batch_size=128, log_every=100),
         trainer=TrainerConfig(total_steps=256 * 100, eval_every=256 * 50),
     )
 
