@@ -23,6 +23,20 @@ from pickaxe.train.trainer import TrainingInterrupted
 ARGS = ["--trainer.total-steps", "6144", "--trainer.stop-at-target", "False", "--no-progress"]
 
 
+@pytest.fixture(autouse=True)
+def _ctrl_c_deliverable():
+    """Ctrl-C must reach the code under test however pytest was started: a job started in the background by a
+    non-interactive shell inherits SIGINT ignored, and the Trainer rightly keeps an ignored signal ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def _default_sigint() -> None:
+    """In a child before exec: SIGINT back to its default, so Python turns it into KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "pickaxe.cli", *args]
 
@@ -41,7 +55,10 @@ def test_signal_checkpoints_at_a_boundary_and_resume_continues_exactly(
     train(cfg, run_dir=a)
 
     proc = subprocess.Popen(
-        _cmd("train", "cartpole-ppo", *ARGS, "--run-dir", str(b)), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        _cmd("train", "cartpole-ppo", *ARGS, "--run-dir", str(b)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=_default_sigint,
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:  # the first metrics line: well inside fit
