@@ -10,6 +10,7 @@ policy. Micro-batches hold whole pairs and the loss is normalised by the step's 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,10 +18,10 @@ from torch import nn
 
 from pickaxe.algos.configs import DPOConfig
 from pickaxe.algos.llm_core import LMAlgorithm, sequence_sum
-from pickaxe.algos.pairs_core import Pairs, plan_pair_micro_batches, read_pairs
+from pickaxe.algos.pairs_core import Pairs, plan_pair_micro_batches, read_pairs, run_pair_plan
 from pickaxe.algos.rlhf_core import PairLoss, dpo_loss
 from pickaxe.data.batch import Batch
-from pickaxe.data.layout import SequenceBounds, sequence_bounds
+from pickaxe.data.layout import SequenceBounds, TokenLayout, sequence_bounds
 from pickaxe.models.lm import layout_logprobs
 
 
@@ -58,29 +59,11 @@ class DPO(LMAlgorithm):
         hits = self._fill_cache(data, bounds, pairs)
         ref = self._ref_values[torch.tensor([self._slots[i] for i in pairs.ids], device=self.device)]
         counts = self._token_counts(bounds, pairs)
-        zero = torch.zeros((), device=self.device)
-        loss_total, acc, margin, chosen, rejected = zero, zero, zero, zero, zero
-        real = slots = 0
         self.model.train()
         plan = plan_pair_micro_batches(data["input_ids"], bounds, pairs, cfg.micro_batch_size, cfg.micro_batch_layout)
-        for idx, rows, layout in plan:
-            k = len(idx)
-            logp = sequence_sum(
-                self.forward_logprobs(layout), data["loss_mask"][torch.tensor(rows, device=self.device)]
-            )
-            sel = torch.tensor(idx, device=self.device)
-            out = self._loss(logp[:k], logp[k:], ref[sel], counts[sel], float(n))
-            out.loss.backward()
-            loss_total = loss_total + out.loss.detach()
-            acc = acc + out.accuracy
-            margin, chosen, rejected = (
-                margin + out.margin.sum(),
-                chosen + out.chosen.sum(),
-                rejected + out.rejected.sum(),
-            )
-            real, slots = real + layout.real_tokens, slots + layout.slots
+        totals = run_pair_plan(plan, self._pair_loss(data, ref, counts, float(n)), self.device, backward=True)
         grad_norm, loss_value, lr, (accuracy, margin_sum, chosen_sum, rejected_sum) = self.optimizer_step(
-            loss_total, torch.stack([acc, margin, chosen, rejected])
+            totals.values[0], totals.values[1:]
         )
         self.model.eval()
         self.version += 1
@@ -94,7 +77,7 @@ class DPO(LMAlgorithm):
             "dpo/pairs": float(n),
             "grad_norm": grad_norm,
             "dpo/lr": lr,
-            "perf/padding_fraction": 1.0 - real / max(slots, 1),
+            "perf/padding_fraction": totals.padding_fraction,
         }
 
     @torch.no_grad()
@@ -110,17 +93,9 @@ class DPO(LMAlgorithm):
         ref = self._reference_logprobs(data, bounds, pairs, list(range(n)))
         counts = self._token_counts(bounds, pairs)
         self.model.eval()
-        totals = torch.zeros(5, device=self.device)
         plan = plan_pair_micro_batches(data["input_ids"], bounds, pairs, cfg.micro_batch_size, cfg.micro_batch_layout)
-        for idx, rows, layout in plan:
-            k = len(idx)
-            logp = sequence_sum(
-                self.forward_logprobs(layout), data["loss_mask"][torch.tensor(rows, device=self.device)]
-            )
-            sel = torch.tensor(idx, device=self.device)
-            out = self._loss(logp[:k], logp[k:], ref[sel], counts[sel], float(n))
-            totals += torch.stack([out.loss, out.accuracy, out.margin.sum(), out.chosen.sum(), out.rejected.sum()])
-        loss, accuracy, margin, chosen, rejected = totals.tolist()
+        totals = run_pair_plan(plan, self._pair_loss(data, ref, counts, float(n)), self.device, backward=False)
+        loss, accuracy, margin, chosen, rejected = totals.values.tolist()
         return {
             "loss/dpo_eval": loss,
             "dpo/eval_accuracy": accuracy,
@@ -128,6 +103,21 @@ class DPO(LMAlgorithm):
             "dpo/eval_chosen_reward": chosen / n,
             "dpo/eval_rejected_reward": rejected / n,
         }
+
+    def _pair_loss(
+        self, data: Batch, ref: torch.Tensor, counts: torch.Tensor, n: float
+    ) -> Callable[[list[int], list[int], TokenLayout], PairLoss]:
+        """The DPO loss of one micro-batch of ``data``'s pairs (for :func:`run_pair_plan`): summed response
+        log-probs of its rows under the policy against the reference's ``ref`` (``counts``: response tokens)."""
+
+        def pair_loss(idx: list[int], rows: list[int], layout: TokenLayout) -> PairLoss:
+            k = len(idx)
+            mask = data["loss_mask"][torch.tensor(rows, device=self.device)]
+            logp = sequence_sum(self.forward_logprobs(layout), mask)
+            sel = torch.tensor(idx, device=self.device)
+            return self._loss(logp[:k], logp[k:], ref[sel], counts[sel], n)
+
+        return pair_loss
 
     def _loss(
         self, pi_c: torch.Tensor, pi_r: torch.Tensor, ref: torch.Tensor, counts: torch.Tensor, n: float

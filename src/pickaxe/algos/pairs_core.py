@@ -8,11 +8,13 @@ packed), so outputs split at ``k`` into the chosen and rejected halves.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from pickaxe.algos.llm_core import plan_micro_batches
+from pickaxe.algos.rlhf_core import PairLoss
 from pickaxe.data.batch import Batch
 from pickaxe.data.layout import SequenceBounds, TokenLayout
 
@@ -81,3 +83,39 @@ def plan_pair_micro_batches(
         planned_rows, planned = plan_micro_batches(input_ids, bounds, rows, len(rows), mode)[0]
         out.append((chunk, planned_rows, planned))
     return out
+
+
+@dataclass
+class PairTotals:
+    """Sums over a plan's micro-batches: ``values`` is one device tensor ``[loss, accuracy, margin, chosen,
+    rejected]`` (the pair losses are already divided by the whole batch's pair count, so ``loss`` and ``accuracy``
+    are the batch's; the last three are sums over pairs); ``real``/``slots`` count real tokens and computed slots."""
+
+    values: torch.Tensor
+    real: int
+    slots: int
+
+    @property
+    def padding_fraction(self) -> float:
+        """Share of computed slots that were padding."""
+        return 1.0 - self.real / max(self.slots, 1)
+
+
+def run_pair_plan(
+    plan: list[tuple[list[int], list[int], TokenLayout]],
+    pair_loss: Callable[[list[int], list[int], TokenLayout], PairLoss],
+    device: torch.device,
+    backward: bool,
+) -> PairTotals:
+    """``pair_loss`` of each micro-batch of ``plan`` (pair indices, rows, layout), summed without a host read; with
+    ``backward``, each micro-batch's loss is back-propagated as it is computed (gradient accumulation)."""
+    values = torch.zeros(5, device=device)
+    real = slots = 0
+    for idx, rows, layout in plan:
+        out = pair_loss(idx, rows, layout)
+        if backward:
+            out.loss.backward()
+        parts = [out.loss.detach(), out.accuracy, out.margin.sum(), out.chosen.sum(), out.rejected.sum()]
+        values = values + torch.stack([p.detach().float() for p in parts])
+        real, slots = real + layout.real_tokens, slots + layout.slots
+    return PairTotals(values, real, slots)

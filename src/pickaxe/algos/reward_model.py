@@ -12,10 +12,10 @@ import torch
 
 from pickaxe.algos.configs import RewardModelConfig
 from pickaxe.algos.llm_core import LMAlgorithm
-from pickaxe.algos.pairs_core import plan_pair_micro_batches, read_pairs
-from pickaxe.algos.rlhf_core import bradley_terry_loss
+from pickaxe.algos.pairs_core import plan_pair_micro_batches, read_pairs, run_pair_plan
+from pickaxe.algos.rlhf_core import PairLoss, bradley_terry_loss
 from pickaxe.data.batch import Batch
-from pickaxe.data.layout import SequenceBounds, sequence_bounds
+from pickaxe.data.layout import SequenceBounds, TokenLayout, sequence_bounds
 from pickaxe.models.reward import RewardModel
 
 
@@ -52,27 +52,18 @@ class RewardModelTrainer(LMAlgorithm):
         bounds = last_token_bounds(sequence_bounds(data["attention_mask"], data["loss_mask"]))
         n = len(pairs)
         margins = self._margins(data, pairs.chosen)
-        zero = torch.zeros((), device=self.device)
-        loss_total, acc, margin, chosen, rejected = zero, zero, zero, zero, zero
-        real = slots = 0
         self.model.train()
         plan = plan_pair_micro_batches(data["input_ids"], bounds, pairs, cfg.micro_batch_size, cfg.micro_batch_layout)
-        for idx, _rows, layout in plan:
+
+        def pair_loss(idx: list[int], _rows: list[int], layout: TokenLayout) -> PairLoss:
             k = len(idx)
             scores = self.model.layout_scores(layout, cfg.autocast)
             mb_margin = cfg.margin if margins is None else margins[torch.tensor(idx, device=self.device)] + cfg.margin
-            out = bradley_terry_loss(scores[:k], scores[k:], mb_margin, total_pairs=float(n))
-            out.loss.backward()
-            loss_total = loss_total + out.loss.detach()
-            acc = acc + out.accuracy
-            margin, chosen, rejected = (
-                margin + out.margin.sum(),
-                chosen + out.chosen.sum(),
-                rejected + out.rejected.sum(),
-            )
-            real, slots = real + layout.real_tokens, slots + layout.slots
+            return bradley_terry_loss(scores[:k], scores[k:], mb_margin, total_pairs=float(n))
+
+        totals = run_pair_plan(plan, pair_loss, self.device, backward=True)
         grad_norm, loss_value, lr, (accuracy, margin_sum, chosen_sum, rejected_sum) = self.optimizer_step(
-            loss_total, torch.stack([acc, margin, chosen, rejected])
+            totals.values[0], totals.values[1:]
         )
         self.model.eval()
         self.version += 1
@@ -85,7 +76,7 @@ class RewardModelTrainer(LMAlgorithm):
             "rm/pairs": float(n),
             "grad_norm": grad_norm,
             "rm/lr": lr,
-            "perf/padding_fraction": 1.0 - real / max(slots, 1),
+            "perf/padding_fraction": totals.padding_fraction,
         }
 
     @torch.no_grad()
