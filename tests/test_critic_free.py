@@ -74,3 +74,15 @@ def test_estimators_update_the_same_with_any_micro_batching(advantage: str) -> N
         out.append(grads[0])
     assert out[0].abs().max() > 1e-3
     assert torch.allclose(out[0], out[1], atol=1e-6), (out[0] - out[1]).abs().max()
+
+
+def test_more_mini_batches_than_sequences_still_updates_and_reports() -> None:
+    """Dynamic sampling can leave fewer sequences than ``mini_batches``: every sequence still gets its step and
+    the metrics are read with the last one (they were read only at a step that never came)."""
+    base = _model()
+    batch = _grpo_batch(base)[:3]
+    algo = GRPO(copy.deepcopy(base), GRPOConfig(lr=1e-3, mini_batches=4), SAMPLING)
+    grads = _step_grads(algo)
+    metrics = algo.update(batch)
+    assert len(grads) == 3 and metrics["grpo/sequences"] == 3.0
+    assert math.isfinite(metrics["loss/policy"]) and "check/logprob_diff_max" in metrics

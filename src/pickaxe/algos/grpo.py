@@ -65,17 +65,19 @@ def grpo_advantages(
         coef = cfg.kl_coef if kl_reward else 0.0
         advantage, _ = reinforce_pp_advantages(reward, logprob, ref, mask, coef, baseline, estimator=cfg.kl_estimator)
         if kl_reward:
-            kl = kl_estimate(logprob, ref, cfg.kl_estimator, mask)
-            metrics["kl/seq_sum_mean"] = sequence_sum(kl, mask).mean()
-            metrics["kl/token_mean"] = sequence_sum(kl, mask).sum() / mask.sum().clamp(min=1)
+            metrics = _kl_metrics(sequence_sum(kl_estimate(logprob, ref, cfg.kl_estimator, mask), mask), mask)
         return advantage, metrics
     if kl_reward:
         reward, kl_seq = kl_shaped_reward(reward, logprob, ref_logprob, mask, cfg.kl_coef, cfg.kl_estimator)
-        metrics["kl/seq_sum_mean"] = kl_seq.mean()
-        metrics["kl/token_mean"] = kl_seq.sum() / mask.sum().clamp(min=1)
+        metrics = _kl_metrics(kl_seq, mask)
     if cfg.advantage == "rloo":
         return rloo_advantages(reward, group), metrics
     return group_advantages(reward, group, cfg.scale_rewards), metrics
+
+
+def _kl_metrics(kl_seq: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``kl/seq_sum_mean`` and ``kl/token_mean`` of per-sequence summed KL estimates ``kl_seq`` over ``mask``."""
+    return {"kl/seq_sum_mean": kl_seq.mean(), "kl/token_mean": kl_seq.sum() / mask.sum().clamp(min=1)}
 
 
 def grpo_loss(
@@ -168,7 +170,8 @@ class GRPO(LMAlgorithm):
         grad_norms: list[float] = []
         losses: list[float] = []
         lr, extra = 0.0, []
-        steps, size = cfg.epochs * cfg.mini_batches, -(-n // cfg.mini_batches)
+        size = -(-n // cfg.mini_batches)
+        steps = cfg.epochs * -(-n // size)  # fewer than mini_batches when the batch has fewer sequences
         self.model.train()
         for epoch in range(cfg.epochs):
             order = torch.randperm(n, generator=self.generator).tolist() if cfg.mini_batches > 1 else list(range(n))
@@ -195,15 +198,14 @@ class GRPO(LMAlgorithm):
                     loss_total = loss_total + loss.detach()
                     for key, value in stats.items():
                         totals[key] = totals[key] + value
-                last = len(grad_norms) == steps - 1
-                names = self._read_names(reads, tis_diff) if last else []
-                values = self._read_tensors(data, reads, totals, first, tis_diff) if last else None
+                final = self._final_reads(data, reads, totals, first, tis_diff) if len(grad_norms) == steps - 1 else {}
+                values = torch.stack(list(final.values())) if final else None
                 grad_norm, loss_value, lr, extra = self.optimizer_step(loss_total, values)
                 losses.append(loss_value)
                 grad_norms.append(grad_norm)
         self.model.eval()
         self.version += 1
-        got = dict(zip(names, extra, strict=True))
+        got = dict(zip(final, extra, strict=True))
         tokens = max(got.pop("tokens"), 1.0)
         self._check_on_policy(got.pop("diff_max_mb0"), int(got.pop("oldest_version")))
         diff_sum, diff_max = got.pop("diff_sum"), got.pop("diff_max")
@@ -226,32 +228,28 @@ class GRPO(LMAlgorithm):
             metrics["kl/seq_sum_mean"] = kl_sum / float(cfg.epochs * n)
         return {**metrics, **got}
 
-    @staticmethod
-    def _read_names(reads: dict[str, torch.Tensor], tis_diff: torch.Tensor | None) -> list[str]:
-        """Names of the values ``_read_tensors`` stacks, in its order."""
-        names = ["advantage_abs_mean", "tokens", "clipped", "ratio_sum", "kl_sum", "diff_sum", "diff_max"]
-        names += ["diff_max_mb0", "oldest_version", *reads]
-        return names + (["check/logprob_diff_mean", "check/logprob_diff_max"] if tis_diff is not None else [])
-
-    def _read_tensors(
+    def _final_reads(
         self,
         data: Batch,
         reads: dict[str, torch.Tensor],
         totals: dict[str, torch.Tensor],
         first: dict[str, torch.Tensor],
         tis_diff: torch.Tensor | None,
-    ) -> torch.Tensor:
-        """Every metric of the update as one device tensor, read with the last optimizer step."""
+    ) -> dict[str, torch.Tensor]:
+        """Every metric of the update as a named scalar device tensor, read with the last optimizer step."""
         adv = data["advantage"]
-        adv_abs = masked_mean(adv.abs(), data["loss_mask"]) if adv.ndim == 2 else adv.abs().mean()
-        parts = [adv_abs, totals["tokens"], totals["clipped"], totals["ratio_sum"]]
-        parts += [totals["kl_sum"], first["diff_sum"], first["diff_max"], first["diff_max_mb0"]]
-        parts.append(data["policy_version"].min())
-        parts += list(reads.values())
+        out = {
+            "advantage_abs_mean": masked_mean(adv.abs(), data["loss_mask"]) if adv.ndim == 2 else adv.abs().mean(),
+            **totals,
+            **first,
+            "oldest_version": data["policy_version"].min(),
+            **reads,
+        }
         if tis_diff is not None:
             mask = data["loss_mask"].bool()
-            parts += [masked_mean(tis_diff, mask), masked_max(tis_diff, mask)]
-        return torch.stack([p.detach().float().reshape(()) for p in parts])
+            out["check/logprob_diff_mean"] = masked_mean(tis_diff, mask)
+            out["check/logprob_diff_max"] = masked_max(tis_diff, mask)
+        return {k: v.detach().float().reshape(()) for k, v in out.items()}
 
     def with_advantages(self, batch: Batch, metrics: dict[str, Any] | None = None) -> Batch:
         """Write ``grpo_advantages`` of ``batch``'s rewards into ``batch["advantage"]`` (metric tensors into
