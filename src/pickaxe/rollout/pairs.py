@@ -95,9 +95,11 @@ def pair_batches(
 
 
 class RewardModelScorer:
-    """A reward model as a ``PromptEnv`` reward ``fn(prompt, completion, metadata) -> float``, and batched:
-    ``batch(prompts, completions)`` scores ``rows`` sequences per forward with one host read per call. Completions
-    are encoded like training responses (:func:`encode_response`, EOS appended); the model scores in eval mode."""
+    """A reward model as a ``PromptEnv`` reward ``fn(prompt, completion, metadata) -> float``, and batched (a
+    :class:`~pickaxe.envs.text.rewards.BatchReward`, so the ``TextCollector`` scores a whole batch in one call):
+    ``batch(prompts, completions, metadatas)`` scores ``rows`` sequences per forward with one host read per call.
+    Completions are encoded like training responses (:func:`encode_response`, EOS appended); the model scores in
+    eval mode. Metadata is not used."""
 
     __name__ = "reward_model"
 
@@ -110,8 +112,14 @@ class RewardModelScorer:
         """The reward model's score of one completion."""
         return self.batch([prompt], [completion])[0]
 
-    def batch(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
-        """Scores of ``completions`` (``completions[i]`` answers ``prompts[i]``), in order."""
+    def batch(
+        self,
+        prompts: Sequence[str],
+        completions: Sequence[str],
+        metadatas: Sequence[dict[str, Any]] | None = None,
+    ) -> list[float]:
+        """Scores of ``completions`` (``completions[i]`` answers ``prompts[i]``), in order; ``metadatas`` is
+        accepted for the ``BatchReward`` protocol and ignored."""
         if len(prompts) != len(completions):
             raise ValueError(f"got {len(prompts)} prompts and {len(completions)} completions; pass one prompt each")
         if not prompts:

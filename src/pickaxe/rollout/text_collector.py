@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,6 +16,7 @@ from torch import nn
 from pickaxe.data.batch import Batch
 from pickaxe.envs.text.example import Example
 from pickaxe.envs.text.prompt_env import PromptEnv
+from pickaxe.envs.text.rewards import RewardFailedError, RewardFailure, RewardScores, RewardWarning
 from pickaxe.models.lm import Autocast, completion_logprobs
 from pickaxe.rollout.engines.base import Completion, Engine, SamplingParams
 
@@ -76,7 +78,17 @@ class TextCollector:
     ``input_ids``, ``attention_mask``, ``loss_mask`` (see ``pack``), ``logprob`` (sampler), ``ref_logprob``
     (given a ``reference`` model; same temperature, no top-k/top-p; completion tokens only, ``ref_rows`` sequences
     per forward, bf16 autocast with ``precision="bf16"``), ``reward``, ``advantage`` (zeros: the
-    algorithm computes it), ``group`` (a prompt id unique over the run) and ``policy_version``.
+    algorithm computes it), ``group`` (a prompt id unique over the run), ``valid`` and ``policy_version``.
+
+    Rewards are scored a batch at a time (``PromptEnv.score_batch``: batched rewards such as a reward model see
+    every completion in one call). A completion that a trained-on reward cannot score (it raised or returned NaN or
+    inf) is excluded from the update: ``valid`` False, ``loss_mask`` all 0, a ``group`` of its own (a negative id
+    unique over the run, so the group statistics of GRPO, RLOO and REINFORCE++-baseline over the other completions
+    of its prompt are exactly those of the valid ones, and its own advantage is 0) and as ``reward`` the mean of
+    its group's valid rewards (so reward statistics are not skewed). A ``RewardWarning`` per failing reward and
+    batch names the count and the first failing sample; ``rollout/reward/failed`` counts the excluded samples. A
+    reward that fails on every completion of a batch, or a batch with no valid completion, raises
+    ``RewardFailedError``.
 
     Before generating, the engine is synced to ``policy`` tagged ``version_fn()`` (the learner's update count).
     """
@@ -126,12 +138,11 @@ class TextCollector:
             self.engine.sync_weights(self.policy, version)
         completions = self.engine.generate(prompt_ids, self.sampling)
         t1 = time.perf_counter()
-        rewards, parts = [], []
-        for c in completions:
-            text = self.decode(c.token_ids)
-            total, named = self.env.score(examples[c.prompt_index], text)
-            rewards.append(total)
-            parts.append(named)
+        texts = [self.decode(c.token_ids) for c in completions]
+        scores = self.env.score_batch([examples[c.prompt_index] for c in completions], texts)
+        self._report_failures(scores)
+        group_of = [c.prompt_index for c in completions]
+        rewards = _fill_failed(scores.total, scores.valid, group_of)
         t2 = time.perf_counter()
         data = pack(
             [prompt_ids[c.prompt_index] for c in completions],
@@ -140,9 +151,17 @@ class TextCollector:
             [c.logprobs for c in completions],
         )
         n = len(completions)
+        valid = torch.tensor(scores.valid, dtype=torch.bool)
+        data["loss_mask"] &= valid[:, None]
+        data["valid"] = valid
         data["reward"] = torch.tensor(rewards, dtype=torch.float32)
         data["advantage"] = torch.zeros(n)
-        data["group"] = torch.tensor([self.groups_seen + c.prompt_index for c in completions])
+        data["group"] = torch.tensor(
+            [
+                self.groups_seen + g if ok else -(self.total_steps + i + 1)
+                for i, (g, ok) in enumerate(zip(group_of, scores.valid, strict=True))
+            ]
+        )
         data["policy_version"] = torch.full((n,), version, dtype=torch.long)
         batch = TensorDict(data, batch_size=[n]).to(self.device)
         if self.reference is not None:
@@ -151,7 +170,7 @@ class TextCollector:
         t3 = time.perf_counter()
         self.groups_seen += len(examples)
         self.total_steps += n
-        self._metrics = self._summarise(completions, rewards, parts, batch)
+        self._metrics = self._summarise(completions, rewards, scores, batch)
         gen_tokens = sum(len(c.token_ids) for c in completions)
         self._metrics.update(
             {
@@ -191,22 +210,55 @@ class TextCollector:
         """Completion text: the tokens before EOS, special tokens dropped."""
         return completion_text(self.tokenizer, token_ids, self.eos_token_id)
 
+    def _report_failures(self, scores: RewardScores) -> None:
+        """One ``RewardWarning`` per reward that failed on some completions; ``RewardFailedError`` when a reward
+        failed on all of them or no completion is left to train on."""
+        n = len(scores.valid)
+        by_reward: dict[str, list[RewardFailure]] = {}
+        for failure in scores.failures:
+            by_reward.setdefault(failure.reward, []).append(failure)
+        weights = dict(zip(self.env.reward_names, (w for _, w in self.env.rewards), strict=True))
+        for name, failed in by_reward.items():
+            if len(failed) == n:
+                raise RewardFailedError(
+                    f"reward {name!r} failed on all {n} completions of the batch; the first: {failed[0].describe()}; "
+                    "fix the reward function"
+                ) from failed[0].exception
+            effect = "excluded from the update" if weights[name] != 0 else "left out of its metric (weight 0)"
+            warnings.warn(
+                f"reward {name!r} failed on {len(failed)} of {n} completions, {effect}; the first: "
+                f"{failed[0].describe()}",
+                RewardWarning,
+                stacklevel=3,
+            )
+        if not any(scores.valid):
+            first = next(f for f in scores.failures if weights[f.reward] != 0)
+            raise RewardFailedError(
+                f"no completion of the batch could be scored (rewards failed on every one); the first: reward "
+                f"{first.reward!r} on {first.describe()}; fix the reward functions"
+            ) from first.exception
+
     def _summarise(
-        self, completions: list[Completion], rewards: list[float], parts: list[dict[str, float]], batch: Batch
+        self, completions: list[Completion], rewards: list[float], scores: RewardScores, batch: Batch
     ) -> dict[str, float]:
-        r = np.asarray(rewards, dtype=np.float64)
-        groups = r.reshape(self.prompts, self.sampling.n)
+        valid = np.asarray(scores.valid, dtype=np.bool_)
+        r = np.asarray(rewards, dtype=np.float64)[valid]
+        by_group: dict[int, list[float]] = {}
+        for c, value, ok in zip(completions, rewards, scores.valid, strict=True):
+            if ok:
+                by_group.setdefault(c.prompt_index, []).append(value)
         out = {
             "rollout/reward_mean": float(r.mean()),
             "rollout/reward_std": float(r.std()),
             "rollout/return_mean": float(r.mean()),
             "rollout/completion_length": float(np.mean([len(c.token_ids) for c in completions])),
             "rollout/truncated_fraction": float(np.mean([not c.finished for c in completions])),
-            "rollout/solved_groups": float((groups.std(1) == 0).mean()),
+            "rollout/solved_groups": float(np.mean([np.std(g) == 0 for g in by_group.values()])),
             "rollout/policy_version": float(batch["policy_version"][0]),
+            "rollout/reward/failed": float((~valid).sum()),
         }
-        for name in parts[0]:
-            out[f"rollout/reward/{name}"] = float(np.mean([p[name] for p in parts]))
+        for name, values in scores.parts.items():
+            out[f"rollout/reward/{name}"] = float(np.nanmean(values))
         return out
 
     def state_support(self) -> str:
@@ -238,6 +290,21 @@ class TextCollector:
             self.engine.load_state_dict(state["engine"])
         if "reference" in state and self.reference is not None:
             self.reference.load_state_dict(state["reference"])
+
+
+def _fill_failed(total: list[float], valid: list[bool], group_of: list[int]) -> list[float]:
+    """``total`` with each invalid sample's reward replaced by the mean valid reward of its group (of the batch
+    when its whole group failed): a neutral value, for metrics; the sample is not trained on."""
+    ok = [t for t, v in zip(total, valid, strict=True) if v]
+    batch_mean = float(np.mean(ok)) if ok else 0.0
+    out = []
+    for t, v, g in zip(total, valid, group_of, strict=True):
+        if v:
+            out.append(t)
+            continue
+        same = [x for x, w, h in zip(total, valid, group_of, strict=True) if w and h == g]
+        out.append(float(np.mean(same)) if same else batch_mean)
+    return out
 
 
 class DemoCollector:

@@ -15,9 +15,18 @@ from typing import Any
 import numpy as np
 
 from pickaxe.envs.text.example import Example
-from pickaxe.envs.text.rewards import RewardFn, exact_match, reward_name
+from pickaxe.envs.text.rewards import (
+    Reward,
+    RewardFailedError,
+    RewardFn,
+    RewardScores,
+    as_reward,
+    exact_match,
+    reward_name,
+    score_rewards,
+)
 from pickaxe.envs.text.tasks import GeneratedTask
-from pickaxe.errors import PickaxeError
+from pickaxe.errors import ConfigError, PickaxeError
 
 __all__ = ["DatasetError", "Example", "PromptEnv", "load_examples"]
 
@@ -126,6 +135,23 @@ def _validate(row: Any, i: int, name: str, prompt_key: str, answer_key: str | No
     return Example(prompt, answer, metadata)
 
 
+def _reward_term(item: Any) -> tuple[str, RewardFn, float]:
+    """``(name, callable reward, weight)`` of one ``rewards`` entry: a reward, a pair or a triple."""
+    if isinstance(item, tuple):
+        if len(item) == 3:
+            name, fn, weight = item
+        elif len(item) == 2:
+            (fn, weight), name = item, None
+        else:
+            raise ConfigError(
+                f"a reward entry has {len(item)} items; pass reward, (reward, weight) or (name, reward, weight)"
+            )
+        fn = as_reward(fn)
+        return (name if name is not None else reward_name(fn)), fn, float(weight)
+    fn = as_reward(item)
+    return reward_name(fn), fn, 1.0
+
+
 class PromptEnv:
     """Prompts plus weighted rewards: ``sample(n)`` draws training examples (seeded), ``eval_examples(n)``
     returns the fixed held-out ones, ``score(example, completion)`` returns the weighted reward.
@@ -133,14 +159,18 @@ class PromptEnv:
     ``source`` is a generated task (its ``verify`` is the default reward; held-out problems come from its
     held-out split) or a list of ``Example`` (default reward ``exact_match``; the held-out set is ``eval_source``
     or, without one, a seeded ``eval_fraction`` of the list, never sampled for training).
-    ``rewards`` holds functions or ``(function, weight)`` pairs; the first is the correctness check evaluation
-    uses. The held-out set is fixed by ``eval_seed`` (default: derived from ``seed``).
+    ``rewards`` holds rewards, ``(reward, weight)`` pairs or ``(name, reward, weight)`` triples (what
+    :func:`~pickaxe.envs.text.rewards.parse_reward_spec` returns); a reward is a function
+    ``fn(prompt, completion, metadata)`` or a :class:`~pickaxe.envs.text.rewards.BatchReward`. Names (default: the
+    function's ``__name__``) must be unique; they key the per-reward metrics. A weight of 0 makes a metric-only
+    reward: scored and logged, never part of the training reward. The first reward is the correctness check
+    evaluation uses. The held-out set is fixed by ``eval_seed`` (default: derived from ``seed``).
     """
 
     def __init__(
         self,
         source: GeneratedTask | Sequence[Example],
-        rewards: Sequence[RewardFn | tuple[RewardFn, float]] | None = None,
+        rewards: Sequence[Reward | tuple[Reward, float] | tuple[str, Reward, float]] | None = None,
         eval_source: Sequence[Example] | None = None,
         seed: int = 0,
         eval_size: int = 200,
@@ -149,10 +179,17 @@ class PromptEnv:
     ) -> None:
         self.task = source if hasattr(source, "verify") and hasattr(source, "sample") else None
         default: RewardFn = self.task.verify if self.task is not None else exact_match
-        pairs = [(r, 1.0) if callable(r) else (r[0], float(r[1])) for r in (rewards or [default])]
-        if not pairs:
-            raise ValueError("PromptEnv needs at least one reward function")
-        self.rewards = pairs
+        terms = [_reward_term(r) for r in (rewards or [default])]
+        names = [name for name, _, _ in terms]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigError(
+                f"two rewards are named {twice[0]!r}; name them apart with (name, reward, weight) triples"
+            )
+        self.rewards: list[tuple[RewardFn, float]] = [(fn, w) for _, fn, w in terms]
+        """``(reward, weight)`` pairs, each reward callable as ``fn(prompt, completion, metadata)``."""
+        self.reward_names: list[str] = names
+        """The rewards' names, in the order of ``rewards``."""
         self.rng = np.random.default_rng(seed)
         if eval_seed is None:
             eval_seed = int(np.random.SeedSequence(seed).generate_state(2)[1])
@@ -189,11 +226,28 @@ class PromptEnv:
         return self.heldout if n is None else self.heldout[:n]
 
     def score(self, example: Example, completion: str) -> tuple[float, dict[str, float]]:
-        """The weighted sum of the rewards of ``completion``, and each unweighted reward by name."""
-        meta = example.reward_metadata()
-        parts = {reward_name(fn): float(fn(example.prompt, completion, meta)) for fn, _ in self.rewards}
-        total = sum(w * parts[reward_name(fn)] for fn, w in self.rewards)
-        return total, parts
+        """The weighted sum of the rewards of ``completion``, and each unweighted reward by name.
+
+        A reward that raises or returns a non-finite value raises ``RewardFailedError`` naming the reward and the
+        sample (use :meth:`score_batch` to score many completions and skip the failed ones instead).
+        """
+        scores = self.score_batch([example], [completion])
+        if scores.failures:
+            failure = scores.failures[0]
+            raise RewardFailedError(
+                f"reward {failure.reward!r} failed on {failure.describe()}; fix the reward function"
+            ) from failure.exception
+        return scores.total[0], {name: values[0] for name, values in scores.parts.items()}
+
+    def score_batch(self, examples: Sequence[Example], completions: Sequence[str]) -> RewardScores:
+        """Every reward of every completion (``completions[i]`` answers ``examples[i]``): batched rewards in one
+        call, the others one by one. A reward that raises or returns a non-finite value for a sample is recorded
+        in ``failures`` and makes the sample invalid when its weight is nonzero; nothing is raised for it."""
+        if len(examples) != len(completions):
+            raise ValueError(f"got {len(examples)} examples and {len(completions)} completions; pass one each")
+        terms = [(name, fn, w) for name, (fn, w) in zip(self.reward_names, self.rewards, strict=True)]
+        metadatas = [ex.reward_metadata() for ex in examples]
+        return score_rewards(terms, [ex.prompt for ex in examples], list(completions), metadatas)
 
     def state_dict(self) -> dict[str, Any]:
         """Sampling RNG and the position in the current data epoch."""
