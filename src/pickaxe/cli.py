@@ -33,6 +33,8 @@ commands:
                                        continue a run from its newest good checkpoint to its original budget
   eval RUN_DIR [--checkpoint final|best|latest|STEP] [--episodes N] [--device D]
                                        evaluate a run's model with the run's own evaluation settings
+  export RUN_DIR [--out DIR] [--checkpoint final|best|latest|STEP] [--overwrite] [--device D]
+                                       an LLM run's policy as a transformers folder for the next stage
   set RUN_DIR KEY=VALUE ...            change a mutable hyper-parameter of a running run (e.g. algo.lr=1e-4)
   runs [DIR]                           list the runs under DIR (default runs) with their state
   sweep RECIPE --key v1,v2 ... [--seeds N] [--workers N] [--sweep-dir DIR]
@@ -43,7 +45,7 @@ commands:
   worker [--slots N] [--until-empty]   run queued jobs
   recipes                              list the recipes"""
 
-COMMANDS = ("train", "resume", "eval", "set", "runs", "sweep", "compare", "queue", "worker", "recipes")
+COMMANDS = ("train", "resume", "eval", "export", "set", "runs", "sweep", "compare", "queue", "worker", "recipes")
 
 
 def version() -> str:
@@ -71,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         "train": _train,
         "resume": _resume,
         "eval": _eval,
+        "export": _export,
         "set": _set,
         "runs": _runs,
         "sweep": _sweep,
@@ -319,6 +322,47 @@ def _eval(args: list[str]) -> int:
         "length_mean": float(np.mean(lengths)),
     }
     print(json.dumps(out))
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- export
+@dataclass
+class ExportArgs:
+    """Write an LLM run's policy as a standard transformers folder (weights, config, tokenizer) that a later stage
+    loads by path (--model.path DIR); LoRA adapters are merged. pickaxe_source.json in it names the run, the
+    checkpoint and its env step."""
+
+    run_dir: tyro.conf.Positional[str]
+    """The run folder."""
+    out: str | None = None
+    """Folder to write, completely or not at all (default: RUN_DIR/export, the run's own export, replaced)."""
+    checkpoint: str = "final"
+    """Which weights: final (model.safetensors), best, latest, or a checkpoint's env step."""
+    overwrite: Annotated[bool, tyro.conf.FlagCreatePairsOff] = False
+    """Replace an earlier export in the --out folder (a folder holding anything else is never replaced)."""
+    device: str = "cpu"
+    """Device to load the weights on while exporting."""
+
+
+def _export(args: list[str]) -> int:
+    _needs_run_dir(args, "export")
+    opts = parse(ExportArgs, args, "pickaxe export")
+    if opts.checkpoint not in ("final", "best", "latest") and not opts.checkpoint.isdigit():
+        raise ConfigError(f"--checkpoint must be final, best, latest or an env step, got {opts.checkpoint!r}")
+    checkpoint: str | int = int(opts.checkpoint) if opts.checkpoint.isdigit() else opts.checkpoint
+    run_dir = Path(opts.run_dir)
+    if not (run_dir / "config.json").is_file():
+        raise PickaxeError(f"{run_dir} is not a run directory (no config.json); pass the folder of an LLM run")
+    from pickaxe.models.export import read_export_source
+    from pickaxe.train.export import export_run
+
+    try:
+        out = export_run(run_dir, opts.out, checkpoint, overwrite=opts.overwrite, device=opts.device)
+    except FileNotFoundError as e:
+        raise PickaxeError(str(e)) from None
+    source = read_export_source(out) or {}
+    summary = {"run_dir": str(run_dir), "out": str(out), "checkpoint": opts.checkpoint, "step": source.get("step")}
+    print(json.dumps({**summary, "lora_merged": source.get("lora_merged", False)}))
     return 0
 
 

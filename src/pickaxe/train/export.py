@@ -1,0 +1,127 @@
+"""``export_run``: an LLM run's policy as a standard ``transformers`` folder for the next stage (what
+``pickaxe export RUN_DIR`` does). The model is rebuilt from the run's ``config.json`` as training built it, its
+weights are loaded (verified) from the final model or a checkpoint, LoRA adapters are merged, and
+:func:`pickaxe.models.export.export_model` writes the folder with a ``pickaxe_source.json`` naming the run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pickaxe.errors import ConfigError, PickaxeError
+from pickaxe.models.export import export_model
+from pickaxe.models.lora import is_lora, merge_lora
+from pickaxe.runs.checkpoint import CheckpointManager
+from pickaxe.runs.model import MODEL_DIGEST_FILE, MODEL_FILE, load_model
+from pickaxe.runs.run import Run
+from pickaxe.train.build import config_from_dict
+from pickaxe.train.llm_config import LLMTrainConfig
+from pickaxe.utils import resolve_device
+
+DEFAULT_EXPORT_DIR = "export"
+"""Where ``export_run`` writes by default: ``RUN_DIR/export``."""
+
+
+def export_run(
+    run_dir: str | Path,
+    out_dir: str | Path | None = None,
+    checkpoint: str | int = "final",
+    overwrite: bool = False,
+    device: str | torch.device = "cpu",
+) -> Path:
+    """Export LLM run ``run_dir``'s policy to ``out_dir``; return the folder. The default, ``RUN_DIR/export``, is
+    the run's own export (the trainer writes it when the run finishes) and is replaced; another folder that
+    already holds an export is replaced only with ``overwrite``.
+
+    ``checkpoint``: ``"final"`` (``model.safetensors``), ``"latest"``, ``"best"`` or an env step, as for
+    ``pickaxe eval``. The folder loads with ``load_lm``/``load_tokenizer`` and gives the run's log-probs;
+    ``pickaxe_source.json`` records the run folder, recipe, algorithm, seed, config hash, git commit, the
+    checkpoint and its env step, and the model the run started from. Weights are loaded on ``device``.
+    """
+    from pickaxe.train.llm import build_model, derive_llm_seeds
+
+    run_path = Path(run_dir)
+    data = Run.open(run_path).config()
+    cfg = config_from_dict(data)
+    if not isinstance(cfg, LLMTrainConfig):
+        raise PickaxeError(
+            f"{run_path} is a classic RL run; export writes transformers folders of LLM runs only (its weights are "
+            f"in {MODEL_FILE})"
+        )
+    which = _normalise(checkpoint)
+    if which == "final" and not (run_path / MODEL_FILE).is_file():
+        raise PickaxeError(
+            f"{run_path} has no final model ({MODEL_FILE}; did the run finish?); export a checkpoint with "
+            "--checkpoint latest"
+        )
+    try:
+        dev = resolve_device(device)
+    except RuntimeError:  # torch's error for a malformed device string
+        raise ConfigError(f"--device {device!r} is not a device; use cpu, cuda, cuda:N or auto") from None
+    model, tokenizer = build_model(cfg, dev, derive_llm_seeds(cfg.seed)["model"])
+    load_model(run_path, {"policy": model}, dev, checkpoint=which)
+    lora = is_lora(model)
+    model = merge_lora(model, copy_model=False)  # ours alone: merge in place, no second copy
+    source = _source(run_path, data, which)
+    source["lora_merged"] = lora
+    if out_dir is None:  # the run's own export (the trainer writes one too): always regenerable, so replaced
+        out_dir, overwrite = run_path / DEFAULT_EXPORT_DIR, True
+    return export_model(model.eval(), tokenizer, out_dir, source, overwrite=overwrite)
+
+
+def _normalise(checkpoint: str | int) -> str | int:
+    if isinstance(checkpoint, int) and not isinstance(checkpoint, bool):
+        return checkpoint
+    text = str(checkpoint).strip()
+    if text in ("final", "latest", "best"):
+        return text
+    digits = text.removeprefix("step-")
+    if digits.isdigit():
+        return int(digits)
+    raise PickaxeError(f"--checkpoint must be final, latest, best or an env step (e.g. 10000), got {checkpoint!r}")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _checkpoint_step(run_dir: Path, which: str | int) -> int | None:
+    """The env step of the weights ``load_model`` loaded for ``which`` (same choice rules)."""
+    if which == "final":
+        return _read_json(run_dir / MODEL_DIGEST_FILE).get("step")
+    if isinstance(which, int):
+        return which
+    manager = CheckpointManager(run_dir)
+    if which == "latest":
+        info = manager.latest(on_skip=lambda message: None)  # load_model already reported skipped ones
+        return info.step if info is not None else None
+    scored = [i for i in manager.list() if i.metric is not None]
+    return max(scored, key=lambda i: (i.metric, i.step)).step if scored else None
+
+
+def _source(run_dir: Path, config: dict[str, Any], which: str | int) -> dict[str, Any]:
+    """Where the exported weights come from: the run, its identity and the checkpoint."""
+    manifest = _read_json(run_dir / "manifest.json")
+    final = _read_json(run_dir / MODEL_DIGEST_FILE) if which == "final" else {}
+    model = config.get("model") if isinstance(config.get("model"), dict) else {}
+    return {
+        "run_dir": str(run_dir.resolve()),
+        "run_name": run_dir.resolve().name,
+        "kind": config.get("kind"),
+        "recipe": config.get("recipe"),
+        "algo_name": config.get("algo_name"),
+        "seed": config.get("seed"),
+        "config_hash": manifest.get("config_hash"),
+        "git": manifest.get("git"),
+        "checkpoint": which,
+        "step": _checkpoint_step(run_dir, which),
+        "weights_sha256": final.get("sha256"),
+        "started_from": model.get("path"),
+    }
