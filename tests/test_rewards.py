@@ -28,7 +28,7 @@ from pickaxe.envs.text.synthetic_preferences import sortedness
 from pickaxe.errors import ConfigError
 from pickaxe.models.lm import tiny_lm
 from pickaxe.models.reward import tiny_reward_model
-from pickaxe.models.tokenizer import char_tokenizer
+from pickaxe.models.tokenizer import SIMPLE_CHAT_TEMPLATE, char_tokenizer
 from pickaxe.rollout.engines import HFEngine, SamplingParams
 from pickaxe.rollout.pairs import RewardModelScorer
 from pickaxe.rollout.text_collector import TextCollector
@@ -287,3 +287,14 @@ def test_a_batched_reward_returning_the_wrong_count_is_an_error() -> None:
 
     with pytest.raises(RewardFailedError, match=r"reward 'short' returned 1 scores for 2 completions; its batch"):
         score_rewards([("short", Short(), 1.0)], ["a", "b"], ["x", "y"], [{}, {}])
+
+
+def test_collected_prompts_go_through_the_chat_template() -> None:
+    tok = char_tokenizer(chat_template=SIMPLE_CHAT_TEMPLATE)
+    model = _model()
+    env = PromptEnv(Arithmetic(2), seed=0, eval_size=5)
+    engine = HFEngine(model, tok.eos_token_id, tok.pad_token_id, seed=0)
+    batch = TextCollector(env, engine, tok, prompts=2, sampling=SAMPLING, policy=model).collect()
+    row = batch["attention_mask"][0].bool() & ~batch["loss_mask"][0]
+    prompt = tok.decode(batch["input_ids"][0][row].tolist())
+    assert prompt.startswith("user: ") and prompt.endswith("=\nassistant: ")

@@ -18,6 +18,7 @@ from pickaxe.envs.text.example import Example
 from pickaxe.envs.text.prompt_env import PromptEnv
 from pickaxe.envs.text.rewards import RewardFailedError, RewardFailure, RewardScores, RewardWarning
 from pickaxe.models.lm import Autocast, completion_logprobs
+from pickaxe.models.tokenizer import render_prompt
 from pickaxe.rollout.engines.base import Completion, Engine, SamplingParams
 
 
@@ -59,8 +60,9 @@ def pack(
 
 
 def encode_prompts(tokenizer: Any, examples: Sequence[Example]) -> list[list[int]]:
-    """Token ids of each prompt (the tokenizer's own special tokens included, e.g. a BOS)."""
-    return [list(tokenizer(ex.prompt)["input_ids"]) for ex in examples]
+    """Token ids of each prompt as the policy sees it (:func:`~pickaxe.models.tokenizer.render_prompt`: through the
+    tokenizer's chat template when it has one, else the plain encoding with the tokenizer's own special tokens)."""
+    return [render_prompt(tokenizer, ex.prompt) for ex in examples]
 
 
 def completion_text(tokenizer: Any, token_ids: Sequence[int], eos_token_id: int) -> str:
