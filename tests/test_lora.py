@@ -15,7 +15,6 @@ from pickaxe.errors import ConfigError, PickaxeError
 from pickaxe.models.export import export_model, read_export_source
 from pickaxe.models.lm import completion_logprobs, load_lm, num_parameters, split_lm, tiny_lm
 from pickaxe.models.lora import (
-    LoRAConfig,
     SharedReference,
     apply_lora,
     apply_lora_config,
@@ -26,6 +25,7 @@ from pickaxe.models.lora import (
 from pickaxe.models.tokenizer import char_tokenizer
 from pickaxe.rollout.engines import HFEngine, SamplingParams
 from pickaxe.rollout.text_collector import DemoCollector, TextCollector
+from pickaxe.train.llm_config import LoRAConfig
 
 TOK = char_tokenizer()
 

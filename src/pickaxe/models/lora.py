@@ -13,44 +13,15 @@ import contextlib
 import copy
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
-from pickaxe.config_keys import ranged, validate
-from pickaxe.errors import ConfigError, PickaxeError
+from pickaxe.errors import PickaxeError
 
 ALL_LINEAR = "all-linear"
 """``peft``'s name for every linear layer of the decoder (the output layer excluded)."""
-
-
-@dataclass
-class LoRAConfig:
-    """LoRA adapters on the policy: ``r`` 0 means none (full fine-tuning). Torch-free, like every config."""
-
-    r: int = ranged(0, ge=0)
-    """Rank of each adapter; 0: no LoRA, every weight trains."""
-    alpha: float = ranged(16.0, gt=0)
-    """Scale: an adapter adds ``alpha / r * B @ A`` to its layer's weight."""
-    dropout: float = ranged(0.0, ge=0, lt=1)
-    """Dropout on the adapters' input while training. Above 0 the learner's log-probs are no longer the sampler's
-    (the on-policy ratio is not 1), so keep 0 for GRPO."""
-    target_modules: tuple[str, ...] = field(default_factory=lambda: (ALL_LINEAR,))
-    """Module names to adapt (e.g. q_proj v_proj), or all-linear: every linear layer but the output layer."""
-
-    def __post_init__(self) -> None:
-        validate(self)
-        if not self.target_modules:
-            raise ConfigError(
-                "lora.target_modules is empty; name the layers to adapt (e.g. q_proj v_proj) or all-linear"
-            )
-
-    @property
-    def enabled(self) -> bool:
-        """Whether adapters are applied (``r`` > 0)."""
-        return self.r > 0
 
 
 def _peft() -> Any:
@@ -103,9 +74,10 @@ def apply_lora(
     return wrapped.train(model.training)
 
 
-def apply_lora_config(model: nn.Module, config: LoRAConfig, seed: int = 0) -> nn.Module:
-    """:func:`apply_lora` with the fields of ``config``; ``model`` unchanged when ``config.r`` is 0."""
-    if not config.enabled:
+def apply_lora_config(model: nn.Module, config: Any, seed: int = 0) -> nn.Module:
+    """:func:`apply_lora` with the fields of ``config`` (a ``pickaxe.train.llm_config.LoRAConfig``); ``model``
+    unchanged when ``config.r`` is 0."""
+    if config.r == 0:
         return model
     return apply_lora(model, config.r, config.alpha, config.dropout, config.target_modules, seed)
 

@@ -1,18 +1,22 @@
-"""Named LLM configs (``LLM_RECIPES``): SFT and GRPO on the built-in verifiable tasks with a tiny model.
+"""Named LLM configs (``LLM_RECIPES``): SFT and GRPO on the built-in verifiable tasks with a tiny model, and the
+RLHF stages on the synthetic sorting task (``synthetic-*``), whose preferences come from a hidden gold scorer.
 
 Each runs on 2 CPU cores in minutes; ``--model.path DIR`` swaps in any local transformers causal LM.
 """
 
 from __future__ import annotations
 
-from pickaxe.algos.configs import GRPOConfig, SFTConfig
+from pickaxe.algos.configs import DPOConfig, GRPOConfig, RewardModelConfig, SFTConfig
 from pickaxe.recipes import Recipe
 from pickaxe.train.config import TrainerConfig
 from pickaxe.train.llm_config import (
+    BestOfNConfig,
+    DataConfig,
     EngineConfig,
     LLMEvalConfig,
     LLMTrainConfig,
     LMConfig,
+    PreferenceConfig,
     TaskConfig,
     TextCollectorConfig,
     WarmStartConfig,
@@ -70,6 +74,76 @@ def _reverse_grpo() -> LLMTrainConfig:
     )
 
 
+# The synthetic RLHF task: sort 3-5 digits. The SFT stage stops early (held-out exact match around a third), so
+# the policy's samples vary in quality; the hidden gold score (sort-quality: sortedness x digit F1) labels pairs of
+# them, a proxy reward model learns from those pairs, and the RL stages optimise the proxy while gold is logged.
+# Standalone, each stage warm-starts its own SFT model; `pickaxe pipeline rlhf-synthetic` chains them instead
+# (--model.path and --data.reward-model point at the previous stages' exports, --warm-start.updates 0).
+_SORT = TaskConfig(name="sort", min_len=3, max_len=5, heldout_fraction=0.2)
+_SORT_SFT = WarmStartConfig(updates=300, lr=3e-3, batch_size=64, log_every=50)
+_SORT_ENGINE = EngineConfig(max_new_tokens=7, temperature=1.0)
+_SORT_EVAL = LLMEvalConfig(prompts=256, samples=4, pass_k=4)
+
+
+def _synthetic_sft() -> LLMTrainConfig:
+    return LLMTrainConfig(
+        recipe="synthetic-sft",
+        algo=SFTConfig(lr=3e-3, micro_batch_size=64),
+        model=_tiny(),
+        task=_SORT,
+        data=DataConfig(gold="sort-quality"),
+        engine=_SORT_ENGINE,
+        collector=TextCollectorConfig(prompts=64),
+        eval=_SORT_EVAL,
+        trainer=TrainerConfig(total_steps=64 * _SORT_SFT.updates, eval_every=64 * 100),
+    )
+
+
+def _synthetic_rm() -> LLMTrainConfig:
+    return LLMTrainConfig(
+        recipe="synthetic-rm",
+        algo=RewardModelConfig(lr=1e-3, micro_batch_size=128),
+        model=_tiny(),
+        task=_SORT,
+        data=DataConfig(gold="sort-quality"),
+        preferences=PreferenceConfig(prompts=512, heldout_prompts=128, samples=4),
+        engine=_SORT_ENGINE,
+        collector=TextCollectorConfig(prompts=64),
+        eval=_SORT_EVAL,
+        warm_start=_SORT_SFT,
+        trainer=TrainerConfig(total_steps=128 * 150, eval_every=128 * 50),
+    )
+
+
+def _synthetic_dpo() -> LLMTrainConfig:
+    return LLMTrainConfig(
+        recipe="synthetic-dpo",
+        algo=DPOConfig(lr=1e-4, beta=0.1, micro_batch_size=128),
+        model=_tiny(),
+        task=_SORT,
+        data=DataConfig(gold="sort-quality"),
+        preferences=PreferenceConfig(prompts=512, heldout_prompts=128, samples=4),
+        engine=_SORT_ENGINE,
+        collector=TextCollectorConfig(prompts=64),
+        eval=_SORT_EVAL,
+        warm_start=_SORT_SFT,
+        trainer=TrainerConfig(total_steps=128 * 100, eval_every=128 * 25),
+    )
+
+
+def _synthetic_bon() -> LLMTrainConfig:
+    return LLMTrainConfig(
+        recipe="synthetic-bon",
+        algo=BestOfNConfig(n=(1, 2, 4, 8, 16)),
+        model=_tiny(),
+        task=_SORT,
+        data=DataConfig(gold="sort-quality"),
+        engine=_SORT_ENGINE,
+        eval=_SORT_EVAL,
+        warm_start=_SORT_SFT,
+    )
+
+
 LLM_RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
@@ -80,5 +154,21 @@ LLM_RECIPES: dict[str, Recipe] = {
             _arith_grpo,
         ),
         Recipe("reverse-grpo", "SFT warm start, then GRPO on digit-string reversal", _reverse_grpo),
+        Recipe(
+            "synthetic-sft",
+            "RLHF stage 1: short SFT of a tiny LM on digit sorting (hidden gold score logged)",
+            _synthetic_sft,
+        ),
+        Recipe(
+            "synthetic-rm",
+            "RLHF stage 2: a reward model from gold-labelled pairs of the SFT model's samples",
+            _synthetic_rm,
+        ),
+        Recipe("synthetic-dpo", "RLHF branch: DPO on gold-labelled pairs of the SFT model's samples", _synthetic_dpo),
+        Recipe(
+            "synthetic-bon",
+            "RLHF baseline: best-of-n against the reward model (needs --data.reward-model)",
+            _synthetic_bon,
+        ),
     )
 }

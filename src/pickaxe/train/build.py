@@ -72,7 +72,7 @@ def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = Fal
 Builder = Callable[[Any, Run | None, bool], Trainer]
 BUILDERS: dict[str, str] = {
     "classic": "pickaxe.train.build:build_trainer",
-    "llm": "pickaxe.train.llm:build_llm_trainer",
+    "llm": "pickaxe.train.llm_runs:build_llm_run",
 }
 """Config kind -> ``module:function`` building its Trainer, imported on use (classic runs never load transformers)."""
 CONFIG_KINDS: dict[str, type] = {"classic": TrainConfig, "llm": LLMTrainConfig}

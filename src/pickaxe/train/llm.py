@@ -21,19 +21,24 @@ from rich.table import Table
 from torch import nn
 
 from pickaxe.algos.base import Algorithm
-from pickaxe.algos.configs import GRPOConfig, SFTConfig
+from pickaxe.algos.configs import GRPOConfig, LMConfig, SFTConfig
 from pickaxe.algos.grpo import GRPO
 from pickaxe.algos.sft import SFT
 from pickaxe.envs.text.prompt_env import PromptEnv, load_examples
-from pickaxe.envs.text.rewards import REWARDS
+from pickaxe.envs.text.rewards import parse_reward_spec
+from pickaxe.envs.text.synthetic_preferences import sort_quality
 from pickaxe.envs.text.tasks import make_task
 from pickaxe.errors import ConfigError
 from pickaxe.eval.stats import pass_at_k, wilson_interval
-from pickaxe.models.lm import load_lm, num_parameters, tiny_lm
+from pickaxe.models.export import export_model
+from pickaxe.models.lm import completion_logprobs, load_lm, num_parameters, tiny_lm
+from pickaxe.models.lora import apply_lora_config, is_lora, shared_reference
+from pickaxe.models.reward import RewardModel
 from pickaxe.models.tokenizer import char_tokenizer, load_tokenizer
 from pickaxe.rollout.engines.base import Completion, Engine, SamplingParams
 from pickaxe.rollout.engines.hf import HFEngine
-from pickaxe.rollout.text_collector import DemoCollector, TextCollector, completion_text, encode_prompts
+from pickaxe.rollout.pairs import RewardModelScorer
+from pickaxe.rollout.text_collector import DemoCollector, TextCollector, completion_text, encode_prompts, pack
 from pickaxe.runs.model import load_model
 from pickaxe.runs.run import Run
 from pickaxe.train.llm_config import LLMEvalConfig, LLMTrainConfig
@@ -45,12 +50,22 @@ from pickaxe.utils import resolve_device, seed_everything, set_torch_threads
 
 class TextEvaluator:
     """Scores the current policy on the env's held-out prompts: greedy accuracy (the first reward function is the
-    correctness check; correct means >= 1) with its 95% Wilson interval, the mean greedy reward, and with
-    ``samples`` > 0 the unbiased sampled pass@1 and pass@k. Sampling is re-seeded every call, so an evaluation
-    is a pure function of the weights."""
+    correctness check; correct means >= 1) with its 95% Wilson interval, the mean greedy reward, each reward term's
+    greedy mean (``eval/reward/<name>``), and with ``samples`` > 0 the unbiased sampled pass@1 and pass@k, each
+    term's mean over the samples (``eval/sampled/<name>``) and, given the frozen ``reference``, the KL of the
+    policy to it estimated on those samples (``eval/kl``: mean over completions of the summed log-ratio, an
+    unbiased estimate of the sequence KL). Sampling is re-seeded every call, so an evaluation is a pure function of
+    the weights."""
 
     def __init__(
-        self, env: PromptEnv, engine: Engine, tokenizer: Any, config: LLMEvalConfig, max_new_tokens: int, seed: int = 0
+        self,
+        env: PromptEnv,
+        engine: Engine,
+        tokenizer: Any,
+        config: LLMEvalConfig,
+        max_new_tokens: int,
+        seed: int = 0,
+        reference: nn.Module | None = None,
     ) -> None:
         self.env = env
         self.engine = engine
@@ -58,21 +73,32 @@ class TextEvaluator:
         self.config = config
         self.max_new_tokens = max_new_tokens
         self.seed = seed
+        self.reference = reference
         self.examples = env.eval_examples(config.prompts)
         self.prompt_ids = encode_prompts(tokenizer, self.examples)
         self.eos = int(tokenizer.eos_token_id)
 
-    def _correct(self, completions: list[Completion]) -> tuple[np.ndarray, np.ndarray]:
-        """Per completion: correct by the first reward (>= 1), and the total weighted reward."""
-        first = self.env.rewards[0][0]
-        correct, total = [], []
-        for c in completions:
-            text = completion_text(self.tokenizer, c.token_ids, self.eos)
-            ex = self.examples[c.prompt_index]
-            reward, _ = self.env.score(ex, text)
-            total.append(reward)
-            correct.append(float(first(ex.prompt, text, ex.reward_metadata())) >= 1.0)
-        return np.array(correct), np.array(total)
+    def _score(self, completions: list[Completion]) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """Per completion: correct by the first reward (>= 1), the total weighted reward, and each term by name
+        (NaN where a reward failed; batched rewards score all completions in one call)."""
+        texts = [completion_text(self.tokenizer, c.token_ids, self.eos) for c in completions]
+        scores = self.env.score_batch([self.examples[c.prompt_index] for c in completions], texts)
+        terms = {name: np.asarray(v, dtype=np.float64) for name, v in scores.parts.items()}
+        correct = np.nan_to_num(next(iter(terms.values())), nan=0.0) >= 1.0
+        return correct, np.asarray(scores.total, dtype=np.float64), terms
+
+    def _kl(self, model: nn.Module, completions: list[Completion], temperature: float) -> float:
+        """Mean over ``completions`` of sum_t log pi(y_t) - log pi_ref(y_t) (policy and reference at
+        ``temperature``)."""
+        assert self.reference is not None
+        data = pack([self.prompt_ids[c.prompt_index] for c in completions], [c.token_ids for c in completions],
+                    int(self.tokenizer.pad_token_id))  # fmt: skip
+        device = next(model.parameters()).device
+        ids, attn, mask = (data[k].to(device) for k in ("input_ids", "attention_mask", "loss_mask"))
+        with torch.no_grad():
+            logp = completion_logprobs(model, ids, attn, mask, temperature, rows=64)
+            ref = completion_logprobs(self.reference, ids, attn, mask, temperature, rows=64)
+        return float(((logp - ref) * mask).sum(1).mean())
 
     def __call__(self, algo: Algorithm) -> dict[str, float]:
         """Evaluate ``algo``'s model (synced into the engine first)."""
@@ -84,28 +110,41 @@ class TextEvaluator:
         saved = generator.get_state() if generator is not None else None
         if generator is not None:
             generator.manual_seed(self.seed)
+        was_training = model.training if model is not None else False
+        if model is not None:
+            model.eval()
         try:
             greedy = self.engine.generate(self.prompt_ids, SamplingParams(self.max_new_tokens, temperature=0.0))
-            correct, reward = self._correct(greedy)
+            correct, reward, terms = self._score(greedy)
             n, hits = len(correct), int(correct.sum())
             low, high = wilson_interval(hits, n)
             out = {
                 "eval/accuracy": hits / max(n, 1),
                 "eval/accuracy_ci_low": low,
                 "eval/accuracy_ci_high": high,
-                "eval/return_mean": float(reward.mean()),
+                "eval/return_mean": float(np.nanmean(reward)),
                 "eval/completion_length": float(np.mean([len(c.token_ids) for c in greedy])),
                 "eval/prompts": float(n),
             }
+            if len(terms) > 1:
+                out.update({f"eval/reward/{k}": float(np.nanmean(v)) for k, v in terms.items()})
             if cfg.samples > 0:
                 params = SamplingParams(self.max_new_tokens, temperature=cfg.temperature, n=cfg.samples)
-                sampled_correct, _ = self._correct(self.engine.generate(self.prompt_ids, params))
+                sampled = self.engine.generate(self.prompt_ids, params)
+                sampled_correct, sampled_reward, sampled_terms = self._score(sampled)
                 per_prompt = sampled_correct.reshape(n, cfg.samples).sum(1)
                 for k in sorted({1, min(cfg.pass_k, cfg.samples)}):
                     out[f"eval/pass@{k}"] = float(np.mean([pass_at_k(cfg.samples, int(c), k) for c in per_prompt]))
+                if len(terms) > 1:
+                    out["eval/sampled_return_mean"] = float(np.nanmean(sampled_reward))
+                    out.update({f"eval/sampled/{k}": float(np.nanmean(v)) for k, v in sampled_terms.items()})
+                if self.reference is not None and model is not None:
+                    out["eval/kl"] = self._kl(model, sampled, cfg.temperature)
         finally:
             if generator is not None:
                 generator.set_state(saved)
+            if model is not None:
+                model.train(was_training)
         return out
 
 
@@ -124,7 +163,7 @@ def build_model(cfg: LLMTrainConfig, device: torch.device, seed: int) -> tuple[n
     m = cfg.model
     if m.path:
         tokenizer = load_tokenizer(m.path)
-        return load_lm(m.path, device, m.dtype), tokenizer
+        return apply_lora_config(load_lm(m.path, device, m.dtype), m.lora, seed), tokenizer
     tokenizer = char_tokenizer(model_max_length=m.max_positions)
     model = tiny_lm(
         len(tokenizer),
@@ -141,21 +180,60 @@ def build_model(cfg: LLMTrainConfig, device: torch.device, seed: int) -> tuple[n
     )
     if m.dtype not in ("auto", "float32"):
         model = model.to(getattr(torch, m.dtype))
-    return model.to(device), tokenizer
+    return apply_lora_config(model.to(device), m.lora, seed), tokenizer
 
 
-def build_env(cfg: LLMTrainConfig, seed: int, eval_seed: int) -> PromptEnv:
-    """The ``PromptEnv`` of ``cfg.data`` (a prompt file) or else ``cfg.task``."""
+def frozen_reference(model: nn.Module) -> nn.Module:
+    """The KL reference: a frozen copy of ``model`` as it is now, or for a LoRA policy the policy itself with its
+    adapters switched off (exact, and no second copy of the weights)."""
+    if is_lora(model):
+        return shared_reference(model)
+    return copy.deepcopy(model).eval().requires_grad_(False)
+
+
+GOLD_SCORERS = {"sort-quality": sort_quality}
+"""Gold scores a config can name in ``--data.gold`` (besides the built-in rewards and import paths)."""
+
+
+def load_reward_model(path: str, tokenizer: Any, device: torch.device) -> RewardModelScorer:
+    """The reward model saved in folder ``path`` as a batched reward, with the folder's tokenizer when it has one
+    (else the policy's, which must then be the reward model's)."""
+    model = RewardModel.load(path, device)
+    has_tokenizer = any((Path(path) / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
+    return RewardModelScorer(model, load_tokenizer(path) if has_tokenizer else tokenizer)
+
+
+def build_env(
+    cfg: LLMTrainConfig, seed: int, eval_seed: int, tokenizer: Any = None, device: torch.device | None = None
+) -> PromptEnv:
+    """The ``PromptEnv`` of ``cfg.data`` (a prompt file) or else ``cfg.task``.
+
+    Rewards: ``data.reward`` (a spec, see :func:`~pickaxe.envs.text.rewards.parse_reward_spec`; a task's own check
+    is the name ``verify``), by default the file's exact match or the task's check. With ``data.reward_model`` the
+    reward model, named ``proxy``, is the training reward and the rest are logged only (weight 0); ``data.gold``
+    adds logged-only terms (one term is named ``gold``). The first reward stays the correctness check."""
     d = cfg.data
+    source: Any
+    eval_examples = None
     if d.path:
-        examples = load_examples(d.path, d.prompt_key, d.answer_key)
+        source = load_examples(d.path, d.prompt_key, d.answer_key)
         eval_examples = load_examples(d.eval_path, d.prompt_key, d.answer_key) if d.eval_path else None
-        return PromptEnv(
-            examples, [REWARDS[d.reward]], eval_examples, seed=seed, eval_size=cfg.eval.prompts, eval_seed=eval_seed
-        )
-    t = cfg.task
-    task = make_task(t.name, t.digits, t.min_len, t.max_len, t.heldout_fraction)
-    return PromptEnv(task, seed=seed, eval_size=cfg.eval.prompts, eval_seed=eval_seed)
+        named: dict[str, Any] = {}
+    else:
+        t = cfg.task
+        source = make_task(t.name, t.digits, t.min_len, t.max_len, t.heldout_fraction)
+        named = {"verify": source.verify}
+    spec = d.reward or ("verify" if "verify" in named else "exact")
+    rewards: list[tuple[str, Any, float]] = parse_reward_spec(spec, named)
+    if d.reward_model:
+        if tokenizer is None:
+            raise ValueError("build_env needs the tokenizer to score with a reward model")
+        proxy = load_reward_model(d.reward_model, tokenizer, device or torch.device("cpu"))
+        rewards = [(name, fn, 0.0) for name, fn, _ in rewards] + [("proxy", proxy, d.reward_model_weight)]
+    if d.gold:
+        gold = parse_reward_spec(d.gold, GOLD_SCORERS)
+        rewards += [("gold" if len(gold) == 1 else name, fn, 0.0) for name, fn, _ in gold]
+    return PromptEnv(source, rewards, eval_examples, seed=seed, eval_size=cfg.eval.prompts, eval_seed=eval_seed)
 
 
 def build_engine(cfg: LLMTrainConfig, model: nn.Module, tokenizer: Any, seed: int, run: Run | None) -> Engine:
@@ -184,7 +262,8 @@ def warm_start(
     w = cfg.warm_start
     env = build_env(cfg, seed, seed)  # its own prompt stream; its held-out set is unused
     collector = DemoCollector(env, tokenizer, w.batch_size, device=next(model.parameters()).device)
-    a = cfg.algo  # the run's compute options (layout, checkpointing, autocast, chunks) apply to the warm start too
+    # the run's compute options (layout, checkpointing, autocast, chunks) apply to the warm start too
+    a = cfg.algo if isinstance(cfg.algo, LMConfig) else SFTConfig()
     compute = {
         "micro_batch_layout": a.micro_batch_layout,
         "gradient_checkpointing": a.gradient_checkpointing,
@@ -224,13 +303,36 @@ def warm_start(
 
 
 class LLMTrainer(Trainer):
-    """The ``Trainer`` with an LLM summary: held-out accuracy (95% CI) before and after training."""
+    """The ``Trainer`` with an LLM summary (held-out accuracy with 95% CIs before and after training) and, given
+    ``export_model`` (a model and its tokenizer), an export to ``RUN_DIR/export`` once the run has finished, which
+    the next stage of a pipeline loads by path."""
 
     before: dict[str, float] | None = None
+    export_model: tuple[nn.Module, Any] | None = None
+
+    def log_before(self, record: dict[str, float]) -> None:
+        """Record the evaluation of the starting point (logged at step 0 and shown in the summary)."""
+        self.before = record
+        if self.run is not None:
+            self.run.log({**record, "eval/phase_before": 1.0}, 0)
+        if self.progress and "eval/accuracy_ci_low" in record:
+            Console().print(
+                f"held-out accuracy before training: {record['eval/accuracy']:.3f} "
+                f"[{record['eval/accuracy_ci_low']:.3f}, {record['eval/accuracy_ci_high']:.3f}]"
+            )
 
     def fit(self, total_steps: int | None = None) -> FitResult:
-        """Train, then (with progress on) print held-out accuracy before and after."""
+        """Train, export (when configured) and, with progress on, print held-out accuracy before and after."""
         result = super().fit(total_steps)
+        if self.export_model is not None and self.run is not None:
+            model, tokenizer = self.export_model
+            source = {"run_dir": str(self.run.path.resolve()), "step": self.step, "checkpoint": "final"}
+            config = self.run.config()
+            source.update({k: config.get(k) for k in ("recipe", "algo_name", "seed")})
+            source["started_from"] = config.get("model", {}).get("path")
+            out = export_model(model, tokenizer, self.run.path / "export", source, overwrite=True)
+            if self.progress:
+                Console().print(f"exported to {out}")
         if self.progress:
             print_llm_summary(self.before, result)
         return result
@@ -289,7 +391,7 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
         grpo = GRPO(model, cfg.algo, sampling, seed=seeds["algo"])
         reference = None
         if cfg.algo.kl_coef > 0:  # frozen copy of the starting (warm-started) policy
-            reference = copy.deepcopy(model).eval().requires_grad_(False)
+            reference = frozen_reference(model)
         collector = TextCollector(
             env,
             engine,
@@ -316,16 +418,9 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
         torch_threads=cfg.torch_threads,
         evaluator=evaluator,
     )
+    trainer.export_model = (model, tokenizer)
     if cfg.eval.before and not resuming:
-        before = evaluator(algo)
-        trainer.before = before
-        if run is not None:
-            run.log({**before, "eval/phase_before": 1.0}, 0)
-        if progress:
-            Console().print(
-                f"held-out accuracy before training: {before['eval/accuracy']:.3f} "
-                f"[{before['eval/accuracy_ci_low']:.3f}, {before['eval/accuracy_ci_high']:.3f}]"
-            )
+        trainer.log_before(evaluator(algo))
     return trainer
 
 

@@ -5,10 +5,37 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from pickaxe.algos.configs import GRPOConfig, SFTConfig
+from pickaxe.algos.configs import DPOConfig, GRPOConfig, RewardModelConfig, SFTConfig
 from pickaxe.config_keys import ranged, validate
-from pickaxe.errors import PickaxeError
+from pickaxe.errors import ConfigError, PickaxeError
 from pickaxe.train.config import RunConfig, TrainerConfig, device_field
+
+
+@dataclass
+class LoRAConfig:
+    """LoRA adapters on the policy: ``r`` 0 means none (full fine-tuning). Torch-free, like every config."""
+
+    r: int = ranged(0, ge=0)
+    """Rank of each adapter; 0: no LoRA, every weight trains."""
+    alpha: float = ranged(16.0, gt=0)
+    """Scale: an adapter adds ``alpha / r * B @ A`` to its layer's weight."""
+    dropout: float = ranged(0.0, ge=0, lt=1)
+    """Dropout on the adapters' input while training. Above 0 the learner's log-probs are no longer the sampler's
+    (the on-policy ratio is not 1), so keep 0 for GRPO."""
+    target_modules: tuple[str, ...] = field(default_factory=lambda: ("all-linear",))
+    """Module names to adapt (e.g. q_proj v_proj), or all-linear: every linear layer but the output layer."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+        if not self.target_modules:
+            raise ConfigError(
+                "lora.target_modules is empty; name the layers to adapt (e.g. q_proj v_proj) or all-linear"
+            )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether adapters are applied (``r`` > 0)."""
+        return self.r > 0
 
 
 @dataclass
@@ -26,6 +53,8 @@ class LMConfig:
     kv_heads: int = ranged(2, ge=1)
     intermediate: int = ranged(512, ge=1)
     max_positions: int = ranged(64, ge=2)
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    """LoRA adapters (needs the ``lora`` extra); r 0: full fine-tuning."""
 
     def __post_init__(self) -> None:
         validate(self)
@@ -59,7 +88,58 @@ class DataConfig:
     """Held-out prompts (default: a seeded 10% of ``path``)."""
     prompt_key: str = "prompt"
     answer_key: str = "answer"
-    reward: Literal["exact", "numeric"] = "exact"
+    reward: str | None = None
+    """The training reward as a spec: NAME or MODULE:ATTR terms with weights, joined by '+' (e.g.
+    ``exact+0.5*mypkg.rewards:score``; weight 0 logs without training on it). Built-in names: exact, numeric and, with
+    a task, ``verify`` (its own check). None: exact for a prompt file, verify for a task."""
+    reward_model: str | None = None
+    """Folder of a saved reward model (``RUN_DIR/export`` of a reward-model run): its score is the training reward
+    (weight ``reward_model_weight``), logged as ``proxy``; the task's or file's own reward is then logged only."""
+    reward_model_weight: float = ranged(1.0, gt=0)
+    gold: str | None = None
+    """Hidden gold score(s) as a reward spec (``sort-quality``, a built-in, or MODULE:ATTR), logged as ``gold``
+    (training and evaluation) but never trained on: with a reward model as the proxy, gold falling while proxy rises
+    is reward over-optimisation. Also labels generated preference pairs."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+@dataclass
+class PreferenceConfig:
+    """Preference pairs of reward-model and DPO runs: a file, or (no ``path``) generated from the starting policy's
+    own samples of the task, labelled by the ``data.gold`` scorer (a stand-in for human raters)."""
+
+    path: str | None = None
+    """A .jsonl/.json/.parquet file of {prompt, chosen, rejected} rows (or rankings, with ``ranking_key``)."""
+    heldout_path: str | None = None
+    """Held-out pairs for pairwise accuracy (default: with ``path``, a seeded 10% of its prompts)."""
+    ranking_key: str | None = None
+    """Rows hold a ranked list under this key (best first) instead of chosen/rejected: every ordered pair."""
+    prompts: int = ranged(512, ge=1)
+    """Generated: training prompts sampled."""
+    heldout_prompts: int = ranged(128, ge=1)
+    """Generated: held-out prompts (the task's held-out split)."""
+    samples: int = ranged(4, ge=2)
+    """Generated: completions per prompt; each two with different gold scores make a pair."""
+    temperature: float = ranged(1.0, gt=0)
+    """Generated: sampling temperature."""
+    label_temperature: float = ranged(0.0, ge=0)
+    """Generated: 0 labels by the higher gold score; > 0 draws labels from sigmoid(gold gap / T) (noisy raters)."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+@dataclass
+class BestOfNConfig:
+    """Best-of-n sampling against the reward model (``data.reward_model``): no training, the baseline the RL
+    methods must beat. For each n, ``n`` completions per held-out prompt are sampled and the one the reward model
+    scores highest is kept; gold and proxy of the kept ones are logged with KL(best-of-n || policy) <= log n -
+    (n - 1) / n."""
+
+    n: tuple[int, ...] = ranged(default_factory=lambda: (1, 2, 4, 8, 16), ge=1, le=4096)
+    """Sample counts to evaluate (each is one record, logged at step n)."""
 
     def __post_init__(self) -> None:
         validate(self)
@@ -145,13 +225,20 @@ class LLMTrainConfig(RunConfig):
     """Everything that decides an LLM run's numbers."""
 
     KIND: ClassVar[str] = "llm"
-    ALGOS: ClassVar[dict[str, type]] = {"sft": SFTConfig, "grpo": GRPOConfig}
+    ALGOS: ClassVar[dict[str, type]] = {
+        "sft": SFTConfig,
+        "grpo": GRPOConfig,
+        "rm": RewardModelConfig,
+        "dpo": DPOConfig,
+        "bon": BestOfNConfig,
+    }
 
     algo: Any = field(default_factory=GRPOConfig)
-    """SFTConfig or GRPOConfig; its type picks the algorithm."""
+    """SFTConfig, GRPOConfig, RewardModelConfig, DPOConfig or BestOfNConfig; its type picks the method."""
     model: LMConfig = field(default_factory=LMConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    preferences: PreferenceConfig = field(default_factory=PreferenceConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     collector: TextCollectorConfig = field(default_factory=TextCollectorConfig)
     eval: LLMEvalConfig = field(default_factory=LLMEvalConfig)
@@ -170,3 +257,11 @@ class LLMTrainConfig(RunConfig):
         for module in ("transformers", "tokenizers"):
             if importlib.util.find_spec(module) is None:
                 raise PickaxeError(f"LLM recipes need {module}: pip install 'pickaxe[llm]'")
+        if isinstance(self.algo, BestOfNConfig) and not self.data.reward_model:
+            raise ConfigError("best-of-n ranks samples by a reward model: set --data.reward-model DIR")
+        needs_pairs = isinstance(self.algo, RewardModelConfig | DPOConfig)
+        if needs_pairs and not self.preferences.path and not self.data.gold:
+            raise ConfigError(
+                "this run needs preference pairs: set --preferences.path FILE, or --data.gold to label the policy's "
+                "own samples"
+            )

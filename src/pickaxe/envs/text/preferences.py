@@ -12,6 +12,8 @@ the row, the field and the fix), so a dataset is loaded whole or not at all.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +21,7 @@ from typing import Any
 
 from pickaxe.envs.text.prompt_env import DatasetError, _read_json, _read_jsonl, _text
 
-__all__ = ["PreferencePair", "load_preferences"]
+__all__ = ["PreferencePair", "load_preferences", "save_preferences"]
 
 
 @dataclass
@@ -82,6 +84,21 @@ def load_preferences(
     if not pairs:
         raise DatasetError(f"{name} holds no rows; a preference dataset needs at least one pair")
     return pairs
+
+
+def save_preferences(pairs: Sequence[PreferencePair], path: str | Path) -> Path:
+    """Write ``pairs`` as JSONL rows ``{prompt, chosen, rejected, **metadata}`` that :func:`load_preferences` reads
+    back (same pairs, same order); written to a temporary file and renamed, so a reader never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for p in pairs:
+            f.write(json.dumps({**p.metadata, "prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
 
 
 def _rows(source: str | Path | Any) -> tuple[str, Sequence[Any]]:

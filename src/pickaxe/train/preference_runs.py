@@ -1,0 +1,196 @@
+"""Reward-model and DPO runs: preference pairs in, the same Trainer, Run and checkpoints as every other run.
+
+Both start from the run's policy (``--model.path`` or the tiny model, warm-started with SFT when configured) and
+read preference pairs from ``preferences.path`` or generate them: the policy samples ``preferences.samples``
+completions per prompt and the ``data.gold`` scorer labels every pair (see
+:mod:`pickaxe.rollout.gold_preferences`). Generated pairs are written to ``RUN_DIR/preferences/`` before training,
+so a resumed run reads the very same data and a later stage (DPO after the reward model) can train on it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from rich.console import Console
+
+from pickaxe.algos.base import Algorithm
+from pickaxe.algos.dpo import DPO
+from pickaxe.algos.reward_model import RewardModelTrainer
+from pickaxe.envs.text.preferences import PreferencePair, load_preferences, save_preferences
+from pickaxe.errors import ConfigError
+from pickaxe.eval.stats import wilson_interval
+from pickaxe.models.lm import num_parameters
+from pickaxe.models.reward import RewardModel
+from pickaxe.rollout.engines.base import SamplingParams
+from pickaxe.rollout.engines.hf import HFEngine
+from pickaxe.rollout.gold_preferences import sample_gold_preferences
+from pickaxe.rollout.pair_collector import PairCollector
+from pickaxe.rollout.pairs import pack_pairs
+from pickaxe.runs.run import Run
+from pickaxe.train.llm import (
+    LLMTrainer,
+    TextEvaluator,
+    build_env,
+    build_model,
+    derive_llm_seeds,
+    frozen_reference,
+    warm_start,
+)
+from pickaxe.train.llm_config import LLMTrainConfig
+from pickaxe.utils import resolve_device, seed_everything, set_torch_threads
+
+__all__ = ["build_dpo_trainer", "build_reward_model_trainer", "preference_data"]
+
+HELDOUT_FRACTION = 0.1
+"""Share of a preference file's prompts held out when no ``preferences.heldout_path`` is given."""
+
+
+def _split_by_prompt(pairs: list[PreferencePair], seed: int) -> tuple[list[PreferencePair], list[PreferencePair]]:
+    """A seeded ``HELDOUT_FRACTION`` of the prompts (at least one, never all) and their pairs held out."""
+    groups = sorted({p.group for p in pairs})
+    if len(groups) < 2:
+        raise ConfigError(
+            "the preference file has one prompt, so none can be held out: add prompts or set --preferences.heldout-path"
+        )
+    n = min(len(groups) - 1, max(1, round(HELDOUT_FRACTION * len(groups))))
+    held = set(np.random.default_rng(seed).permutation(groups)[:n].tolist())
+    return [p for p in pairs if p.group not in held], [p for p in pairs if p.group in held]
+
+
+def preference_data(
+    cfg: LLMTrainConfig,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    seeds: dict[str, int],
+    run: Run | None,
+    resuming: bool,
+) -> tuple[list[PreferencePair], list[PreferencePair]]:
+    """Training and held-out pairs: from ``preferences.path`` (held-out from ``heldout_path`` or a seeded split by
+    prompt), or generated from ``model``'s samples labelled by ``data.gold`` and saved in ``RUN_DIR/preferences``
+    (a resumed run reads them back instead of sampling again)."""
+    p = cfg.preferences
+    if p.path:
+        pairs = load_preferences(p.path, ranking_key=p.ranking_key)
+        if p.heldout_path:
+            return pairs, load_preferences(p.heldout_path, ranking_key=p.ranking_key)
+        return _split_by_prompt(pairs, seeds["eval_env"])
+    folder = run.path / "preferences" if run is not None else None
+    if resuming and folder is not None and (folder / "heldout.jsonl").is_file():
+        return load_preferences(folder / "train.jsonl"), load_preferences(folder / "heldout.jsonl")
+    env = build_env(cfg, seeds["env"], seeds["eval_env"])
+    engine = HFEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, cfg.engine.max_batch, seeds["engine"])
+    params = SamplingParams(cfg.engine.max_new_tokens, p.temperature, n=p.samples)
+    gold = dict(zip(env.reward_names, (fn for fn, _ in env.rewards), strict=True)).get("gold")
+    if gold is None:
+        raise ConfigError("generated preferences are labelled by one gold score: set --data.gold to a single reward")
+    model.eval()
+    train = sample_gold_preferences(engine, tokenizer, env.sample(p.prompts), params, gold, seeds["env"],
+                                    p.label_temperature)  # fmt: skip
+    heldout = sample_gold_preferences(engine, tokenizer, env.eval_examples(p.heldout_prompts), params, gold,
+                                      seeds["eval_env"], p.label_temperature)  # fmt: skip
+    if not train or not heldout:
+        raise ConfigError(
+            "the policy's samples gave no pairs with different gold scores: raise --preferences.samples or "
+            "--preferences.temperature"
+        )
+    if folder is not None:
+        save_preferences(heldout, folder / "heldout.jsonl")
+        save_preferences(train, folder / "train.jsonl")  # written last: its presence means both are complete
+    return train, heldout
+
+
+class PairAccuracyEvaluator:
+    """Held-out pairwise accuracy of a reward model with its 95% Wilson interval; ``eval/return_mean`` is the
+    accuracy, so ``keep_best`` keeps the most accurate checkpoint."""
+
+    def __init__(self, pairs: list[PreferencePair], tokenizer: Any) -> None:
+        self.batch = pack_pairs(pairs, tokenizer)
+        self.n = len(pairs)
+
+    def __call__(self, algo: Algorithm) -> dict[str, float]:
+        """Evaluate ``algo`` (a ``RewardModelTrainer``)."""
+        assert isinstance(algo, RewardModelTrainer)
+        accuracy = algo.evaluate(self.batch)
+        low, high = wilson_interval(round(accuracy * self.n), self.n)
+        return {
+            "eval/accuracy": accuracy,
+            "eval/accuracy_ci_low": low,
+            "eval/accuracy_ci_high": high,
+            "eval/return_mean": accuracy,
+            "eval/pairs": float(self.n),
+        }
+
+
+class DPOEvaluator:
+    """The text evaluation of the policy (held-out reward terms, gold, KL to the reference) plus DPO's implicit-
+    reward accuracy and margin on held-out pairs."""
+
+    def __init__(self, text: TextEvaluator, pairs: list[PreferencePair], tokenizer: Any) -> None:
+        self.text = text
+        self.batch = pack_pairs(pairs, tokenizer, pair_ids=range(len(pairs)))
+
+    def __call__(self, algo: Algorithm) -> dict[str, float]:
+        """Evaluate ``algo`` (a ``DPO``)."""
+        assert isinstance(algo, DPO)
+        return {**self.text(algo), **{f"eval/{k.split('/')[-1]}": v for k, v in algo.evaluate(self.batch).items()}}
+
+
+def _start(cfg: LLMTrainConfig, run: Run | None, progress: bool) -> tuple[Any, Any, dict[str, int], Any, bool]:
+    """Seeds, threads, device, the policy (warm-started on a fresh run) and its tokenizer."""
+    set_torch_threads(cfg.torch_threads)
+    seed_everything(cfg.seed)
+    seeds = derive_llm_seeds(cfg.seed)
+    device = resolve_device(cfg.device)
+    model, tokenizer = build_model(cfg, device, seeds["model"])
+    if progress:
+        Console().print(f"model: {type(model).__name__}, {num_parameters(model):,} parameters on {device}")
+    resuming = run is not None and any((run.path / "checkpoints").glob("*"))
+    if cfg.warm_start.updates > 0 and not resuming:
+        warm_start(cfg, model, tokenizer, seeds["warm_start"], run, progress)
+    return model, tokenizer, seeds, device, resuming
+
+
+def build_reward_model_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: bool = False) -> LLMTrainer:
+    """A reward model (the policy's decoder and a new scalar head) trained with the Bradley–Terry loss on the
+    run's preference pairs, ``collector.prompts`` pairs a batch; evaluated by held-out pairwise accuracy. The
+    finished run exports the reward model (and tokenizer) to ``RUN_DIR/export``."""
+    model, tokenizer, seeds, device, resuming = _start(cfg, run, progress)
+    train_pairs, heldout = preference_data(cfg, model, tokenizer, seeds, run, resuming)
+    reward_model = RewardModel.from_lm(model, seed=seeds["algo"])
+    del model
+    algo = RewardModelTrainer(reward_model, cfg.algo)
+    collector = PairCollector(train_pairs, tokenizer, cfg.collector.prompts, seeds["env"], device)
+    evaluator = PairAccuracyEvaluator(heldout, tokenizer)
+    if progress:
+        Console().print(f"preference pairs: {len(train_pairs)} for training, {len(heldout)} held out")
+    trainer = LLMTrainer(algo, collector, run=run, config=cfg.trainer, progress=progress,
+                         torch_threads=cfg.torch_threads, evaluator=evaluator)  # fmt: skip
+    trainer.export_model = (reward_model, tokenizer)
+    if cfg.eval.before and not resuming:
+        trainer.log_before(evaluator(algo))
+    return trainer
+
+
+def build_dpo_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: bool = False) -> LLMTrainer:
+    """DPO (or IPO) of the policy against a frozen copy of itself on the run's preference pairs, ``collector.prompts``
+    pairs a batch; evaluated on held-out prompts (reward terms, gold, KL to the reference) and held-out pairs. The
+    finished run exports the policy to ``RUN_DIR/export``."""
+    model, tokenizer, seeds, device, resuming = _start(cfg, run, progress)
+    train_pairs, heldout = preference_data(cfg, model, tokenizer, seeds, run, resuming)
+    reference = frozen_reference(model)
+    algo = DPO(model, cfg.algo, reference)
+    collector = PairCollector(train_pairs, tokenizer, cfg.collector.prompts, seeds["env"], device)
+    env = build_env(cfg, seeds["env"], seeds["eval_env"], tokenizer, device)
+    engine = HFEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, cfg.engine.max_batch, seeds["engine"])
+    text = TextEvaluator(env, engine, tokenizer, cfg.eval, cfg.engine.max_new_tokens, seeds["eval"], reference)
+    evaluator = DPOEvaluator(text, heldout, tokenizer)
+    if progress:
+        Console().print(f"preference pairs: {len(train_pairs)} for training, {len(heldout)} held out")
+    trainer = LLMTrainer(algo, collector, run=run, config=cfg.trainer, progress=progress,
+                         torch_threads=cfg.torch_threads, evaluator=evaluator)  # fmt: skip
+    trainer.export_model = (model, tokenizer)
+    if cfg.eval.before and not resuming:
+        trainer.log_before(evaluator(algo))
+    return trainer

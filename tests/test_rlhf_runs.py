@@ -1,0 +1,161 @@
+"""The RLHF stages as runs: the synthetic task's gold score, gold-labelled preference pairs, the pair collector's
+exact state, best-of-n, and SFT -> reward model -> DPO / best-of-n chained through exported folders."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pickaxe.envs.text.example import Example
+from pickaxe.envs.text.preferences import PreferencePair, load_preferences, save_preferences
+from pickaxe.envs.text.synthetic_preferences import sort_quality
+from pickaxe.models.tokenizer import char_tokenizer
+from pickaxe.recipes import get_recipe
+from pickaxe.rollout.gold_preferences import gold_pairs
+from pickaxe.rollout.pair_collector import PairCollector
+from pickaxe.train.best_of_n import best_of_n_kl, pick_best
+from pickaxe.train.build import train
+
+
+def test_sort_quality_scores_order_and_digits() -> None:
+    assert sort_quality("sort 4821=", "1248") == 1.0
+    assert sort_quality("sort 4821=", "8421") == 0.0  # every adjacent pair descends
+    assert sort_quality("sort 4821=", "1284") == pytest.approx(2 / 3)  # 2 of 3 pairs in order, digits all right
+    assert sort_quality("sort 4821=", "124") == pytest.approx(6 / 7)  # sorted; F1 of 3 right of 4 = 6/7
+    assert sort_quality("sort 4821=", "0000") == 0.0  # sorted but none of the digits
+    assert sort_quality("sort 4821=", "") == 0.0
+
+
+def test_gold_pairs_label_by_gold_and_skip_ties_duplicates_and_empties() -> None:
+    ex = Example("sort 312=", "123", {"digits": "312"})
+    pairs = gold_pairs(ex, ["123", "321", "123", " ", "132", "213"], sort_quality, np.random.default_rng(0))
+    # distinct non-empty: 123 (1.0), 321 (0.0), 132 (0.5), 213 (0.5); 132 vs 213 tie -> skipped
+    got = {(p.chosen, p.rejected) for p in pairs}
+    assert got == {("123", "321"), ("123", "132"), ("123", "213"), ("132", "321"), ("213", "321")}
+    assert all(p.metadata["gold_chosen"] > p.metadata["gold_rejected"] for p in pairs)
+
+
+def test_noisy_gold_labels_follow_bradley_terry() -> None:
+    ex = Example("sort 312=", "123", {"digits": "312"})
+    rng = np.random.default_rng(0)
+    flips = sum(gold_pairs(ex, ["123", "132"], sort_quality, rng, label_temperature=0.5)[0].chosen == "132"
+                for _ in range(4000))  # fmt: skip
+    expected = 1 / (1 + math.exp((1.0 - 0.5) / 0.5))  # P(worse one chosen) = sigmoid(-gap / T)
+    assert abs(flips / 4000 - expected) < 0.025
+
+
+def test_saved_preferences_load_back_identically(tmp_path: Path) -> None:
+    pairs = [PreferencePair("p1", "a", "b", metadata={"gold_chosen": 1.0}), PreferencePair("p2", "c", "d")]
+    save_preferences(pairs, tmp_path / "prefs.jsonl")
+    back = load_preferences(tmp_path / "prefs.jsonl")
+    assert [(p.prompt, p.chosen, p.rejected, p.metadata) for p in back] == [
+        ("p1", "a", "b", {"gold_chosen": 1.0}),
+        ("p2", "c", "d", {}),
+    ]
+
+
+def test_pair_collector_resumes_exactly_and_covers_each_epoch() -> None:
+    tok = char_tokenizer()
+    pairs = [PreferencePair(f"sort {i}=", str(i), str(i) + "9", group=i) for i in range(10)]
+    a = PairCollector(pairs, tok, 3, seed=1)
+    first_epoch = [int(x) for _ in range(3) for x in a.collect()["pair"][::2]]
+    assert len(set(first_epoch)) == 9  # no pair twice within an epoch
+    state = a.state_dict()
+    b = PairCollector(pairs, tok, 3, seed=99)
+    b.load_state_dict(json.loads(json.dumps(state)))  # the checkpoint's JSON round trip
+    for _ in range(5):
+        x, y = a.collect(), b.collect()
+        assert x["pair"].tolist() == y["pair"].tolist() and x["input_ids"].equal(y["input_ids"])
+
+
+def test_best_of_n_picks_the_proxy_best_of_disjoint_groups() -> None:
+    proxy = np.array([[0.1, 0.9, 0.5, 0.2]])
+    gold = np.array([[1.0, 0.0, 0.7, 0.3]])
+    p, g = pick_best(proxy, gold, 2)  # groups (0.1, 0.9) and (0.5, 0.2)
+    assert p.tolist() == [0.9, 0.5] and g.tolist() == [0.0, 0.7]
+    p, g = pick_best(proxy, gold, 1)
+    assert g.tolist() == [1.0, 0.0, 0.7, 0.3]
+    assert best_of_n_kl(1) == 0.0 and best_of_n_kl(4) == pytest.approx(math.log(4) - 0.75)
+
+
+def _tiny(cfg, steps: int, eval_every: int):
+    cfg.model.hidden, cfg.model.layers, cfg.model.intermediate = 32, 1, 64
+    cfg.eval.prompts, cfg.eval.samples = 16, 2
+    cfg.trainer.total_steps, cfg.trainer.eval_every = steps, eval_every
+    return cfg
+
+
+def test_sft_reward_model_dpo_and_best_of_n_chain_through_exports(tmp_path: Path) -> None:
+    sft = _tiny(get_recipe("synthetic-sft"), 64 * 8, 64 * 8)
+    train(sft, tmp_path / "sft")
+    source = json.loads((tmp_path / "sft" / "export" / "pickaxe_source.json").read_text())
+    assert source["recipe"] == "synthetic-sft" and source["run_dir"] == str((tmp_path / "sft").resolve())
+
+    rm = _tiny(get_recipe("synthetic-rm"), 16 * 4, 16 * 4)
+    rm.model.path, rm.warm_start.updates = str(tmp_path / "sft" / "export"), 0
+    rm.preferences.prompts, rm.preferences.heldout_prompts = 32, 16
+    rm.collector.prompts = 8
+    result, _ = train(rm, tmp_path / "rm")
+    train_pairs = load_preferences(tmp_path / "rm" / "preferences" / "train.jsonl")
+    assert train_pairs and all(p.metadata["gold_chosen"] > p.metadata["gold_rejected"] for p in train_pairs)
+    assert "eval/accuracy" in result.history[-1]
+    assert (tmp_path / "rm" / "export" / "model.safetensors").is_file()
+
+    dpo = _tiny(get_recipe("synthetic-dpo"), 16 * 2, 16 * 2)
+    dpo.model.path, dpo.warm_start.updates = str(tmp_path / "sft" / "export"), 0
+    dpo.preferences.path = str(tmp_path / "rm" / "preferences" / "train.jsonl")
+    dpo.preferences.heldout_path = str(tmp_path / "rm" / "preferences" / "heldout.jsonl")
+    dpo.data.reward_model = str(tmp_path / "rm" / "export")
+    dpo.collector.prompts = 8
+    result, _ = train(dpo, tmp_path / "dpo")
+    last = result.history[-1]
+    for key in ("eval/reward/proxy", "eval/reward/gold", "eval/kl", "eval/eval_accuracy"):
+        assert key in last, key
+    records = [json.loads(line) for line in (tmp_path / "dpo" / "metrics.jsonl").read_text().splitlines()]
+    before = next(r for r in records if r.get("eval/phase_before"))
+    assert before["eval/kl"] == 0.0  # before training the policy is its reference, sample for sample
+    assert math.isfinite(last["eval/kl"]) and last["eval/kl"] != 0.0
+
+    bon = _tiny(get_recipe("synthetic-bon"), 1, 1)
+    bon.model.path, bon.warm_start.updates = str(tmp_path / "sft" / "export"), 0
+    bon.data.reward_model = str(tmp_path / "rm" / "export")
+    bon.algo.n = (1, 4)
+    result, _ = train(bon, tmp_path / "bon")
+    by_n = {r["step"]: r for r in result.history}
+    assert by_n[4]["eval/reward/proxy"] >= by_n[1]["eval/reward/proxy"]  # the best of 4 by proxy scores higher
+    assert json.loads((tmp_path / "bon" / "status.json").read_text())["state"] == "finished"
+
+
+def test_best_of_n_without_a_reward_model_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pickaxe.cli", "train", "synthetic-bon", "--run-dir", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert "--data.reward-model" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_lora_run_trains_adapters_only_and_shares_its_reference(tmp_path: Path) -> None:
+    pytest.importorskip("peft")
+    from pickaxe.models.lora import SharedReference
+    from pickaxe.train.llm import build_llm_trainer
+
+    cfg = _tiny(get_recipe("arith-grpo"), 32, 32)
+    cfg.model.lora.r, cfg.warm_start.updates, cfg.eval.before = 2, 0, False
+    cfg.collector.prompts, cfg.collector.group_size = 4, 4
+    trainer = build_llm_trainer(cfg)
+    assert isinstance(trainer.collector.reference, SharedReference)
+    model = trainer.algo.model
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    trainer.fit()
+    assert all(p.equal(frozen[n]) for n, p in model.named_parameters() if n in frozen)
