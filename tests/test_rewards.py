@@ -210,16 +210,18 @@ def test_a_sample_a_reward_fails_on_is_left_out_of_the_update(reward, error: str
     advantage = GRPO(copy.deepcopy(base), cfg, SAMPLING).with_advantages(batch.clone())["advantage"]
     assert advantage[2] == 0
     assert torch.allclose(advantage[valid], group_advantages(batch["reward"][valid], group[valid]))
-    # and the update is the one without the failed sample
-    grads = []
-    for data in (batch, batch[valid]):
-        algo = GRPO(copy.deepcopy(base), cfg, SAMPLING)
-        seen = _step_grads(algo)
-        metrics = algo.update(data.clone())
-        assert math.isfinite(metrics["loss/policy"])
-        grads.append(seen[0])
-    assert grads[0].abs().max() > 1e-3
-    assert torch.allclose(grads[0], grads[1], atol=1e-6), (grads[0] - grads[1]).abs().max()
+    # and the update is the one without the failed sample, whatever the loss aggregation
+    for aggregation in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
+        cfg = GRPOConfig(lr=1e-3, max_grad_norm=1e9, aggregation=aggregation)
+        grads = []
+        for data in (batch, batch[valid]):
+            algo = GRPO(copy.deepcopy(base), cfg, SAMPLING)
+            seen = _step_grads(algo)
+            metrics = algo.update(data.clone())
+            assert math.isfinite(metrics["loss/policy"])
+            grads.append(seen[0])
+        assert grads[0].abs().max() > 1e-3
+        assert torch.allclose(grads[0], grads[1], atol=1e-6), (aggregation, (grads[0] - grads[1]).abs().max())
 
 
 def test_a_metric_only_reward_that_fails_leaves_the_sample_in() -> None:

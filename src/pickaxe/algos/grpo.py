@@ -180,6 +180,8 @@ class GRPO(LMAlgorithm):
                 if not mini:
                     continue
                 step_tokens = float(sum(len(bounds.scored[r]) for r in mini))
+                # rows without scored tokens (a sample a reward failed on: loss mask zeroed) are not sequences
+                step_seqs = float(sum(1 for r in mini if len(bounds.scored[r]) > 0))
                 loss_total = zero
                 plan = plan_micro_batches(data["input_ids"], bounds, mini, cfg.micro_batch_size, cfg.micro_batch_layout)
                 for j, (rows, layout) in enumerate(plan):
@@ -193,7 +195,7 @@ class GRPO(LMAlgorithm):
                             first["diff_max_mb0"] = diff.max()
                         first_tokens += len(layout.targets)
                         real, slots = real + layout.real_tokens, slots + layout.slots
-                    loss, stats = grpo_loss(logprob, mb, cfg, step_tokens, float(len(mini)), norm)
+                    loss, stats = grpo_loss(logprob, mb, cfg, step_tokens, max(step_seqs, 1.0), norm)
                     loss.backward()
                     loss_total = loss_total + loss.detach()
                     for key, value in stats.items():
