@@ -13,6 +13,7 @@ _LAZY = {
     "Algorithm": "pickaxe.algos.base",
     "DQN": "pickaxe.algos.dqn",
     "GRPO": "pickaxe.algos.grpo",
+    "LLMPPO": "pickaxe.algos.llm_ppo",
     "PPO": "pickaxe.algos.ppo",
     "SFT": "pickaxe.algos.sft",
     "DQNConfig": "pickaxe.algos.configs",

@@ -220,3 +220,49 @@ class DPOConfig(LMConfig):
         validate(self)
         if self.loss == "ipo" and self.label_smoothing:
             raise ValueError("label_smoothing applies to the sigmoid loss only; set it to 0 with loss='ipo'")
+
+
+@dataclass
+class LLMPPOConfig(LMConfig):
+    """PPO with a critic on a causal LM (InstructGPT; "The N+ implementation details of RLHF with PPO"). The
+    defaults are InstructGPT's (k1 KL penalty 0.02 per token in the reward, clip 0.2, gamma 1, lambda 0.95) and
+    those of OpenAI's lm-human-preferences code it builds on (value clip 0.2, vf_coef 0.1, 4 epochs). ``lr``,
+    ``weight_decay`` and the schedule apply to the policy; the critic has its own ``critic_lr`` and
+    ``critic_max_grad_norm`` (same warmup and schedule)."""
+
+    mutable: ClassVar[tuple[str, ...]] = (
+        "lr", "critic_lr", "max_grad_norm", "critic_max_grad_norm", "clip", "value_clip", "vf_coef", "kl_coef",
+        "ptx_coef",
+    )  # fmt: skip
+    """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""
+
+    lr: float = ranged(1e-5, gt=0, le=10)
+    critic_lr: float | None = ranged(None, gt=0, le=10)
+    """Learning rate of the critic (None: the same as ``lr``)."""
+    critic_max_grad_norm: float = ranged(1.0, gt=0)
+    """Gradient-norm clip of the critic (the policy's is ``max_grad_norm``)."""
+    epochs: int = ranged(4, ge=1, le=10_000)
+    """Passes over each batch (the first step of an update has ratio 1; later ones are off-policy and clipped)."""
+    mini_batches: int = ranged(1, ge=1)
+    """Optimizer steps per pass."""
+    clip: float = ranged(0.2, gt=0, lt=1)
+    """Policy ratio clipped to [1 - clip, 1 + clip]."""
+    value_clip: float | None = ranged(0.2, gt=0)
+    """Clip each new value to old value +- this in the value loss (None: no value clipping)."""
+    vf_coef: float = ranged(0.1, ge=0)
+    """Weight of the critic's loss 0.5 (V - return)^2 (it scales the critic's gradients only: separate networks)."""
+    gamma: float = ranged(1.0, ge=0, le=1)
+    """Discount over response tokens."""
+    lam: float = ranged(0.95, ge=0, le=1)
+    """GAE lambda."""
+    whiten_advantages: bool = True
+    """Normalise the advantages of each batch to mean 0, variance 1 over its response tokens."""
+    kl_coef: float = ranged(0.02, ge=0)
+    """Weight of KL(policy || reference) (0: no ``ref_logprob`` needed)."""
+    kl_estimator: KLEstimator = "k1"
+    """k1 (log pi - log pi_ref, InstructGPT's per-token penalty in the reward), k2 or k3 (usual with kl_in=loss)."""
+    kl_in: Literal["reward", "loss"] = "reward"
+    """reward: subtract kl_coef x the per-token KL from each token's reward before GAE; loss: a loss term."""
+    ptx_coef: float = ranged(0.0, ge=0)
+    """PPO-ptx: weight of the language-modelling loss on a batch of demonstrations mixed into every policy step
+    (needs the algorithm's ``ptx`` source; 0: off)."""
