@@ -225,6 +225,29 @@ def test_micro_batching_does_not_change_the_update(case: str) -> None:
         assert m_micro[key] == pytest.approx(m_full[key], rel=1e-4, abs=1e-6), key
 
 
+def test_a_row_excluded_by_the_collector_does_not_change_the_update() -> None:
+    """The collector excludes a sample whose reward failed by zeroing its loss mask (its reward is a filler): the
+    update, seq-mean aggregation included, is the one of the batch without it."""
+    base = _model()
+    batch = _grpo_batch(base, reference=_model(seed=5))
+    excluded = batch.clone()
+    excluded["loss_mask"][3] = False
+    excluded["reward"][3] = 100.0
+    keep = torch.tensor([i for i in range(len(batch)) if i != 3])
+    out = []
+    for data in (excluded, batch[keep]):
+        cfg = LLMPPOConfig(lr=1e-3, epochs=1, aggregation="seq-mean-token-mean", max_grad_norm=1e9)
+        algo = _algo(base, cfg)
+        policy, critic = _step_grads(algo), _critic_grads(algo)
+        metrics = algo.update(data.clone())
+        out.append((policy[0], critic[0], metrics))
+    (p_ex, c_ex, m_ex), (p_kept, c_kept, m_kept) = out
+    assert torch.allclose(p_ex, p_kept, atol=1e-6) and torch.allclose(c_ex, c_kept, atol=1e-6)
+    for key in ("ppo/sequences", "ppo/score_mean", "ppo/shaped_reward_mean", "kl/seq_sum_mean", "loss/value"):
+        assert m_ex[key] == pytest.approx(m_kept[key], rel=1e-5), key
+    assert m_ex["ppo/sequences"] == 23.0
+
+
 def test_update_runs_epochs_times_mini_batches_steps_and_reports() -> None:
     base = _model()
     batch = _grpo_batch(base, reference=_model(seed=5))

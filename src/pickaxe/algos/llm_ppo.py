@@ -273,9 +273,11 @@ class LLMPPO(LMAlgorithm):
         data["token_reward"], data["kl"] = targets.token_reward, targets.kl
         data["advantage"], data["return"] = targets.advantage, targets.returns
         tokens = mask.sum().clamp(min=1)
+        live = mask.any(-1)  # rows the collector excluded (a failed reward: loss mask zeroed) are not counted
+        seqs = live.sum().clamp(min=1)
         metrics = {
-            "ppo/score_mean": data["reward"].float().mean(),
-            "ppo/shaped_reward_mean": sequence_sum(targets.token_reward, mask).mean(),
+            "ppo/score_mean": masked(data["reward"].float(), live).sum() / seqs,
+            "ppo/shaped_reward_mean": sequence_sum(targets.token_reward, mask).sum() / seqs,
             "ppo/value_mean": masked_mean(old_value, mask),
             "ppo/return_mean": masked_mean(targets.returns, mask),
             "ppo/explained_variance": explained_variance(old_value, targets.returns, mask),
@@ -285,7 +287,7 @@ class LLMPPO(LMAlgorithm):
         if ref is not None:
             kl_seq = sequence_sum(targets.kl, mask)
             metrics["kl/token_mean"] = kl_seq.sum() / tokens
-            metrics["kl/seq_sum_mean"] = kl_seq.mean()
+            metrics["kl/seq_sum_mean"] = kl_seq.sum() / seqs
         if "logprob" in data:  # the sampler's: should match the learner's on the same weights
             diff = masked((old_logprob - data["logprob"]).abs(), mask)
             metrics["check/logprob_diff_mean"] = diff.sum() / tokens
@@ -328,15 +330,15 @@ class LLMPPO(LMAlgorithm):
                 if not mini:
                     continue
                 step_tokens = float(max(sum(len(bounds.scored[r]) for r in mini), 1))
+                # rows without scored tokens (a sample a reward failed on: loss mask zeroed) are not sequences
+                step_seqs = float(max(sum(1 for r in mini if bounds.scored[r]), 1))
                 policy_total, value_total = zero, zero
                 plan = plan_micro_batches(data["input_ids"], bounds, mini, cfg.micro_batch_size, cfg.micro_batch_layout)
                 for rows, layout in plan:
                     mb = data[torch.tensor(rows, device=self.device)]
                     logprob = self.forward_logprobs(layout, *self._processing)
                     values = self.critic(layout, cfg.autocast)
-                    policy_loss, value_loss, stats = ppo_loss(
-                        logprob, values, mb, cfg, step_tokens, float(len(mini)), norm
-                    )
+                    policy_loss, value_loss, stats = ppo_loss(logprob, values, mb, cfg, step_tokens, step_seqs, norm)
                     (policy_loss + cfg.vf_coef * value_loss).backward()
                     policy_total = policy_total + policy_loss.detach()
                     value_total = value_total + value_loss.detach()
@@ -371,7 +373,7 @@ class LLMPPO(LMAlgorithm):
             "ppo/value_clip_fraction": got.pop("value_clipped") / tokens,
             "ppo/ratio_mean": got.pop("ratio_sum") / tokens,
             "ppo/approx_kl": got.pop("approx_kl_sum") / tokens,
-            "ppo/sequences": float(n),
+            "ppo/sequences": float(sum(1 for s in bounds.scored if s)),
         }
         if cfg.ptx_coef > 0:
             metrics["loss/ptx"] = _mean(ptx_losses)
