@@ -317,6 +317,8 @@ def test_refusals_name_the_fix() -> None:
     batch = _grpo_batch(model)  # no reference
     with pytest.raises(ValueError, match="needs ref_logprob in the batch"):
         _algo(model, LLMPPOConfig()).update(batch)
+    with pytest.raises(KeyError, match=r"needs batch keys \['reward'\]; collect batches with a TextCollector"):
+        _algo(model, LLMPPOConfig(kl_coef=0.0)).update(batch.exclude("reward"))
 
 
 def test_a_nan_reward_is_refused_before_either_model_moves() -> None:

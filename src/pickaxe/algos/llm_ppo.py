@@ -247,9 +247,7 @@ class LLMPPO(LMAlgorithm):
         ``advantage`` and ``return`` written in; plus metric tensors (not yet read from the device)."""
         cfg = self.config
         data = batch.to(self.device)
-        missing = [k for k in ("input_ids", "attention_mask", "loss_mask", "reward") if k not in data]
-        if missing:
-            raise KeyError(f"LLMPPO needs batch keys {missing}; collect batches with a TextCollector")
+        _check_keys(data)
         if bounds is None:
             bounds = sequence_bounds(data["attention_mask"], data["loss_mask"])
         n, width = data["input_ids"].shape
@@ -304,6 +302,7 @@ class LLMPPO(LMAlgorithm):
         if cfg.ptx_coef > 0 and self.ptx is None:
             raise ValueError("ptx_coef > 0 needs demonstrations: pass ptx=DemoCollector(...) or set ptx_coef=0")
         data = batch.to(self.device)
+        _check_keys(data)
         bounds = sequence_bounds(data["attention_mask"], data["loss_mask"])
         n = data.batch_size[0]
         if n == 0:
@@ -454,6 +453,13 @@ class LLMPPO(LMAlgorithm):
         """Policy parameters, then the critic's (prefixed ``critic.``), for naming a non-finite one."""
         named = list(self.model.named_parameters())
         return named + [(f"critic.{name}", p) for name, p in self.critic.named_parameters()]
+
+
+def _check_keys(data: Batch) -> None:
+    """Refuse a batch without the keys every update needs, naming them."""
+    missing = [k for k in ("input_ids", "attention_mask", "loss_mask", "reward") if k not in data]
+    if missing:
+        raise KeyError(f"LLMPPO needs batch keys {missing}; collect batches with a TextCollector")
 
 
 def _mean(values: list[float]) -> float:
