@@ -285,6 +285,18 @@ def test_llm_run_resumes_exactly(tmp_path: Path) -> None:
     assert _records(tmp_path / "cut") == _records(tmp_path / "full")
 
 
+def test_grpo_state_restores_the_mini_batch_shuffle() -> None:
+    cfg = GRPOConfig(lr=1e-3, mini_batches=3, max_grad_norm=1e9)
+    first, second = _grpo_batch(_model(), seed=0), _grpo_batch(_model(), seed=1)
+    a = GRPO(_model(), cfg, SAMPLING, seed=7)
+    a.update(first.clone())
+    b = GRPO(_model(seed=3), cfg, SAMPLING, seed=99)
+    b.load_state_dict(copy.deepcopy(a.state_dict()))  # as from a checkpoint: no tensor shared with a
+    a.update(second.clone())
+    b.update(second.clone())
+    assert torch.equal(_params(a.model), _params(b.model))  # same mini-batches in the same order
+
+
 def test_set_changes_grpo_learning_rate_live(tmp_path: Path) -> None:
     from pickaxe.runs.run import Run
     from pickaxe.train.llm import build_llm_trainer

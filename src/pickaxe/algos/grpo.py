@@ -146,6 +146,18 @@ class GRPO(LMAlgorithm):
         self._processing = (t if t > 0 else 1.0, self.sampling.top_k, self.sampling.top_p)
         self.generator = torch.Generator().manual_seed(seed)
 
+    def state_dict(self) -> dict[str, Any]:
+        """``LMAlgorithm``'s state and the mini-batch shuffling generator (so a resume with ``mini_batches`` > 1
+        draws the same mini-batches)."""
+        return {**super().state_dict(), "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned (a checkpoint from before the generator was saved keeps the fresh
+        generator)."""
+        super().load_state_dict(state)
+        if "generator" in state:
+            self.generator.set_state(state["generator"])
+
     def update(self, batch: Batch) -> dict[str, float]:
         """Advantages, optional dynamic sampling and TIS, then ``epochs x mini_batches`` optimizer steps.
 
