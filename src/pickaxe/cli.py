@@ -39,13 +39,28 @@ commands:
   runs [DIR]                           list the runs under DIR (default runs) with their state
   sweep RECIPE --key v1,v2 ... [--seeds N] [--workers N] [--sweep-dir DIR]
                                        grid x seeds through the job queue, then compare
+  pipeline NAME [--pipeline-dir DIR] [--seed S] [--workers N] [-- TRAIN FLAGS]
+                                       chained stages (rlhf-synthetic: SFT -> RM -> PPO/DPO/...) via the queue
   compare RUN_OR_SWEEP_DIR... [--metric M] [--out DIR] [--min-seeds N]
                                        IQM, bootstrap CIs, probability of improvement, curves
   queue add|list|cancel|retry ...      the persistent job queue
   worker [--slots N] [--until-empty]   run queued jobs
   recipes                              list the recipes"""
 
-COMMANDS = ("train", "resume", "eval", "export", "set", "runs", "sweep", "compare", "queue", "worker", "recipes")
+COMMANDS = (
+    "train",
+    "resume",
+    "eval",
+    "export",
+    "set",
+    "runs",
+    "sweep",
+    "pipeline",
+    "compare",
+    "queue",
+    "worker",
+    "recipes",
+)
 
 
 def version() -> str:
@@ -77,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         "set": _set,
         "runs": _runs,
         "sweep": _sweep,
+        "pipeline": _pipeline,
         "compare": _compare,
         "queue": _queue,
         "worker": _worker,
@@ -416,6 +432,12 @@ def _sweep(args: list[str]) -> int:
     from pickaxe.exp.sweep import main_sweep
 
     return main_sweep(args)
+
+
+def _pipeline(args: list[str]) -> int:
+    from pickaxe.exp.pipeline import main_pipeline
+
+    return main_pipeline(args)
 
 
 def _compare(args: list[str]) -> int:
