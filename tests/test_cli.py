@@ -50,7 +50,7 @@ def test_recipes_lists_one_line_each(capsys) -> None:
     lines = capsys.readouterr().out.strip().splitlines()
     assert [ln.split()[0] for ln in lines] == [
         "cartpole-ppo", "cartpole-dqn", "pendulum-ppo", "arith-sft", "arith-grpo", "reverse-grpo",
-        "synthetic-sft", "synthetic-rm", "synthetic-dpo", "synthetic-bon",
+        "synthetic-sft", "synthetic-rm", "synthetic-ppo", "synthetic-rloo", "synthetic-dpo", "synthetic-bon",
     ]  # fmt: skip
 
 

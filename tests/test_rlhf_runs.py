@@ -91,27 +91,36 @@ def _tiny(cfg, steps: int, eval_every: int):
     return cfg
 
 
-def test_sft_reward_model_dpo_and_best_of_n_chain_through_exports(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def stages(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny SFT run and a reward-model run started from its export (what the later stages load)."""
+    root = tmp_path_factory.mktemp("stages")
     sft = _tiny(get_recipe("synthetic-sft"), 64 * 8, 64 * 8)
-    train(sft, tmp_path / "sft")
-    source = json.loads((tmp_path / "sft" / "export" / "pickaxe_source.json").read_text())
-    assert source["recipe"] == "synthetic-sft" and source["run_dir"] == str((tmp_path / "sft").resolve())
-
+    train(sft, root / "sft")
     rm = _tiny(get_recipe("synthetic-rm"), 16 * 4, 16 * 4)
-    rm.model.path, rm.warm_start.updates = str(tmp_path / "sft" / "export"), 0
+    rm.model.path, rm.warm_start.updates = str(root / "sft" / "export"), 0
     rm.preferences.prompts, rm.preferences.heldout_prompts = 32, 16
     rm.collector.prompts = 8
-    result, _ = train(rm, tmp_path / "rm")
-    train_pairs = load_preferences(tmp_path / "rm" / "preferences" / "train.jsonl")
+    train(rm, root / "rm")
+    return root
+
+
+def test_sft_reward_model_dpo_and_best_of_n_chain_through_exports(stages: Path, tmp_path: Path) -> None:
+    source = json.loads((stages / "sft" / "export" / "pickaxe_source.json").read_text())
+    assert source["recipe"] == "synthetic-sft" and source["run_dir"] == str((stages / "sft").resolve())
+    train_pairs = load_preferences(stages / "rm" / "preferences" / "train.jsonl")
     assert train_pairs and all(p.metadata["gold_chosen"] > p.metadata["gold_rejected"] for p in train_pairs)
-    assert "eval/accuracy" in result.history[-1]
-    assert (tmp_path / "rm" / "export" / "model.safetensors").is_file()
+    rm_records = [json.loads(line) for line in (stages / "rm" / "metrics.jsonl").read_text().splitlines()]
+    assert any("eval/accuracy" in r for r in rm_records if r["step"] > 0)
+    assert (stages / "rm" / "export" / "model.safetensors").is_file()
+    rm_source = json.loads((stages / "rm" / "export" / "pickaxe_source.json").read_text())
+    assert rm_source["started_from"] == str(stages / "sft" / "export")  # the run records where it came from
 
     dpo = _tiny(get_recipe("synthetic-dpo"), 16 * 2, 16 * 2)
-    dpo.model.path, dpo.warm_start.updates = str(tmp_path / "sft" / "export"), 0
-    dpo.preferences.path = str(tmp_path / "rm" / "preferences" / "train.jsonl")
-    dpo.preferences.heldout_path = str(tmp_path / "rm" / "preferences" / "heldout.jsonl")
-    dpo.data.reward_model = str(tmp_path / "rm" / "export")
+    dpo.model.path, dpo.warm_start.updates = str(stages / "sft" / "export"), 0
+    dpo.preferences.path = str(stages / "rm" / "preferences" / "train.jsonl")
+    dpo.preferences.heldout_path = str(stages / "rm" / "preferences" / "heldout.jsonl")
+    dpo.data.reward_model = str(stages / "rm" / "export")
     dpo.collector.prompts = 8
     result, _ = train(dpo, tmp_path / "dpo")
     last = result.history[-1]
@@ -123,8 +132,8 @@ def test_sft_reward_model_dpo_and_best_of_n_chain_through_exports(tmp_path: Path
     assert math.isfinite(last["eval/kl"]) and last["eval/kl"] != 0.0
 
     bon = _tiny(get_recipe("synthetic-bon"), 1, 1)
-    bon.model.path, bon.warm_start.updates = str(tmp_path / "sft" / "export"), 0
-    bon.data.reward_model = str(tmp_path / "rm" / "export")
+    bon.model.path, bon.warm_start.updates = str(stages / "sft" / "export"), 0
+    bon.data.reward_model = str(stages / "rm" / "export")
     bon.algo.n = (1, 4)
     result, _ = train(bon, tmp_path / "bon")
     by_n = {r["step"]: r for r in result.history}
@@ -159,3 +168,38 @@ def test_a_lora_run_trains_adapters_only_and_shares_its_reference(tmp_path: Path
     assert trainable and all("lora_" in n for n in trainable)
     trainer.fit()
     assert all(p.equal(frozen[n]) for n, p in model.named_parameters() if n in frozen)
+
+
+def _ppo_args(stages: Path) -> list[str]:
+    return [
+        "--model.path", str(stages / "sft" / "export"), "--warm-start.updates", "0",
+        "--data.reward-model", str(stages / "rm" / "export"), "--collector.prompts", "8",
+        "--trainer.total-steps", "64", "--save-every", "16", "--trainer.eval-every", "32",
+        "--eval.prompts", "8", "--eval.samples", "2", "--algo.epochs", "2", "--no-progress",
+    ]  # fmt: skip
+
+
+def test_llm_ppo_run_killed_and_resumed_equals_the_uninterrupted_run(stages: Path, tmp_path: Path) -> None:
+    import os
+    import signal
+
+    from safetensors.torch import load_file
+
+    from pickaxe.runs.run import read_metrics
+
+    cmd = [sys.executable, "-m", "pickaxe.cli"]
+    a, b = tmp_path / "a", tmp_path / "b"
+    subprocess.run([*cmd, "train", "synthetic-ppo", *_ppo_args(stages), "--run-dir", str(a)], check=True,
+                   capture_output=True)  # fmt: skip
+    # killed while writing its second checkpoint, then resumed to the end
+    env = {**os.environ, "PICKAXE_FAULT": "checkpoint-write:2"}
+    proc = subprocess.run([*cmd, "train", "synthetic-ppo", *_ppo_args(stages), "--run-dir", str(b)], env=env,
+                          capture_output=True)  # fmt: skip
+    assert proc.returncode == -signal.SIGKILL
+    subprocess.run([*cmd, "resume", str(b), "--no-progress"], check=True, capture_output=True)
+    ta, tb = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
+    assert any(k.startswith("critic") for k in ta)  # the critic is part of the run's state
+    assert ta.keys() == tb.keys() and all(ta[k].equal(tb[k]) for k in ta)
+    ma, mb = read_metrics(a, deterministic=True), read_metrics(b, deterministic=True)
+    assert ma == mb and any("eval/reward/gold" in r for r in mb) and any("ppo/explained_variance" in r for r in mb)
+    assert "resume is exact" in (b / "events.jsonl").read_text()

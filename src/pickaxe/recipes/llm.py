@@ -6,7 +6,7 @@ Each runs on 2 CPU cores in minutes; ``--model.path DIR`` swaps in any local tra
 
 from __future__ import annotations
 
-from pickaxe.algos.configs import DPOConfig, GRPOConfig, RewardModelConfig, SFTConfig
+from pickaxe.algos.configs import DPOConfig, GRPOConfig, LLMPPOConfig, RewardModelConfig, SFTConfig
 from pickaxe.recipes import Recipe
 from pickaxe.train.config import TrainerConfig
 from pickaxe.train.llm_config import (
@@ -115,6 +115,38 @@ def _synthetic_rm() -> LLMTrainConfig:
     )
 
 
+def _synthetic_ppo() -> LLMTrainConfig:
+    return LLMTrainConfig(
+        recipe="synthetic-ppo",
+        algo=LLMPPOConfig(lr=1e-4, micro_batch_size=128, kl_coef=0.02),
+        model=_tiny(),
+        task=_SORT,
+        data=DataConfig(gold="sort-quality"),
+        engine=_SORT_ENGINE,
+        collector=TextCollectorConfig(prompts=64, group_size=1),
+        eval=_SORT_EVAL,
+        warm_start=_SORT_SFT,
+        trainer=TrainerConfig(total_steps=64 * 60, eval_every=64 * 10),
+    )
+
+
+def _synthetic_rloo() -> LLMTrainConfig:
+    return LLMTrainConfig(
+        recipe="synthetic-rloo",
+        algo=GRPOConfig(
+            lr=1e-4, micro_batch_size=128, advantage="rloo", kl_coef=0.02, kl_in="reward", kl_estimator="k1"
+        ),
+        model=_tiny(),
+        task=_SORT,
+        data=DataConfig(gold="sort-quality"),
+        engine=_SORT_ENGINE,
+        collector=TextCollectorConfig(prompts=16, group_size=4),
+        eval=_SORT_EVAL,
+        warm_start=_SORT_SFT,
+        trainer=TrainerConfig(total_steps=64 * 60, eval_every=64 * 10),
+    )
+
+
 def _synthetic_dpo() -> LLMTrainConfig:
     return LLMTrainConfig(
         recipe="synthetic-dpo",
@@ -163,6 +195,14 @@ LLM_RECIPES: dict[str, Recipe] = {
             "synthetic-rm",
             "RLHF stage 2: a reward model from gold-labelled pairs of the SFT model's samples",
             _synthetic_rm,
+        ),
+        Recipe(
+            "synthetic-ppo",
+            "RLHF stage 3: PPO with a critic against the reward model (needs --data.reward-model)",
+            _synthetic_ppo,
+        ),
+        Recipe(
+            "synthetic-rloo", "RLHF branch: RLOO against the reward model (needs --data.reward-model)", _synthetic_rloo
         ),
         Recipe("synthetic-dpo", "RLHF branch: DPO on gold-labelled pairs of the SFT model's samples", _synthetic_dpo),
         Recipe(

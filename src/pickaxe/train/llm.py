@@ -21,8 +21,9 @@ from rich.table import Table
 from torch import nn
 
 from pickaxe.algos.base import Algorithm
-from pickaxe.algos.configs import GRPOConfig, LMConfig, SFTConfig
+from pickaxe.algos.configs import GRPOConfig, LLMPPOConfig, LMConfig, SFTConfig
 from pickaxe.algos.grpo import GRPO
+from pickaxe.algos.llm_ppo import LLMPPO
 from pickaxe.algos.sft import SFT
 from pickaxe.envs.text.prompt_env import PromptEnv, load_examples
 from pickaxe.envs.text.rewards import parse_reward_spec
@@ -32,9 +33,10 @@ from pickaxe.errors import ConfigError
 from pickaxe.eval.stats import pass_at_k, wilson_interval
 from pickaxe.models.export import export_model
 from pickaxe.models.lm import completion_logprobs, load_lm, num_parameters, tiny_lm
-from pickaxe.models.lora import apply_lora_config, is_lora, shared_reference
+from pickaxe.models.lora import apply_lora_config, is_lora, merge_lora, shared_reference
 from pickaxe.models.reward import RewardModel
 from pickaxe.models.tokenizer import char_tokenizer, load_tokenizer
+from pickaxe.models.value import ValueModel
 from pickaxe.rollout.engines.base import Completion, Engine, SamplingParams
 from pickaxe.rollout.engines.hf import HFEngine
 from pickaxe.rollout.pairs import RewardModelScorer
@@ -181,6 +183,25 @@ def build_model(cfg: LLMTrainConfig, device: torch.device, seed: int) -> tuple[n
     if m.dtype not in ("auto", "float32"):
         model = model.to(getattr(torch, m.dtype))
     return apply_lora_config(model.to(device), m.lora, seed), tokenizer
+
+
+def build_critic(cfg: LLMTrainConfig, model: nn.Module, device: torch.device) -> ValueModel:
+    """PPO's critic: from the reward model (``data.reward_model``) when there is one, as InstructGPT does, else
+    from the policy's decoder with a zero head."""
+    if cfg.data.reward_model:
+        return ValueModel.from_reward_model(RewardModel.load(cfg.data.reward_model, device)).train()
+    return ValueModel.from_lm(merge_lora(model)).to(device)
+
+
+def ptx_source(cfg: LLMTrainConfig, env: PromptEnv, tokenizer: Any, device: torch.device) -> DemoCollector | None:
+    """PPO-ptx's demonstrations (``algo.ptx_coef`` > 0): reference answers of the task's training prompts, drawn
+    from their own stream, ``warm_start.batch_size`` a step."""
+    if not isinstance(cfg.algo, LLMPPOConfig) or cfg.algo.ptx_coef == 0:
+        return None
+    seed = derive_llm_seeds(cfg.seed)["warm_start"] + 1
+    demos = build_env(cfg, seed, derive_llm_seeds(cfg.seed)["eval_env"])
+    del env
+    return DemoCollector(demos, tokenizer, cfg.warm_start.batch_size, device=device)
 
 
 def frozen_reference(model: nn.Module) -> nn.Module:
@@ -380,18 +401,23 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
     resuming = run is not None and any((run.path / "checkpoints").glob("*"))
     if cfg.warm_start.updates > 0 and not resuming:
         warm_start(cfg, model, tokenizer, seeds["warm_start"], run, progress)
-    env = build_env(cfg, seeds["env"], seeds["eval_env"])
+    env = build_env(cfg, seeds["env"], seeds["eval_env"], tokenizer, device)
     engine = build_engine(cfg, model, tokenizer, seeds["engine"], run)
     e = cfg.engine
     sampling = SamplingParams(e.max_new_tokens, e.temperature, e.top_k, e.top_p, n=cfg.collector.group_size)
+    reference = None
     if isinstance(cfg.algo, SFTConfig):
         algo: Algorithm = SFT(model, cfg.algo)
         collector: Any = DemoCollector(env, tokenizer, cfg.collector.prompts, device=device)
-    elif isinstance(cfg.algo, GRPOConfig):
-        grpo = GRPO(model, cfg.algo, sampling, seed=seeds["algo"])
-        reference = None
+    elif isinstance(cfg.algo, GRPOConfig | LLMPPOConfig):
         if cfg.algo.kl_coef > 0:  # frozen copy of the starting (warm-started) policy
             reference = frozen_reference(model)
+        if isinstance(cfg.algo, GRPOConfig):
+            algo = GRPO(model, cfg.algo, sampling, seed=seeds["algo"])
+        else:
+            algo = LLMPPO(model, build_critic(cfg, model, device), cfg.algo, sampling, ptx_source(cfg, env, tokenizer,
+                          device), seed=seeds["algo"])  # fmt: skip
+        learner = algo
         collector = TextCollector(
             env,
             engine,
@@ -400,15 +426,14 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
             sampling,
             model,
             reference,
-            lambda: grpo.version,
+            lambda: learner.version,
             device,
             precision=cfg.algo.autocast,
             offload_reference=cfg.collector.offload_reference,
         )
-        algo = grpo
     else:
         raise ConfigError(f"no LLM algorithm for config type {type(cfg.algo).__name__}")
-    evaluator = TextEvaluator(env, engine, tokenizer, cfg.eval, e.max_new_tokens, seeds["eval"])
+    evaluator = TextEvaluator(env, engine, tokenizer, cfg.eval, e.max_new_tokens, seeds["eval"], reference)
     trainer = LLMTrainer(
         algo,
         collector,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from pickaxe.algos.configs import DPOConfig, GRPOConfig, RewardModelConfig, SFTConfig
+from pickaxe.algos.configs import DPOConfig, GRPOConfig, LLMPPOConfig, RewardModelConfig, SFTConfig
 from pickaxe.config_keys import ranged, validate
 from pickaxe.errors import ConfigError, PickaxeError
 from pickaxe.train.config import RunConfig, TrainerConfig, device_field
@@ -228,13 +228,15 @@ class LLMTrainConfig(RunConfig):
     ALGOS: ClassVar[dict[str, type]] = {
         "sft": SFTConfig,
         "grpo": GRPOConfig,
+        "ppo": LLMPPOConfig,
         "rm": RewardModelConfig,
         "dpo": DPOConfig,
         "bon": BestOfNConfig,
     }
 
     algo: Any = field(default_factory=GRPOConfig)
-    """SFTConfig, GRPOConfig, RewardModelConfig, DPOConfig or BestOfNConfig; its type picks the method."""
+    """SFTConfig, GRPOConfig, LLMPPOConfig, RewardModelConfig, DPOConfig or BestOfNConfig; its type picks the
+    method."""
     model: LMConfig = field(default_factory=LMConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -259,6 +261,11 @@ class LLMTrainConfig(RunConfig):
                 raise PickaxeError(f"LLM recipes need {module}: pip install 'pickaxe[llm]'")
         if isinstance(self.algo, BestOfNConfig) and not self.data.reward_model:
             raise ConfigError("best-of-n ranks samples by a reward model: set --data.reward-model DIR")
+        if self.recipe in ("synthetic-ppo", "synthetic-rloo") and not self.data.reward_model:
+            raise ConfigError(
+                f"{self.recipe} trains against a reward model: set --data.reward-model DIR (the export of a "
+                "synthetic-rm run), or run every stage with `pickaxe pipeline rlhf-synthetic`"
+            )
         needs_pairs = isinstance(self.algo, RewardModelConfig | DPOConfig)
         if needs_pairs and not self.preferences.path and not self.data.gold:
             raise ConfigError(
