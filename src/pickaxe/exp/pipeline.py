@@ -13,12 +13,14 @@ from its newest checkpoint (the queue's resume of a later attempt), and failed o
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import inspect
 import json
 import math
 import os
+import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -337,7 +339,8 @@ def run_pipeline(pipeline: Pipeline, opts: PipelineOptions, extra: list[str]) ->
             ids[e["name"]] = queue.add(e["command"], name=e["name"], depends_on=deps, gpus=gpus, run_dir=e["run_dir"])
             continue
         ids[e["name"]] = job.id
-        continuing.append(f"{e['name']} {_previous_state(job)}")
+        if job.state != "queued" or job.attempts:  # never-started stages simply wait their turn
+            continuing.append(f"{e['name']} {_previous_state(job)}")
         if queue.get(job.id).state in BAD_FOR_DEPENDENTS:  # a retried dependency may have unblocked it already
             queue.retry(job.id)
     spec_path.write_text(
@@ -364,12 +367,21 @@ def run_pipeline(pipeline: Pipeline, opts: PipelineOptions, extra: list[str]) ->
             detail = f" ({job.reason}); log {job.log_path}"
         print(f"pickaxe: [{finished[0]}/{len(ids)}] {job.name} {job.state}{took}{detail}", file=sys.stderr, flush=True)
 
-    try:
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = None
+    with contextlib.suppress(ValueError):  # only the main thread may set handlers
+        previous = signal.signal(signal.SIGTERM, on_term)
+    try:  # Ctrl-C or SIGTERM: the worker stops the running stages (they checkpoint) and requeues them
         run_jobs(queue, list(ids.values()), slots=workers, on_finish=report)
     except KeyboardInterrupt as e:
         print(f"pickaxe: pipeline interrupted; the same command continues it ({folder})", file=sys.stderr)
         e.reported = True  # type: ignore[attr-defined]
         raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return _summarize(queue, ids, names, stages, folder)
 
 
