@@ -203,3 +203,31 @@ def test_llm_ppo_run_killed_and_resumed_equals_the_uninterrupted_run(stages: Pat
     ma, mb = read_metrics(a, deterministic=True), read_metrics(b, deterministic=True)
     assert ma == mb and any("eval/reward/gold" in r for r in mb) and any("ppo/explained_variance" in r for r in mb)
     assert "resume is exact" in (b / "events.jsonl").read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["synthetic-rm", "--data.gold", "nosuch"], "--data.gold: unknown reward 'nosuch'"),
+        (["arith-grpo", "--data.reward", "exact+"], "--data.reward: reward spec 'exact+' ends with '+'"),
+        (["synthetic-bon", "--data.reward-model", "/nope"], "--data.reward-model '/nope' holds no saved reward model"),
+    ],
+)
+def test_bad_reward_flags_fail_before_anything_is_built(args: list[str], message: str, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pickaxe.cli", "train", *args, "--run-dir", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and message in proc.stderr and "model:" not in proc.stdout
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_warm_started_ppo_run_against_a_reward_model_builds(stages: Path) -> None:
+    from pickaxe.train.llm import build_llm_trainer
+
+    cfg = _tiny(get_recipe("synthetic-ppo"), 8, 8)
+    cfg.warm_start.updates, cfg.warm_start.batch_size, cfg.eval.before = 2, 8, False
+    cfg.data.reward_model = str(stages / "rm" / "export")
+    trainer = build_llm_trainer(cfg)  # the warm start's prompt stream needs no reward model
+    assert "proxy" in trainer.collector.env.reward_names

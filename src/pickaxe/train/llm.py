@@ -246,9 +246,7 @@ def build_env(
         named = {"verify": source.verify}
     spec = d.reward or ("verify" if "verify" in named else "exact")
     rewards: list[tuple[str, Any, float]] = parse_reward_spec(spec, named)
-    if d.reward_model:
-        if tokenizer is None:
-            raise ValueError("build_env needs the tokenizer to score with a reward model")
+    if d.reward_model and tokenizer is not None:  # without a tokenizer: a prompt stream (warm start, ptx)
         proxy = load_reward_model(d.reward_model, tokenizer, device or torch.device("cpu"))
         rewards = [(name, fn, 0.0) for name, fn, _ in rewards] + [("proxy", proxy, d.reward_model_weight)]
     if d.gold:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pickaxe.algos.configs import DPOConfig, GRPOConfig, LLMPPOConfig, RewardModelConfig, SFTConfig
@@ -259,6 +260,22 @@ class LLMTrainConfig(RunConfig):
         for module in ("transformers", "tokenizers"):
             if importlib.util.find_spec(module) is None:
                 raise PickaxeError(f"LLM recipes need {module}: pip install 'pickaxe[llm]'")
+        from pickaxe.envs.text.rewards import parse_reward_spec
+
+        # names resolved at build time (a task's check, the gold scores), stood in for here
+        stand_in = {"verify": len, "sort-quality": len}
+        for key, spec in (("data.reward", self.data.reward), ("data.gold", self.data.gold)):
+            if spec is not None:
+                try:
+                    parse_reward_spec(spec, stand_in)
+                except ConfigError as e:
+                    raise ConfigError(f"--{key.replace('_', '-')}: {e}") from None
+        rm = self.data.reward_model
+        if rm and not (Path(rm) / "config.json").is_file():
+            raise ConfigError(
+                f"--data.reward-model {rm!r} holds no saved reward model (config.json); pass the export folder of a "
+                "reward-model run (RUN_DIR/export)"
+            )
         if isinstance(self.algo, BestOfNConfig) and not self.data.reward_model:
             raise ConfigError("best-of-n ranks samples by a reward model: set --data.reward-model DIR")
         if self.recipe in ("synthetic-ppo", "synthetic-rloo") and not self.data.reward_model:
