@@ -80,7 +80,7 @@ def _reverse_grpo() -> LLMTrainConfig:
 # Standalone, each stage warm-starts its own SFT model; `pickaxe pipeline rlhf-synthetic` chains them instead
 # (--model.path and --data.reward-model point at the previous stages' exports, --warm-start.updates 0).
 _SORT = TaskConfig(name="sort", min_len=3, max_len=5, heldout_fraction=0.2)
-_SORT_SFT = WarmStartConfig(updates=300, lr=3e-3, batch_size=64, log_every=50)
+_SORT_SFT = WarmStartConfig(updates=60, lr=3e-3, batch_size=64, log_every=20)
 _SORT_ENGINE = EngineConfig(max_new_tokens=7, temperature=1.0)
 _SORT_EVAL = LLMEvalConfig(prompts=256, samples=4, pass_k=4)
 
@@ -95,7 +95,7 @@ def _synthetic_sft() -> LLMTrainConfig:
         engine=_SORT_ENGINE,
         collector=TextCollectorConfig(prompts=64),
         eval=_SORT_EVAL,
-        trainer=TrainerConfig(total_steps=64 * _SORT_SFT.updates, eval_every=64 * 100),
+        trainer=TrainerConfig(total_steps=64 * _SORT_SFT.updates, eval_every=64 * 30),
     )
 
 
