@@ -458,6 +458,22 @@ class StreamEnv:
         """The task's reward of ``text`` for ``example``."""
         return self.scorer.score(example, text)
 
+    def __getattr__(self, name: str) -> Any:
+        """Everything else (batched scoring, reward names and weights) is the task's own."""
+        if name == "scorer":  # not set yet (e.g. while unpickling): no recursion through __getattr__
+            raise AttributeError(name)
+        return getattr(self.scorer, name)
+
+
+ROW_KEYS = ("step", "generate", "reward", "ref", "update", "cpu", "faults", "tokens")
+"""Per-step figures of a GRPO child: wall seconds (step and its split), CPU seconds, minor page faults, tokens."""
+
+
+def cpu_usage() -> tuple[float, int]:
+    """CPU seconds (user + system) and minor page faults of this process so far."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime, r.ru_minflt
+
 
 def pickaxe_grpo_child(spec: dict[str, Any]) -> dict[str, Any]:
     """``warmup + steps`` pickaxe GRPO steps from the model folder; per-step times, split, tokens and peak RSS."""
@@ -481,21 +497,23 @@ def pickaxe_grpo_child(spec: dict[str, Any]) -> dict[str, Any]:
     engine = HFEngine(model, tok.eos_token_id, tok.pad_token_id, max_batch=512, seed=spec["seed"])
     env = StreamEnv(spec["stream"])
     collector = TextCollector(env, engine, tok, spec["prompts"], sampling, model, reference, lambda: algo.version)  # type: ignore[arg-type]
-    rows: dict[str, list[float]] = {k: [] for k in ("step", "generate", "reward", "ref", "update", "tokens")}
+    rows: dict[str, list[float]] = {k: [] for k in ROW_KEYS}
     life_peak = 0
     for i in range(spec["warmup"] + spec["steps"]):
         if i == spec["warmup"]:
             life_peak = reset_peak()
             base = rss_bytes()
-        t0 = time.perf_counter()
+        t0, u0 = time.perf_counter(), cpu_usage()
         batch = collector.collect()
         t1 = time.perf_counter()
         algo.update(batch)
-        t2 = time.perf_counter()
+        t2, u2 = time.perf_counter(), cpu_usage()
         if i < spec["warmup"]:
             continue
         m = collector.metrics()
         rows["step"].append(t2 - t0)
+        rows["cpu"].append(u2[0] - u0[0])
+        rows["faults"].append(u2[1] - u0[1])
         rows["generate"].append(m["time/generate_s"])
         rows["reward"].append(m["time/reward_s"])
         rows["ref"].append(m["time/ref_logprob_s"])
@@ -581,7 +599,7 @@ def trl_grpo_child(spec: dict[str, Any]) -> dict[str, Any]:
     trainer._calculate_rewards = timed("reward", trainer._calculate_rewards)
     trainer._get_per_token_logps_and_entropies = timed("ref", trainer._get_per_token_logps_and_entropies, True)
     trainer._generate_and_score_completions = timed("prep", trainer._generate_and_score_completions)
-    rows: dict[str, list[float]] = {k: [] for k in ("step", "generate", "reward", "ref", "update", "tokens")}
+    rows: dict[str, list[float]] = {k: [] for k in ROW_KEYS}
     marks: dict[str, Any] = {"life_peak": 0, "base": 0}
 
     class Timer(TrainerCallback):
@@ -592,13 +610,15 @@ def trl_grpo_child(spec: dict[str, Any]) -> dict[str, Any]:
                 marks["life_peak"], marks["base"] = reset_peak(), rss_bytes()
             for k in phase:
                 phase[k] = 0.0
-            marks["t0"] = time.perf_counter()
+            marks["t0"], marks["u0"] = time.perf_counter(), cpu_usage()
 
         def on_step_end(self, a: Any, state: Any, control: Any, **kw: Any) -> None:
-            step = time.perf_counter() - marks["t0"]
+            step, usage = time.perf_counter() - marks["t0"], cpu_usage()
             if state.global_step <= spec["warmup"]:  # global_step already counts this step
                 return
             rows["step"].append(step)
+            rows["cpu"].append(usage[0] - marks["u0"][0])
+            rows["faults"].append(usage[1] - marks["u0"][1])
             for k in ("generate", "reward", "ref", "tokens"):
                 rows[k].append(phase[k])
             rows["update"].append(step - phase["prep"])
@@ -623,7 +643,7 @@ def report_trl(args: argparse.Namespace) -> dict[str, Any]:
     import trl
 
     steps, warmup, pairs = args.trl_steps, args.trl_warmup, args.trl_pairs
-    keys = ("step", "generate", "reward", "ref", "update", "tokens_per_s", "peak", "rise")
+    keys = ("step", "cpu", "generate", "reward", "ref", "update", "faults", "tokens_per_s", "peak", "rise")
     results: dict[str, dict[str, list[dict[str, float]]]] = {
         gc: {"pickaxe": [], "trl": []} for gc in ("gc_off", "gc_on")
     }

@@ -294,3 +294,32 @@ def test_all_finite_reads_once_however_many_tensors() -> None:
     assert all_finite(params) and all_finite([])
     params[-3].data.view(-1)[0] = float("nan")
     assert not all_finite(params)
+
+
+def test_generation_from_a_checkpointed_learner_skips_checkpointing_and_keeps_the_kv_cache() -> None:
+    from pickaxe.algos.llm_core import enable_checkpointing
+    from pickaxe.rollout.engines import SamplingParams
+
+    plain = _model()
+    model = copy.deepcopy(plain)
+    enable_checkpointing(model)
+    model.train()  # as the learner leaves it mid-update
+    calls = []
+    for layer in model.model.layers:
+        inner = layer._gradient_checkpointing_func
+        layer._gradient_checkpointing_func = lambda *a, inner=inner, **k: calls.append(1) or inner(*a, **k)
+    widths: list[int] = []
+    model.model.layers[0].register_forward_pre_hook(lambda mod, args: widths.append(args[0].shape[1]))
+    prompts = [TOK.encode("12+34="), TOK.encode("7+8="), TOK.encode("99+1=")]
+    params = SamplingParams(max_new_tokens=6, temperature=1.0, n=2)
+    got = HFEngine(model, TOK.eos_token_id, TOK.pad_token_id, seed=3).generate(prompts, params)
+    want = HFEngine(plain, TOK.eos_token_id, TOK.pad_token_id, seed=3).generate(prompts, params)
+    assert calls == [] and model.training  # no recomputation set up while sampling; the learner's mode restored
+    assert widths[0] == max(len(p) for p in prompts) and set(widths[1:]) == {1}  # one new token per step ...
+    assert [c.token_ids for c in got] == [c.token_ids for c in want]  # ... over the cache: the plain model's samples
+    for a, b in zip(got, want, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-6)
+    ids = torch.tensor([prompts[0]])
+    scored = torch.ones_like(ids).index_fill(1, torch.tensor([0]), 0)
+    completion_logprobs(model, ids, torch.ones_like(ids), scored).sum().backward()
+    assert len(calls) == len(model.model.layers)  # the counter does see the learner's checkpointed forward
