@@ -37,8 +37,9 @@ one thread; the load average is printed first; the last line is one JSON object 
    CPU, one thread. Gradient checkpointing off in both, then on in both. Every measured run is a fresh process
    (``--trl-warmup`` unmeasured steps, then ``--trl-steps``), pairs interleaved (pickaxe, TRL, pickaxe, TRL, ...);
    per run the median step time, the generate / reward / ref / update split (TRL's methods are wrapped with
-   timers; ``update`` is the rest of the step: forward, backward, optimizer), generated tokens/s end to end and
-   the peak RSS. Reported: per pairing, the median over pairs of pickaxe / TRL for each figure, with min-max.
+   timers; ``update`` is the rest of the step: forward, backward, optimizer), the step's CPU seconds and minor
+   page faults (CPU time is the steadier figure on a shared machine), generated tokens/s end to end and the peak
+   RSS. Reported: per pairing, the median over pairs of pickaxe / TRL for each figure, with min-max.
 5. ``floor``: the update's utilisation of a bare-matmul floor. Model FLOPs of one GRPO update from the config
    and token counts (dense layers only; norms, rotary, softmax and the loss are not counted):
 
