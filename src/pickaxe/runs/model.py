@@ -87,6 +87,21 @@ def load_model(
         _load_into(net, algo[name], info.path)
 
 
+def load_collector_state(
+    run_dir: str | Path, device: str | torch.device = "cpu", checkpoint: str | int = "latest"
+) -> dict[str, Any] | None:
+    """The collector's state in a run's checkpoint (verified; ``checkpoint`` as for :func:`load_model`, ``final``
+    meaning the newest), or None when the run kept no checkpoint. What a collector holds that the final model does
+    not, e.g. an LLM run's frozen reference model."""
+    run_dir = Path(run_dir)
+    which = _checkpoint_choice(checkpoint)
+    if not CheckpointManager(run_dir).list():
+        return None
+    state, _ = _load_checkpoint_state(run_dir, "latest" if which == "final" else which, device)
+    collector = state.get("collector") if isinstance(state, dict) else None
+    return collector if isinstance(collector, dict) else None
+
+
 def _checkpoint_choice(checkpoint: str | int) -> str | int:
     if isinstance(checkpoint, bool):
         raise PickaxeError(f"checkpoint must be final, latest, best or an env step, got {checkpoint!r}")

@@ -41,7 +41,7 @@ from pickaxe.rollout.engines.base import Completion, Engine, SamplingParams
 from pickaxe.rollout.engines.hf import HFEngine
 from pickaxe.rollout.pairs import RewardModelScorer
 from pickaxe.rollout.text_collector import DemoCollector, TextCollector, completion_text, encode_prompts, pack
-from pickaxe.runs.model import load_model
+from pickaxe.runs.model import load_collector_state, load_model
 from pickaxe.runs.run import Run
 from pickaxe.train.llm_config import LLMEvalConfig, LLMTrainConfig
 from pickaxe.train.trainer import FitResult, Trainer
@@ -447,6 +447,23 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
     return trainer
 
 
+def _run_reference(
+    cfg: LLMTrainConfig, run_dir: str | Path, model: nn.Module, device: torch.device
+) -> nn.Module | None:
+    """The frozen reference a run kept (KL-regularised methods): the policy with adapters off for LoRA, else the
+    weights saved in its checkpoints' collector state (the same in every checkpoint); None without either."""
+    if getattr(cfg.algo, "kl_coef", 0) <= 0:
+        return None
+    if is_lora(model):
+        return shared_reference(model)
+    state = load_collector_state(run_dir, device)
+    if state is None or "reference" not in state:
+        return None
+    reference = copy.deepcopy(model)
+    reference.load_state_dict(state["reference"])
+    return reference.eval().requires_grad_(False)
+
+
 def evaluate_llm_run(
     cfg: LLMTrainConfig, run_dir: str | Path, prompts: int | None = None, checkpoint: str | int = "final"
 ) -> dict[str, float]:
@@ -463,7 +480,8 @@ def evaluate_llm_run(
     device = resolve_device(cfg.device)
     model, tokenizer = build_model(cfg, device, seeds["model"])
     load_model(run_dir, {"policy": model}, device, checkpoint=checkpoint)
-    env = build_env(cfg, seeds["env"], seeds["eval_env"])
+    env = build_env(cfg, seeds["env"], seeds["eval_env"], tokenizer, device)
     engine = HFEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, cfg.engine.max_batch, seeds["engine"])
-    evaluator = TextEvaluator(env, engine, tokenizer, cfg.eval, cfg.engine.max_new_tokens, seeds["eval"])
+    reference = _run_reference(cfg, run_dir, model, device)
+    evaluator = TextEvaluator(env, engine, tokenizer, cfg.eval, cfg.engine.max_new_tokens, seeds["eval"], reference)
     return evaluator(SFT(model, SFTConfig()))
