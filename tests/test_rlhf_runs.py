@@ -231,3 +231,24 @@ def test_a_warm_started_ppo_run_against_a_reward_model_builds(stages: Path) -> N
     cfg.data.reward_model = str(stages / "rm" / "export")
     trainer = build_llm_trainer(cfg)  # the warm start's prompt stream needs no reward model
     assert "proxy" in trainer.collector.env.reward_names
+
+
+def test_resume_refuses_a_reward_model_that_changed_since_the_run_started(stages: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from pickaxe.errors import PickaxeError
+    from pickaxe.runs.run import Run
+    from pickaxe.train.build import resume
+    from pickaxe.train.llm import build_llm_trainer
+
+    rm = shutil.copytree(stages / "rm" / "export", tmp_path / "rm")
+    cfg = _tiny(get_recipe("synthetic-ppo"), 16, 16)
+    cfg.model.path, cfg.warm_start.updates, cfg.data.reward_model = str(stages / "sft" / "export"), 0, str(rm)
+    cfg.collector.prompts, cfg.trainer.save_every = 8, 8
+    run = Run(tmp_path / "run", config=cfg.to_dict(), seed=cfg.seed)
+    build_llm_trainer(cfg, run).fit(total_steps=8)  # stopped half-way, checkpoint at step 8
+    run.close()
+    with open(rm / "model.safetensors", "ab") as f:  # someone retrains the reward model in place
+        f.write(b"\0")
+    with pytest.raises(PickaxeError, match=r"--data.reward-model\) changed since .* started"):
+        resume(tmp_path / "run")

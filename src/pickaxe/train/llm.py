@@ -9,6 +9,9 @@ after with 95% Wilson intervals. ``pickaxe.train.build.train(cfg)`` finds it thr
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
+import os
 import time
 import warnings
 from pathlib import Path
@@ -29,7 +32,7 @@ from pickaxe.envs.text.prompt_env import PromptEnv, load_examples
 from pickaxe.envs.text.rewards import parse_reward_spec
 from pickaxe.envs.text.synthetic_preferences import sort_quality
 from pickaxe.envs.text.tasks import make_task
-from pickaxe.errors import ConfigError
+from pickaxe.errors import ConfigError, PickaxeError
 from pickaxe.eval.stats import pass_at_k, wilson_interval
 from pickaxe.models.export import export_model
 from pickaxe.models.lm import completion_logprobs, load_lm, num_parameters, tiny_lm
@@ -202,6 +205,46 @@ def ptx_source(cfg: LLMTrainConfig, env: PromptEnv, tokenizer: Any, device: torc
     demos = build_env(cfg, seed, derive_llm_seeds(cfg.seed)["eval_env"])
     del env
     return DemoCollector(demos, tokenizer, cfg.warm_start.batch_size, device=device)
+
+
+INPUTS_FILE = "inputs.json"
+"""sha256 of the files an LLM run reads at every start (reward model, preference files), written when it starts."""
+
+
+def _digest(path: Path) -> str:
+    """sha256 of a file, or of a folder's files (names and contents, sorted)."""
+    files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def check_inputs(cfg: LLMTrainConfig, run: Run | None, resuming: bool) -> None:
+    """Record the digests of the files the run reads afresh at every start (``data.reward_model``,
+    ``preferences.path``/``heldout_path``) in ``RUN_DIR/inputs.json``; on a resume, refuse with one line when one
+    of them changed since the run started (the resumed run would not be the run that was stopped)."""
+    if run is None:
+        return
+    paths = {"data.reward_model": cfg.data.reward_model, "preferences.path": cfg.preferences.path,
+             "preferences.heldout_path": cfg.preferences.heldout_path}  # fmt: skip
+    now = {k: _digest(Path(v)) for k, v in paths.items() if v and Path(v).exists()}
+    file = run.path / INPUTS_FILE
+    if resuming and file.is_file():
+        before = json.loads(file.read_text())
+        for key, digest in before.items():
+            if now.get(key) != digest:
+                raise PickaxeError(
+                    f"{paths.get(key)!r} (--{key.replace('_', '-')}) changed since {run.path} started, so resuming "
+                    "would not continue the same run; restore the original or start a new run"
+                )
+        return
+    tmp = file.with_name(f".{INPUTS_FILE}.tmp")
+    tmp.write_text(json.dumps(now, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, file)
 
 
 def frozen_reference(model: nn.Module) -> nn.Module:
@@ -397,6 +440,7 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
         Console().print(f"model: {type(model).__name__}, {num_parameters(model):,} parameters on {device}")
     # a resumed run gets its weights (policy and reference) from the checkpoint: no warm start, no "before" eval
     resuming = run is not None and any((run.path / "checkpoints").glob("*"))
+    check_inputs(cfg, run, resuming)
     if cfg.warm_start.updates > 0 and not resuming:
         warm_start(cfg, model, tokenizer, seeds["warm_start"], run, progress)
     env = build_env(cfg, seeds["env"], seeds["eval_env"], tokenizer, device)

@@ -34,6 +34,7 @@ from pickaxe.train.llm import (
     TextEvaluator,
     build_env,
     build_model,
+    check_inputs,
     derive_llm_seeds,
     frozen_reference,
     warm_start,
@@ -147,6 +148,7 @@ def _start(cfg: LLMTrainConfig, run: Run | None, progress: bool) -> tuple[Any, A
     if progress:
         Console().print(f"model: {type(model).__name__}, {num_parameters(model):,} parameters on {device}")
     resuming = run is not None and any((run.path / "checkpoints").glob("*"))
+    check_inputs(cfg, run, resuming)
     if cfg.warm_start.updates > 0 and not resuming:
         warm_start(cfg, model, tokenizer, seeds["warm_start"], run, progress)
     return model, tokenizer, seeds, device, resuming
