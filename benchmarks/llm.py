@@ -1,18 +1,27 @@
-"""LLM RL benchmarks: step breakdown, generation speed, memory at real vocabulary, TRL side by side, FLOP floor.
+"""LLM RL benchmarks: GRPO and PPO step breakdowns, generation speed, memory at real vocabulary, TRL side by side,
+FLOP floor.
 
-Usage: ``python benchmarks/llm.py [step generate memory trl floor ...] [--quick] [options]``; no subcommand runs
-``step generate memory floor`` (``trl`` needs the ``bench`` extra: ``pip install -e .[bench]``). Torch runs with
+Usage: ``python benchmarks/llm.py [step ppo generate memory trl floor ...] [--quick] [options]``; no subcommand runs
+``step ppo generate memory floor`` (``trl`` needs the ``bench`` extra: ``pip install -e .[bench]``). Torch runs with
 one thread; the load average is printed first; the last line is one JSON object with every figure.
 
 1. ``step``: the ``arith-grpo`` recipe's collector and GRPO (tiny Qwen2-style model, 32 prompts x 8 completions,
    KL to a frozen reference) for ``--steps`` updates without the SFT warm start; per step, medians of
    generate (engine), reward (scoring), ref (reference log-probs) and update (GRPO, forward + backward + AdamW).
-2. ``generate``: generated tokens/s on the same left-padded prompts (``--prompts`` held-out arithmetic prompts,
+2. ``ppo``: the ``synthetic-ppo`` recipe (PPO with a critic against a reward model, 64 sorting prompts x 1
+   completion, 4 PPO epochs, KL to a frozen reference) built by ``build_llm_trainer`` without the SFT warm start,
+   with a reward model made in memory from the fresh policy's decoder (``RewardModel.from_lm``, handed over
+   through a temporary folder) as the ``proxy`` reward and the critic's starting point; ``--ppo-steps`` updates
+   after one warm-up. Per step: generate (engine), reward (reward-model scoring, plus the logged-only verify and
+   gold checks), reference (frozen reference log-probs), values (``LLMPPO.prepare``: old log-probs and old
+   values, no gradient) and update (the rest of ``LLMPPO.update``: PPO epochs, forward + backward of policy and
+   critic, both AdamW steps); median [min-max] seconds and share of the step, and completion tokens/s end to end.
+3. ``generate``: generated tokens/s on the same left-padded prompts (``--prompts`` held-out arithmetic prompts,
    ``--new-tokens`` new tokens, temperature 1) of ``hf`` (``HFEngine.generate``), ``generate`` (a plain
    ``model.generate(do_sample=True)`` call) and ``generate+logprobs`` (the same with ``output_scores=True`` and
    the sampled tokens' log-probs gathered, which is what an engine needs). EOS is masked out of the logits in every
    loop so all produce exactly ``--new-tokens`` tokens. Repeats are interleaved; medians, with hf / generate.
-3. ``memory``: peak RSS of the log-prob computation of one GRPO update at a real vocabulary: a Qwen2-style
+4. ``memory``: peak RSS of the log-prob computation of one GRPO update at a real vocabulary: a Qwen2-style
    ``tiny_lm(151936, hidden=64, layers=2)``, ``--mem-batch`` sequences of ``--mem-prompt`` prompt tokens plus
    ``--mem-new`` completion tokens. Each case runs in a fresh process under an address-space cap
    (``--cap-gb``; a case that hits it is reported as failed at the cap):
@@ -29,7 +38,7 @@ one thread; the load average is printed first; the last line is one JSON object 
    vocabulary (``--mem-new-sweep``): beyond the gradients it holds one chunk of logits (64 MiB, and a few copies
    of it for the backward pass) and a few parameter-sized temporaries, so it grows with the vocabulary only until
    the completion tokens fill one chunk, and not with the completion tokens after that.
-4. ``trl``: pickaxe's GRPO against TRL's ``GRPOTrainer`` (the optional ``bench`` extra pins the TRL version),
+5. ``trl``: pickaxe's GRPO against TRL's ``GRPOTrainer`` (the optional ``bench`` extra pins the TRL version),
    same model folder (the recipe's tiny model and character tokenizer saved once), same prompt stream (2-digit
    addition, ``--trl-prompts`` prompts x G=8 per step), reward (exact match), 5 new tokens at temperature 1, lr
    1e-4 constant, k3 KL with beta 0.005 to a reference loaded from the folder, token-mean loss (TRL ``dapo``),
@@ -40,7 +49,7 @@ one thread; the load average is printed first; the last line is one JSON object 
    timers; ``update`` is the rest of the step: forward, backward, optimizer), the step's CPU seconds and minor
    page faults (CPU time is the steadier figure on a shared machine), generated tokens/s end to end and the peak
    RSS. Reported: per pairing, the median over pairs of pickaxe / TRL for each figure, with min-max.
-5. ``floor``: the update's utilisation of a bare-matmul floor. Model FLOPs of one GRPO update from the config
+6. ``floor``: the update's utilisation of a bare-matmul floor. Model FLOPs of one GRPO update from the config
    and token counts (dense layers only; norms, rotary, softmax and the loss are not counted):
 
        forward  = 2 * P_layers * T  +  2 * H * V * C  +  2 * layers * d_attn * sum_i L_i * (L_i + 1)
@@ -82,11 +91,11 @@ from pickaxe.rollout.engines import HFEngine, SamplingParams
 from pickaxe.rollout.text_collector import TextCollector, encode_prompts
 from pickaxe.train.llm import build_env, build_model, derive_llm_seeds
 
-FAST = ("step", "generate", "memory", "floor")
-ALL = ("step", "generate", "memory", "trl", "floor")
+FAST = ("step", "ppo", "generate", "memory", "floor")
+ALL = ("step", "ppo", "generate", "memory", "trl", "floor")
 GIB = 1 << 30
 QUICK = {
-    "steps": 2, "prompts": 32, "new_tokens": 8, "repeats": 2,
+    "steps": 2, "ppo_steps": 2, "ppo_prompts": 16, "prompts": 32, "new_tokens": 8, "repeats": 2,
     "mem_batch": 4, "mem_prompt": 32, "mem_vocab": 32768, "mem_sweep": [8192],
     "mem_sweep_new": 4, "mem_new_sweep": [], "cap_gb": 4.0,
     "trl_pairs": 1, "trl_steps": 2, "trl_prompts": 8, "floor_repeats": 2, "floor_prompts": 8,
@@ -149,6 +158,11 @@ def fmt_spread(s: dict[str, float], unit: str = "", digits: int = 2) -> str:
     return f"{s['median']:.{digits}f}{unit} [{s['min']:.{digits}f}-{s['max']:.{digits}f}]"
 
 
+def rounded(d: dict[str, float], digits: int = 4) -> dict[str, float]:
+    """``d`` with each value rounded to ``digits`` decimals (for the JSON line)."""
+    return {k: round(v, digits) for k, v in d.items()}
+
+
 # ----------------------------------------------------------------------------------------------------- step
 
 
@@ -191,6 +205,107 @@ def report_step(steps: int) -> dict[str, Any]:
     return {
         "step_s": {k: round(v, 4) for k, v in step.items() if k != "completions"},
         "completions_per_step": step["completions"],
+    }
+
+
+# ------------------------------------------------------------------------------------------------------ ppo
+
+PPO_PHASES = ("generate", "reward", "reference", "values", "update")
+"""The ``ppo`` step's phases, in order; with ``other`` (the rest of the step) they add up to the step."""
+
+
+def ppo_breakdown(steps: int, warmup: int = 1, prompts: int = 0) -> dict[str, Any]:
+    """Per-step seconds of each phase of a ``synthetic-ppo`` step (no warm start), ``warmup`` steps unmeasured.
+
+    The setup is the recipe's own (``build_llm_trainer``): a reward model made here from the freshly initialised
+    policy's decoder (``RewardModel.from_lm``; saved to a temporary folder for ``--data.reward-model``) scores the
+    completions as the env's ``proxy`` reward, the critic starts from it, KL to a frozen reference. ``prepare``
+    (old log-probs and old values, no gradient) is timed by wrapping ``LLMPPO.prepare``; ``update`` is the rest of
+    ``LLMPPO.update``. ``prompts`` (0: the recipe's 64) sets the prompts per step."""
+    from pickaxe.algos.llm_ppo import LLMPPO
+    from pickaxe.models.reward import RewardModel
+    from pickaxe.train.llm import build_llm_trainer
+
+    cfg = LLM_RECIPES["synthetic-ppo"].make()
+    cfg.warm_start.updates = 0
+    cfg.eval.before = False
+    cfg.torch_threads = 1
+    if prompts:
+        cfg.collector.prompts = prompts
+    policy, _ = build_model(cfg, torch.device("cpu"), derive_llm_seeds(cfg.seed)["model"])
+    with tempfile.TemporaryDirectory() as tmp:
+        RewardModel.from_lm(policy).save(tmp)
+        cfg.data.reward_model = tmp
+        trainer = build_llm_trainer(cfg)  # the reward model and the critic are read from tmp here
+    torch.set_num_threads(1)
+    algo, collector = trainer.algo, trainer.collector
+    assert isinstance(algo, LLMPPO)
+    prepare_s: list[float] = []
+    prepare = algo.prepare
+
+    def timed_prepare(*a: Any, **k: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return prepare(*a, **k)
+        finally:
+            prepare_s.append(time.perf_counter() - t)
+
+    algo.prepare = timed_prepare  # type: ignore[method-assign]
+    rows: dict[str, list[float]] = {k: [] for k in (*PPO_PHASES, "other", "total", "tokens", "tokens_per_s")}
+    # "other": what no phase covers, in practice the collector's metric summary after its own timers
+    completions = 0
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        batch = collector.collect()
+        t1 = time.perf_counter()
+        algo.update(batch)
+        t2 = time.perf_counter()
+        if i < warmup:
+            continue
+        m = collector.metrics()
+        completions, tokens = batch.batch_size[0], int(batch["loss_mask"].sum())
+        rows["tokens"].append(tokens)
+        phases = {
+            "generate": m["time/generate_s"],
+            "reward": m["time/reward_s"],
+            "reference": m["time/ref_logprob_s"],
+            "values": prepare_s[-1],
+            "update": t2 - t1 - prepare_s[-1],
+        }
+        for k, v in phases.items():
+            rows[k].append(v)
+        rows["other"].append(t2 - t0 - sum(phases.values()))
+        rows["total"].append(t2 - t0)
+        rows["tokens_per_s"].append(tokens / (t2 - t0))
+    return {
+        "rows": rows,
+        "spread": {k: spread(v) for k, v in rows.items()},
+        "share": {k: spread([x / t for x, t in zip(rows[k], rows["total"], strict=True)]) for k in PPO_PHASES},
+        "completions": completions,
+        "completion_tokens": statistics.median(rows["tokens"]),
+        "epochs": cfg.algo.epochs,
+    }
+
+
+def report_ppo(steps: int, prompts: int = 0) -> dict[str, Any]:
+    """Print and return the ``ppo`` figures."""
+    r = ppo_breakdown(steps, prompts=prompts)
+    s, share = r["spread"], r["share"]
+    print(
+        f"\n[ppo] synthetic-ppo step ({r['completions']} completions, {r['completion_tokens']:.0f} completion tokens, "
+        f"{r['epochs']} PPO epochs), {steps} steps after 1 warm-up, seconds median [min-max], share of the step:"
+    )
+    for key in (*PPO_PHASES, "other", "total"):
+        pct = f"  {fmt_spread({k: 100 * v for k, v in share[key].items()}, '%', 1)}" if key in share else ""
+        print(f"  {key:<9} {fmt_spread(s[key], digits=3)}{pct}")
+    print(f"  end to end {fmt_spread(s['tokens_per_s'], ' completion tokens/s', 0)}")
+    return {
+        "step_s": {k: rounded(v) for k, v in s.items() if k not in ("tokens", "tokens_per_s")},
+        "share": {k: rounded(v) for k, v in share.items()},
+        "tokens_per_s": rounded(s["tokens_per_s"], 1),
+        "completions_per_step": r["completions"],
+        "completion_tokens_per_step": r["completion_tokens"],
+        "steps": steps,
     }
 
 
@@ -887,6 +1002,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("parts", nargs="*", help=f"any of {', '.join(ALL)}, all (default: {' '.join(FAST)})")
     parser.add_argument("--quick", action="store_true", help="small shapes and few repeats (CI smoke run)")
     parser.add_argument("--steps", type=int, default=8, help="step: measured steps")
+    parser.add_argument("--ppo-steps", type=int, default=6, help="ppo: measured steps (after one warm-up)")
+    parser.add_argument("--ppo-prompts", type=int, default=0, help="ppo: prompts per step (0: the recipe's 64)")
     parser.add_argument("--prompts", type=int, default=256, help="generate: prompts")
     parser.add_argument("--new-tokens", type=int, default=16, help="generate: new tokens")
     parser.add_argument("--repeats", type=int, default=5, help="generate: interleaved repeats")
@@ -937,6 +1054,8 @@ def main(argv: list[str] | None = None) -> None:
     for part in args.parts:
         if part == "step":
             summary["step"] = report_step(args.steps)
+        elif part == "ppo":
+            summary["ppo"] = report_ppo(args.ppo_steps, args.ppo_prompts)
         elif part == "generate":
             summary["generate"] = report_generate(args.prompts, args.new_tokens, args.repeats)
         elif part == "memory":

@@ -64,6 +64,24 @@ def test_floor_in_process_on_a_small_batch() -> None:
     assert r["utilisation"] == pytest.approx(r["floor_s"] / r["update_s"])
 
 
+def test_ppo_breakdown_phases_add_up_to_the_step() -> None:
+    """The ppo piece on 4 prompts: each step's generate / reward / reference / values / update and the small rest
+    add up to the step, the shares are those phases over the step, and every completion token is counted."""
+    bench = load_bench()
+    r = bench.ppo_breakdown(steps=2, warmup=0, prompts=4)
+    rows = r["rows"]
+    assert r["completions"] == 4  # 1 completion a prompt
+    for i in range(2):
+        phases = [rows[k][i] for k in bench.PPO_PHASES]
+        assert min(phases) > 0 and 0 <= rows["other"][i] < 0.1 * rows["total"][i]
+        assert sum(phases) + rows["other"][i] == pytest.approx(rows["total"][i])
+        assert 4 <= rows["tokens"][i] <= 4 * 7  # 1 to 7 new tokens each
+        assert rows["tokens_per_s"][i] == pytest.approx(rows["tokens"][i] / rows["total"][i])
+    for k in bench.PPO_PHASES:
+        shares = [x / t for x, t in zip(rows[k], rows["total"], strict=True)]
+        assert r["share"][k]["median"] == pytest.approx(sorted(shares)[0] / 2 + sorted(shares)[1] / 2)
+
+
 def test_unknown_part_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     """A misspelt part is refused with the list of valid ones."""
     bench = load_bench()
@@ -104,3 +122,21 @@ def test_floor_quick_prints_one_json_line() -> None:
     assert summary["benchmark"] == "llm" and summary["quick"] is True
     assert floor["utilisation"] == pytest.approx(floor["floor_s"] / floor["update_s"], rel=1e-2)
     assert floor["sequences"] == 16 and floor["completion_tokens"] > 0
+
+
+@pytest.mark.slow
+def test_ppo_quick_prints_one_json_line() -> None:
+    """``ppo`` (a fresh process, 4 prompts, 1 step) ends with one JSON object holding each phase's seconds and
+    share of the step."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "ppo", "--quick", "--ppo-steps", "1", "--ppo-prompts", "4"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ppo = json.loads(proc.stdout.strip().splitlines()[-1])["ppo"]
+    assert ppo["steps"] == 1 and ppo["completions_per_step"] == 4
+    for phase in ("generate", "reward", "reference", "values", "update"):
+        seconds, share = ppo["step_s"][phase]["median"], ppo["share"][phase]["median"]
+        assert seconds > 0 and share == pytest.approx(seconds / ppo["step_s"]["total"]["median"], abs=5e-4)
