@@ -252,3 +252,11 @@ def test_resume_refuses_a_reward_model_that_changed_since_the_run_started(stages
         f.write(b"\0")
     with pytest.raises(PickaxeError, match=r"--data.reward-model\) changed since .* started"):
         resume(tmp_path / "run")
+
+
+def test_changing_one_recipe_config_leaves_every_other_alone() -> None:
+    rm = get_recipe("synthetic-rm")
+    rm.warm_start.updates, rm.eval.prompts, rm.task.max_len = 0, 1, 9  # a caller edits its config in place
+    assert get_recipe("synthetic-sft").trainer.total_steps == 64 * 60
+    fresh = get_recipe("synthetic-rm")
+    assert (fresh.warm_start.updates, fresh.eval.prompts, fresh.task.max_len) == (60, 256, 5)

@@ -74,15 +74,29 @@ def _reverse_grpo() -> LLMTrainConfig:
     )
 
 
-# The synthetic RLHF task: sort 3-5 digits. The SFT stage stops early (held-out exact match around a third), so
+# The synthetic RLHF task: sort 3-5 digits. The SFT stage stops early (held-out exact match about 0.43), so
 # the policy's samples vary in quality; the hidden gold score (sort-quality: sortedness x digit F1) labels pairs of
 # them, a proxy reward model learns from those pairs, and the RL stages optimise the proxy while gold is logged.
 # Standalone, each stage warm-starts its own SFT model; `pickaxe pipeline rlhf-synthetic` chains them instead
 # (--model.path and --data.reward-model point at the previous stages' exports, --warm-start.updates 0).
-_SORT = TaskConfig(name="sort", min_len=3, max_len=5, heldout_fraction=0.2)
-_SORT_SFT = WarmStartConfig(updates=60, lr=3e-3, batch_size=64, log_every=20)
-_SORT_ENGINE = EngineConfig(max_new_tokens=7, temperature=1.0)
-_SORT_EVAL = LLMEvalConfig(prompts=256, samples=4, pass_k=4)
+# Each recipe gets fresh section objects: a caller may change its config in place.
+SORT_SFT_UPDATES = 60
+
+
+def _sort() -> TaskConfig:
+    return TaskConfig(name="sort", min_len=3, max_len=5, heldout_fraction=0.2)
+
+
+def _sort_sft() -> WarmStartConfig:
+    return WarmStartConfig(updates=SORT_SFT_UPDATES, lr=3e-3, batch_size=64, log_every=20)
+
+
+def _sort_engine() -> EngineConfig:
+    return EngineConfig(max_new_tokens=7, temperature=1.0)
+
+
+def _sort_eval() -> LLMEvalConfig:
+    return LLMEvalConfig(prompts=256, samples=4, pass_k=4)
 
 
 def _synthetic_sft() -> LLMTrainConfig:
@@ -90,12 +104,12 @@ def _synthetic_sft() -> LLMTrainConfig:
         recipe="synthetic-sft",
         algo=SFTConfig(lr=3e-3, micro_batch_size=64),
         model=_tiny(),
-        task=_SORT,
+        task=_sort(),
         data=DataConfig(gold="sort-quality"),
-        engine=_SORT_ENGINE,
+        engine=_sort_engine(),
         collector=TextCollectorConfig(prompts=64),
-        eval=_SORT_EVAL,
-        trainer=TrainerConfig(total_steps=64 * _SORT_SFT.updates, eval_every=64 * 30),
+        eval=_sort_eval(),
+        trainer=TrainerConfig(total_steps=64 * SORT_SFT_UPDATES, eval_every=64 * 30),
     )
 
 
@@ -104,13 +118,13 @@ def _synthetic_rm() -> LLMTrainConfig:
         recipe="synthetic-rm",
         algo=RewardModelConfig(lr=1e-3, micro_batch_size=128),
         model=_tiny(),
-        task=_SORT,
+        task=_sort(),
         data=DataConfig(gold="sort-quality"),
         preferences=PreferenceConfig(prompts=512, heldout_prompts=128, samples=4),
-        engine=_SORT_ENGINE,
+        engine=_sort_engine(),
         collector=TextCollectorConfig(prompts=64),
-        eval=_SORT_EVAL,
-        warm_start=_SORT_SFT,
+        eval=_sort_eval(),
+        warm_start=_sort_sft(),
         trainer=TrainerConfig(total_steps=128 * 150, eval_every=128 * 50),
     )
 
@@ -120,12 +134,12 @@ def _synthetic_ppo() -> LLMTrainConfig:
         recipe="synthetic-ppo",
         algo=LLMPPOConfig(lr=1e-4, micro_batch_size=128, kl_coef=0.02),
         model=_tiny(),
-        task=_SORT,
+        task=_sort(),
         data=DataConfig(gold="sort-quality"),
-        engine=_SORT_ENGINE,
+        engine=_sort_engine(),
         collector=TextCollectorConfig(prompts=64, group_size=1),
-        eval=_SORT_EVAL,
-        warm_start=_SORT_SFT,
+        eval=_sort_eval(),
+        warm_start=_sort_sft(),
         trainer=TrainerConfig(total_steps=64 * 60, eval_every=64 * 10),
     )
 
@@ -137,12 +151,12 @@ def _synthetic_rloo() -> LLMTrainConfig:
             lr=1e-4, micro_batch_size=128, advantage="rloo", kl_coef=0.02, kl_in="reward", kl_estimator="k1"
         ),
         model=_tiny(),
-        task=_SORT,
+        task=_sort(),
         data=DataConfig(gold="sort-quality"),
-        engine=_SORT_ENGINE,
+        engine=_sort_engine(),
         collector=TextCollectorConfig(prompts=16, group_size=4),
-        eval=_SORT_EVAL,
-        warm_start=_SORT_SFT,
+        eval=_sort_eval(),
+        warm_start=_sort_sft(),
         trainer=TrainerConfig(total_steps=64 * 60, eval_every=64 * 10),
     )
 
@@ -152,13 +166,13 @@ def _synthetic_dpo() -> LLMTrainConfig:
         recipe="synthetic-dpo",
         algo=DPOConfig(lr=1e-4, beta=0.1, micro_batch_size=128),
         model=_tiny(),
-        task=_SORT,
+        task=_sort(),
         data=DataConfig(gold="sort-quality"),
         preferences=PreferenceConfig(prompts=512, heldout_prompts=128, samples=4),
-        engine=_SORT_ENGINE,
+        engine=_sort_engine(),
         collector=TextCollectorConfig(prompts=64),
-        eval=_SORT_EVAL,
-        warm_start=_SORT_SFT,
+        eval=_sort_eval(),
+        warm_start=_sort_sft(),
         trainer=TrainerConfig(total_steps=128 * 100, eval_every=128 * 25),
     )
 
@@ -168,11 +182,11 @@ def _synthetic_bon() -> LLMTrainConfig:
         recipe="synthetic-bon",
         algo=BestOfNConfig(n=(1, 2, 4, 8, 16)),
         model=_tiny(),
-        task=_SORT,
+        task=_sort(),
         data=DataConfig(gold="sort-quality"),
-        engine=_SORT_ENGINE,
-        eval=_SORT_EVAL,
-        warm_start=_SORT_SFT,
+        engine=_sort_engine(),
+        eval=_sort_eval(),
+        warm_start=_sort_sft(),
     )
 
 

@@ -21,10 +21,9 @@ from pickaxe.rollout.engines.hf import HFEngine
 from pickaxe.rollout.text_collector import completion_text, encode_prompts
 from pickaxe.runs.run import Run
 from pickaxe.runs.status import write_status
-from pickaxe.train.llm import build_env, build_model, derive_llm_seeds, warm_start
+from pickaxe.train.llm import build_env, start_policy
 from pickaxe.train.llm_config import LLMTrainConfig
 from pickaxe.train.trainer import FitResult
-from pickaxe.utils import resolve_device, seed_everything, set_torch_threads
 
 __all__ = ["BestOfN", "best_of_n_kl", "build_best_of_n", "pick_best"]
 
@@ -51,14 +50,9 @@ class BestOfN:
     the weights and the seed: a resumed run simply evaluates again."""
 
     def __init__(self, cfg: LLMTrainConfig, run: Run | None = None, progress: bool = False) -> None:
-        set_torch_threads(cfg.torch_threads)
-        seed_everything(cfg.seed)
         self.cfg, self.run, self.progress = cfg, run, progress
-        seeds = derive_llm_seeds(cfg.seed)
-        device = resolve_device(cfg.device)
-        self.model, self.tokenizer = build_model(cfg, device, seeds["model"])
-        if cfg.warm_start.updates > 0:
-            warm_start(cfg, self.model, self.tokenizer, seeds["warm_start"], run, progress)
+        # best-of-n keeps no checkpoints, so this never resumes: a rerun warm-starts and evaluates again
+        self.model, self.tokenizer, seeds, device, _ = start_policy(cfg, run, progress)
         self.env = build_env(cfg, seeds["env"], seeds["eval_env"], self.tokenizer, device)
         self.engine = HFEngine(self.model.eval(), self.tokenizer.eos_token_id, self.tokenizer.pad_token_id,
                                cfg.engine.max_batch, seeds["eval"])  # fmt: skip

@@ -428,9 +428,13 @@ def print_llm_summary(before: dict[str, float] | None, result: FitResult) -> Non
     Console().print(table)
 
 
-def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: bool = False) -> LLMTrainer:
-    """Seed everything; build tokenizer, model, env, engine, collector and algorithm; warm-start with SFT if
-    configured; evaluate the starting point (logged at step 0); return the Trainer."""
+def start_policy(
+    cfg: LLMTrainConfig, run: Run | None, progress: bool
+) -> tuple[nn.Module, Any, dict[str, int], torch.device, bool]:
+    """What every LLM run starts with: torch threads, seeds, device, the policy and its tokenizer, warm-started with
+    SFT on a fresh run. Returns ``(model, tokenizer, seeds, device, resuming)``; a resumed run (one with
+    checkpoints) gets its weights from the checkpoint, so it skips the warm start, and its input files must be the
+    ones it started with (:func:`check_inputs`)."""
     set_torch_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
     seeds = derive_llm_seeds(cfg.seed)
@@ -438,11 +442,17 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
     model, tokenizer = build_model(cfg, device, seeds["model"])
     if progress:
         Console().print(f"model: {type(model).__name__}, {num_parameters(model):,} parameters on {device}")
-    # a resumed run gets its weights (policy and reference) from the checkpoint: no warm start, no "before" eval
     resuming = run is not None and any((run.path / "checkpoints").glob("*"))
     check_inputs(cfg, run, resuming)
     if cfg.warm_start.updates > 0 and not resuming:
         warm_start(cfg, model, tokenizer, seeds["warm_start"], run, progress)
+    return model, tokenizer, seeds, device, resuming
+
+
+def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: bool = False) -> LLMTrainer:
+    """Seed everything; build tokenizer, model, env, engine, collector and algorithm; warm-start with SFT if
+    configured; evaluate the starting point (logged at step 0); return the Trainer."""
+    model, tokenizer, seeds, device, resuming = start_policy(cfg, run, progress)
     env = build_env(cfg, seeds["env"], seeds["eval_env"], tokenizer, device)
     engine = build_engine(cfg, model, tokenizer, seeds["engine"], run)
     e = cfg.engine

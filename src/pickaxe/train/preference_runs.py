@@ -21,7 +21,6 @@ from pickaxe.algos.reward_model import RewardModelTrainer
 from pickaxe.envs.text.preferences import PreferencePair, load_preferences, save_preferences
 from pickaxe.errors import ConfigError
 from pickaxe.eval.stats import wilson_interval
-from pickaxe.models.lm import num_parameters
 from pickaxe.models.reward import RewardModel
 from pickaxe.rollout.engines.base import SamplingParams
 from pickaxe.rollout.engines.hf import HFEngine
@@ -33,14 +32,10 @@ from pickaxe.train.llm import (
     LLMTrainer,
     TextEvaluator,
     build_env,
-    build_model,
-    check_inputs,
-    derive_llm_seeds,
     frozen_reference,
-    warm_start,
+    start_policy,
 )
 from pickaxe.train.llm_config import LLMTrainConfig
-from pickaxe.utils import resolve_device, seed_everything, set_torch_threads
 
 __all__ = ["build_dpo_trainer", "build_reward_model_trainer", "preference_data"]
 
@@ -138,27 +133,11 @@ class DPOEvaluator:
         return {**self.text(algo), **{f"eval/{k.split('/')[-1]}": v for k, v in algo.evaluate(self.batch).items()}}
 
 
-def _start(cfg: LLMTrainConfig, run: Run | None, progress: bool) -> tuple[Any, Any, dict[str, int], Any, bool]:
-    """Seeds, threads, device, the policy (warm-started on a fresh run) and its tokenizer."""
-    set_torch_threads(cfg.torch_threads)
-    seed_everything(cfg.seed)
-    seeds = derive_llm_seeds(cfg.seed)
-    device = resolve_device(cfg.device)
-    model, tokenizer = build_model(cfg, device, seeds["model"])
-    if progress:
-        Console().print(f"model: {type(model).__name__}, {num_parameters(model):,} parameters on {device}")
-    resuming = run is not None and any((run.path / "checkpoints").glob("*"))
-    check_inputs(cfg, run, resuming)
-    if cfg.warm_start.updates > 0 and not resuming:
-        warm_start(cfg, model, tokenizer, seeds["warm_start"], run, progress)
-    return model, tokenizer, seeds, device, resuming
-
-
 def build_reward_model_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: bool = False) -> LLMTrainer:
     """A reward model (the policy's decoder and a new scalar head) trained with the Bradley–Terry loss on the
     run's preference pairs, ``collector.prompts`` pairs a batch; evaluated by held-out pairwise accuracy. The
     finished run exports the reward model (and tokenizer) to ``RUN_DIR/export``."""
-    model, tokenizer, seeds, device, resuming = _start(cfg, run, progress)
+    model, tokenizer, seeds, device, resuming = start_policy(cfg, run, progress)
     train_pairs, heldout = preference_data(cfg, model, tokenizer, seeds, run, resuming)
     reward_model = RewardModel.from_lm(model, seed=seeds["algo"])
     del model
@@ -179,7 +158,7 @@ def build_dpo_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
     """DPO (or IPO) of the policy against a frozen copy of itself on the run's preference pairs, ``collector.prompts``
     pairs a batch; evaluated on held-out prompts (reward terms, gold, KL to the reference) and held-out pairs. The
     finished run exports the policy to ``RUN_DIR/export``."""
-    model, tokenizer, seeds, device, resuming = _start(cfg, run, progress)
+    model, tokenizer, seeds, device, resuming = start_policy(cfg, run, progress)
     train_pairs, heldout = preference_data(cfg, model, tokenizer, seeds, run, resuming)
     reference = frozen_reference(model)
     algo = DPO(model, cfg.algo, reference)
