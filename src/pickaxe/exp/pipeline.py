@@ -22,7 +22,7 @@ import math
 import os
 import signal
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -61,17 +61,6 @@ class Pipeline:
     name: str
     description: str
     stages: tuple[Stage, ...]
-    optional: tuple[str, ...] = field(default=())
-    """Stages left out (with a note) while their recipe is not registered."""
-
-    def available(self) -> tuple[tuple[Stage, ...], list[Stage]]:
-        """(stages to run, optional stages skipped because their recipe is not registered)."""
-        from pickaxe.recipes import RECIPES
-
-        skipped = [s for s in self.stages if s.name in self.optional and s.recipe not in RECIPES]
-        gone = {s.name for s in skipped}
-        kept = tuple(s for s in self.stages if s.name not in gone and not gone & set(s.depends_on))
-        return kept, [s for s in self.stages if s not in kept]
 
 
 def _flags(text: str) -> tuple[str, ...]:
@@ -94,7 +83,6 @@ RLHF_SYNTHETIC = Pipeline(
         Stage("dpo", "synthetic-dpo", ("sft", "rm"), _flags(f"{_WITH_RM} {_PAIRS}"), _RL_HEADLINE),
         Stage("bon", "synthetic-bon", ("sft", "rm"), _flags(_WITH_RM), _RL_HEADLINE[:2], per="bon/n"),
     ),
-    optional=("ppo", "rloo"),
 )
 
 PIPELINES: dict[str, Pipeline] = {p.name: p for p in (RLHF_SYNTHETIC,)}
@@ -196,14 +184,13 @@ def check_extra(stages: tuple[Stage, ...], extra: list[str]) -> None:
 
 def plan(
     pipeline: Pipeline, pipeline_dir: Path | None, seed: int, extra: list[str]
-) -> tuple[Path, dict[str, Any], list[dict[str, Any]], list[Stage]]:
+) -> tuple[Path, dict[str, Any], list[dict[str, Any]]]:
     """Validate every stage's flags (nothing is queued when one is wrong) and build the commands.
 
-    Returns (pipeline folder, spec, one ``{name, recipe, depends_on, run_dir, export, command}`` per stage,
-    stages skipped because their recipe is not registered)."""
+    Returns (pipeline folder, spec, one ``{name, recipe, depends_on, run_dir, export, command}`` per stage)."""
     from pickaxe.recipes.args import parse_train
 
-    stages, skipped = pipeline.available()
+    stages = pipeline.stages
     _check_graph(stages)
     check_extra(stages, extra)
     spec = pipeline_spec(pipeline, stages, seed, extra)
@@ -217,7 +204,7 @@ def plan(
             "name": s.name, "recipe": s.recipe, "depends_on": list(s.depends_on),
             "run_dir": run_dir, "export": str(Path(run_dir) / "export"), "command": command,
         })  # fmt: skip
-    return folder, spec, entries, skipped
+    return folder, spec, entries
 
 
 # ------------------------------------------------------------------------------------------------ metrics
@@ -302,17 +289,10 @@ def run_pipeline(pipeline: Pipeline, opts: PipelineOptions, extra: list[str]) ->
     from pickaxe.exp.queue_store import BAD_FOR_DEPENDENTS, JobQueue
     from pickaxe.exp.worker import detect_gpus, run_jobs
 
-    folder, spec, entries, skipped = plan(
-        pipeline, Path(opts.pipeline_dir) if opts.pipeline_dir else None, opts.seed, extra
-    )
+    folder, spec, entries = plan(pipeline, Path(opts.pipeline_dir) if opts.pipeline_dir else None, opts.seed, extra)
     stages = {s.name: s for s in pipeline.stages}
-    note = (
-        f"; left out while their recipes are not registered: {', '.join(f'{s.name} ({s.recipe})' for s in skipped)}"
-        if skipped
-        else ""
-    )
     if opts.dry_run:
-        print(f"pickaxe: pipeline {pipeline.name} in {folder}{note}", file=sys.stderr)
+        print(f"pickaxe: pipeline {pipeline.name} in {folder}", file=sys.stderr)
         for e in entries:
             after = f" after {', '.join(e['depends_on'])}" if e["depends_on"] else ""
             print(f"{e['name']}{after}: {' '.join(e['command'])}")
@@ -349,7 +329,7 @@ def run_pipeline(pipeline: Pipeline, opts: PipelineOptions, extra: list[str]) ->
     workers = opts.workers or os.cpu_count() or 1
     slots = f"{workers} worker{'s' * (workers != 1)}"
     print(
-        f"pickaxe: pipeline {pipeline.name} ({len(entries)} stages) in {folder}, {slots}{note}"
+        f"pickaxe: pipeline {pipeline.name} ({len(entries)} stages) in {folder}, {slots}"
         + (f"; continuing: {', '.join(continuing)}" if continuing else ""),
         file=sys.stderr,
         flush=True,
