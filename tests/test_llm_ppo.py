@@ -6,6 +6,7 @@ import copy
 import math
 import statistics
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -264,6 +265,22 @@ def test_update_runs_epochs_times_mini_batches_steps_and_reports() -> None:
     assert metrics["ppo/score_mean"] == pytest.approx(float(batch["reward"].mean()))
     assert metrics["ppo/entropy_approx"] > 0 and metrics["grad_norm/critic"] > 0
     assert all(math.isfinite(v) for v in metrics.values())
+
+
+def test_ppo_warns_when_the_batch_came_from_another_policy() -> None:
+    base = _model()
+    batch = _grpo_batch(base, reference=_model(seed=5))
+    stale = batch.clone()
+    stale["logprob"] = stale["logprob"] - 0.1 * stale["loss_mask"]  # sampled by other weights
+    with pytest.warns(RuntimeWarning, match=r"PPO on-policy check.*engine's numerics"):
+        _algo(base, LLMPPOConfig(lr=1e-3)).update(stale)
+    algo = _algo(base, LLMPPOConfig(lr=1e-3))
+    algo.version = 2  # two updates past the weights that sampled the batch (version 0)
+    with pytest.warns(RuntimeWarning, match="sampled with policy version 0 but the learner is at version 2"):
+        algo.update(stale)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _algo(base, LLMPPOConfig(lr=1e-3)).update(batch)  # on policy: quiet
 
 
 def test_ptx_adds_its_coefficient_times_the_sft_gradient() -> None:

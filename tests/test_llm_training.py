@@ -137,7 +137,7 @@ def test_grpo_warns_when_sampler_and_learner_disagree() -> None:
     model = _model()
     batch = _grpo_batch(model)
     wrong = GRPO(copy.deepcopy(model), GRPOConfig(), SamplingParams(max_new_tokens=4, temperature=0.5, n=4))
-    with pytest.warns(RuntimeWarning, match=r"ratio should be 1.*temperature/top-k/top-p"):
+    with pytest.warns(RuntimeWarning, match=r"learner and sampler should agree.*temperature/top-k/top-p"):
         metrics = wrong.update(batch.clone())
     assert metrics["check/logprob_diff_max"] > 1e-2
     stale = batch.clone()

@@ -266,3 +266,6 @@ class LLMPPOConfig(LMConfig):
     ptx_coef: float = ranged(0.0, ge=0)
     """PPO-ptx: weight of the language-modelling loss on a batch of demonstrations mixed into every policy step
     (needs the algorithm's ``ptx`` source; 0: off)."""
+    ratio_tolerance: float = ranged(1e-3, gt=0)
+    """Warn when learner and sampler log-probs of the batch differ by more than this before the update (stale
+    engine weights or other numerics: the samples then come from another policy than the learner's)."""

@@ -8,7 +8,6 @@ normalised by the counts of the whole optimizer step so micro-batching does not 
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
@@ -30,6 +29,7 @@ from pickaxe.algos.llm_core import (
     sequence_sum,
     token_log_ratio,
     truncated_is_weight,
+    warn_off_policy,
     zero_variance_groups,
 )
 from pickaxe.algos.rlhf_core import reinforce_pp_advantages, rloo_advantages
@@ -315,24 +315,5 @@ class GRPO(LMAlgorithm):
     def _check_on_policy(self, worst: float, oldest_version: int) -> None:
         """Warn when the first micro-batch's ratio is not 1: learner and sampler disagree on the same weights.
         Called after the update, with the version the learner had during it (``self.version - 1``)."""
-        if worst <= self.config.ratio_tolerance:
-            return
-        learner = self.version - 1
-        if oldest_version != learner:
-            reason = (
-                f"the batch was sampled with policy version {oldest_version} but the learner is at version "
-                f"{learner} (stale weights in the engine: is sync_weights called?)"
-            )
-        elif self.config.tis_cap is None:
-            reason = (
-                "same policy version, so the engine's numerics or logits processing differ from the learner's "
-                "(temperature/top-k/top-p, dtype, attention kernel); set --algo.tis-cap to correct for it"
-            )
-        else:
-            reason = "engine and learner numerics differ; TIS is correcting for it"
-        warnings.warn(
-            f"GRPO on-policy check: on the first micro-batch the ratio should be 1 but max |learner - sampler "
-            f"log-prob| = {worst:.2e} > {self.config.ratio_tolerance:.0e}: {reason}",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+        cfg = self.config
+        warn_off_policy("GRPO", worst, cfg.ratio_tolerance, oldest_version, self.version - 1, cfg.tis_cap is not None)

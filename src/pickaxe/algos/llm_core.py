@@ -13,6 +13,7 @@ aggregation drops that value.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import torch
@@ -178,6 +179,40 @@ def masked_max(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     if not m.any():
         return values.new_zeros(())
     return values[m].max()
+
+
+def warn_off_policy(
+    method: str, worst: float, tolerance: float, sampled_version: int, learner_version: int, tis: bool | None = None
+) -> None:
+    """Warn when learner and sampler log-probs of the same tokens differ by more than ``tolerance`` (max
+    ``worst``) before any optimizer step: the samples were drawn from another distribution than the policy the
+    learner holds. The message says why: stale weights in the engine (``sampled_version`` behind
+    ``learner_version``) or engine numerics; ``tis`` (None: the method has no TIS) says whether it is corrected."""
+    if worst <= tolerance:
+        return
+    if sampled_version != learner_version:
+        reason = (
+            f"the batch was sampled with policy version {sampled_version} but the learner is at version "
+            f"{learner_version} (stale weights in the engine: is sync_weights called?)"
+        )
+    elif tis is False:
+        reason = (
+            "same policy version, so the engine's numerics or logits processing differ from the learner's "
+            "(temperature/top-k/top-p, dtype, attention kernel); set --algo.tis-cap to correct for it"
+        )
+    elif tis:
+        reason = "engine and learner numerics differ; TIS is correcting for it"
+    else:
+        reason = (
+            "same policy version, so the engine's numerics or logits processing differ from the learner's "
+            "(temperature/top-k/top-p, dtype, attention kernel)"
+        )
+    warnings.warn(
+        f"{method} on-policy check: before the first step learner and sampler should agree, but max |learner - "
+        f"sampler log-prob| = {worst:.2e} > {tolerance:.0e}: {reason}",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def plan_micro_batches(

@@ -36,6 +36,7 @@ from pickaxe.algos.llm_core import (
     plan_micro_batches,
     sequence_sum,
     token_log_ratio,
+    warn_off_policy,
 )
 from pickaxe.algos.rlhf_core import kl_shaped_token_rewards, token_gae, token_value_loss, whiten
 from pickaxe.data.batch import Batch
@@ -378,6 +379,10 @@ class LLMPPO(LMAlgorithm):
             metrics["loss/ptx"] = _mean(ptx_losses)
         if cfg.kl_coef > 0 and cfg.kl_in == "loss":
             metrics["ppo/kl_loss_token_mean"] = kl_loss_sum / tokens  # over the update's steps, current weights
+        if "check/logprob_diff_max" in got:  # old log-probs are the learner's, so this biases nothing: it tells
+            learner = self.version - 1  # that the samples came from another policy (stale weights, numerics)
+            sampled = learner - int(got.get("check/policy_lag", 0.0))
+            warn_off_policy("PPO", got["check/logprob_diff_max"], cfg.ratio_tolerance, sampled, learner)
         return {**metrics, **got}
 
     def _ptx_backward(self) -> torch.Tensor:
