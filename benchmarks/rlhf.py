@@ -29,7 +29,7 @@ METHODS = {"ppo": "PPO", "rloo": "RLOO", "dpo": "DPO", "bon": "best-of-n"}
 
 
 def curve(stage_dir: Path, method: str) -> list[tuple[float, float, float]]:
-    """``(kl, gold, proxy)`` of every evaluation of one stage, in KL order (best-of-n: one point per n)."""
+    """``(kl, gold, proxy)`` of every evaluation of one stage, in step order (best-of-n: one point per n)."""
     path = stage_dir / "metrics.jsonl"
     if not path.is_file():
         return []
@@ -42,11 +42,12 @@ def curve(stage_dir: Path, method: str) -> list[tuple[float, float, float]]:
         proxy = r.get("eval/reward/proxy") if method == "bon" else r.get("eval/sampled/proxy")
         if gold is not None:
             points.append((float(r["eval/kl"]), float(gold), float(proxy) if proxy is not None else float("nan")))
-    return sorted(points)
+    return points
 
 
 def gold_at(points: list[tuple[float, float, float]], kl: float) -> float | None:
-    """Gold interpolated at ``kl`` (None outside the measured KL range)."""
+    """Gold interpolated at ``kl`` over the points sorted by KL (None outside the measured KL range)."""
+    points = sorted(points)
     if not points or kl < points[0][0] or kl > points[-1][0]:
         return None
     xs, ys = [p[0] for p in points], [p[1] for p in points]
