@@ -34,7 +34,7 @@ from pickaxe.envs.text.synthetic_preferences import sort_quality
 from pickaxe.envs.text.tasks import make_task
 from pickaxe.errors import ConfigError, PickaxeError
 from pickaxe.eval.stats import pass_at_k, wilson_interval
-from pickaxe.models.export import export_model
+from pickaxe.models.export import export_model, read_export_source
 from pickaxe.models.lm import completion_logprobs, load_lm, num_parameters, tiny_lm
 from pickaxe.models.lora import apply_lora_config, is_lora, merge_lora, shared_reference
 from pickaxe.models.reward import RewardModel
@@ -208,7 +208,9 @@ def ptx_source(cfg: LLMTrainConfig, env: PromptEnv, tokenizer: Any, device: torc
 
 
 INPUTS_FILE = "inputs.json"
-"""sha256 of the files an LLM run reads at every start (reward model, preference files), written when it starts."""
+"""What an LLM run read from outside its folder, written when it starts: ``digests`` (sha256 of the files it reads
+afresh at every start: reward model, preference files) and ``sources`` (the ``pickaxe_source.json`` of every
+exported model it loaded: which run, checkpoint and step the starting policy or the reward model came from)."""
 
 
 def _digest(path: Path) -> str:
@@ -224,9 +226,10 @@ def _digest(path: Path) -> str:
 
 
 def check_inputs(cfg: LLMTrainConfig, run: Run | None, resuming: bool) -> None:
-    """Record the digests of the files the run reads afresh at every start (``data.reward_model``,
-    ``preferences.path``/``heldout_path``) in ``RUN_DIR/inputs.json``; on a resume, refuse with one line when one
-    of them changed since the run started (the resumed run would not be the run that was stopped)."""
+    """Record in ``RUN_DIR/inputs.json`` (:data:`INPUTS_FILE`) the digests of the files the run reads afresh at every
+    start (``data.reward_model``, ``preferences.path``/``heldout_path``) and where its exported input models came
+    from; on a resume, refuse with one line when a digest changed since the run started (the resumed run would not
+    be the run that was stopped)."""
     if run is None:
         return
     paths = {"data.reward_model": cfg.data.reward_model, "preferences.path": cfg.preferences.path,
@@ -234,7 +237,7 @@ def check_inputs(cfg: LLMTrainConfig, run: Run | None, resuming: bool) -> None:
     now = {k: _digest(Path(v)) for k, v in paths.items() if v and Path(v).exists()}
     file = run.path / INPUTS_FILE
     if resuming and file.is_file():
-        before = json.loads(file.read_text())
+        before = json.loads(file.read_text()).get("digests", {})
         for key, digest in before.items():
             if now.get(key) != digest:
                 raise PickaxeError(
@@ -242,8 +245,11 @@ def check_inputs(cfg: LLMTrainConfig, run: Run | None, resuming: bool) -> None:
                     "would not continue the same run; restore the original or start a new run"
                 )
         return
+    models = {"model.path": cfg.model.path, "data.reward_model": cfg.data.reward_model}
+    sources = {k: read_export_source(v) for k, v in models.items() if v and Path(v).is_dir()}
+    record = {"digests": now, "sources": {k: v for k, v in sources.items() if v is not None}}
     tmp = file.with_name(f".{INPUTS_FILE}.tmp")
-    tmp.write_text(json.dumps(now, indent=2, sort_keys=True) + "\n")
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
     os.replace(tmp, file)
 
 
