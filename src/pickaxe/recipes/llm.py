@@ -79,115 +79,79 @@ def _reverse_grpo() -> LLMTrainConfig:
 # them, a proxy reward model learns from those pairs, and the RL stages optimise the proxy while gold is logged.
 # Standalone, each stage warm-starts its own SFT model; `pickaxe pipeline rlhf-synthetic` chains them instead
 # (--model.path and --data.reward-model point at the previous stages' exports, --warm-start.updates 0).
-# Each recipe gets fresh section objects: a caller may change its config in place.
+# Each recipe gets fresh section objects (a caller may change its config in place).
 SORT_SFT_UPDATES = 60
 
 
-def _sort() -> TaskConfig:
-    return TaskConfig(name="sort", min_len=3, max_len=5, heldout_fraction=0.2)
+def _synthetic(recipe: str, algo: object, **sections: object) -> LLMTrainConfig:
+    """A synthetic-task config: the tiny model, digit sorting, the gold score, 7 new tokens, 256 held-out prompts
+    with 4 samples each and (unless ``warm_start`` is given) the short SFT warm start; ``sections`` set the rest."""
+    return LLMTrainConfig(
+        recipe=recipe,
+        algo=algo,
+        model=_tiny(),
+        task=TaskConfig(name="sort", min_len=3, max_len=5, heldout_fraction=0.2),
+        data=DataConfig(gold="sort-quality"),
+        engine=EngineConfig(max_new_tokens=7, temperature=1.0),
+        eval=LLMEvalConfig(prompts=256, samples=4, pass_k=4),
+        **{"warm_start": WarmStartConfig(updates=SORT_SFT_UPDATES, lr=3e-3, batch_size=64, log_every=20), **sections},
+    )
 
 
-def _sort_sft() -> WarmStartConfig:
-    return WarmStartConfig(updates=SORT_SFT_UPDATES, lr=3e-3, batch_size=64, log_every=20)
-
-
-def _sort_engine() -> EngineConfig:
-    return EngineConfig(max_new_tokens=7, temperature=1.0)
-
-
-def _sort_eval() -> LLMEvalConfig:
-    return LLMEvalConfig(prompts=256, samples=4, pass_k=4)
+def _pairs() -> PreferenceConfig:
+    return PreferenceConfig(prompts=512, heldout_prompts=128, samples=4)
 
 
 def _synthetic_sft() -> LLMTrainConfig:
-    return LLMTrainConfig(
-        recipe="synthetic-sft",
-        algo=SFTConfig(lr=3e-3, micro_batch_size=64),
-        model=_tiny(),
-        task=_sort(),
-        data=DataConfig(gold="sort-quality"),
-        engine=_sort_engine(),
+    return _synthetic(
+        "synthetic-sft",
+        SFTConfig(lr=3e-3, micro_batch_size=64),
+        warm_start=WarmStartConfig(),  # this stage is the SFT
         collector=TextCollectorConfig(prompts=64),
-        eval=_sort_eval(),
         trainer=TrainerConfig(total_steps=64 * SORT_SFT_UPDATES, eval_every=64 * 30),
     )
 
 
 def _synthetic_rm() -> LLMTrainConfig:
-    return LLMTrainConfig(
-        recipe="synthetic-rm",
-        algo=RewardModelConfig(lr=1e-3, micro_batch_size=128),
-        model=_tiny(),
-        task=_sort(),
-        data=DataConfig(gold="sort-quality"),
-        preferences=PreferenceConfig(prompts=512, heldout_prompts=128, samples=4),
-        engine=_sort_engine(),
+    return _synthetic(
+        "synthetic-rm",
+        RewardModelConfig(lr=1e-3, micro_batch_size=128),
+        preferences=_pairs(),
         collector=TextCollectorConfig(prompts=64),
-        eval=_sort_eval(),
-        warm_start=_sort_sft(),
         trainer=TrainerConfig(total_steps=128 * 150, eval_every=128 * 50),
     )
 
 
 def _synthetic_ppo() -> LLMTrainConfig:
-    return LLMTrainConfig(
-        recipe="synthetic-ppo",
-        algo=LLMPPOConfig(lr=1e-4, micro_batch_size=128, kl_coef=0.02),
-        model=_tiny(),
-        task=_sort(),
-        data=DataConfig(gold="sort-quality"),
-        engine=_sort_engine(),
+    return _synthetic(
+        "synthetic-ppo",
+        LLMPPOConfig(lr=1e-4, micro_batch_size=128, kl_coef=0.02),
         collector=TextCollectorConfig(prompts=64, group_size=1),
-        eval=_sort_eval(),
-        warm_start=_sort_sft(),
         trainer=TrainerConfig(total_steps=64 * 60, eval_every=64 * 10),
     )
 
 
 def _synthetic_rloo() -> LLMTrainConfig:
-    return LLMTrainConfig(
-        recipe="synthetic-rloo",
-        algo=GRPOConfig(
-            lr=1e-4, micro_batch_size=128, advantage="rloo", kl_coef=0.02, kl_in="reward", kl_estimator="k1"
-        ),
-        model=_tiny(),
-        task=_sort(),
-        data=DataConfig(gold="sort-quality"),
-        engine=_sort_engine(),
+    return _synthetic(
+        "synthetic-rloo",
+        GRPOConfig(lr=1e-4, micro_batch_size=128, advantage="rloo", kl_coef=0.02, kl_in="reward", kl_estimator="k1"),
         collector=TextCollectorConfig(prompts=16, group_size=4),
-        eval=_sort_eval(),
-        warm_start=_sort_sft(),
         trainer=TrainerConfig(total_steps=64 * 60, eval_every=64 * 10),
     )
 
 
 def _synthetic_dpo() -> LLMTrainConfig:
-    return LLMTrainConfig(
-        recipe="synthetic-dpo",
-        algo=DPOConfig(lr=1e-4, beta=0.1, micro_batch_size=128),
-        model=_tiny(),
-        task=_sort(),
-        data=DataConfig(gold="sort-quality"),
-        preferences=PreferenceConfig(prompts=512, heldout_prompts=128, samples=4),
-        engine=_sort_engine(),
+    return _synthetic(
+        "synthetic-dpo",
+        DPOConfig(lr=1e-4, beta=0.1, micro_batch_size=128),
+        preferences=_pairs(),
         collector=TextCollectorConfig(prompts=64),
-        eval=_sort_eval(),
-        warm_start=_sort_sft(),
         trainer=TrainerConfig(total_steps=128 * 100, eval_every=128 * 25),
     )
 
 
 def _synthetic_bon() -> LLMTrainConfig:
-    return LLMTrainConfig(
-        recipe="synthetic-bon",
-        algo=BestOfNConfig(n=(1, 2, 4, 8, 16)),
-        model=_tiny(),
-        task=_sort(),
-        data=DataConfig(gold="sort-quality"),
-        engine=_sort_engine(),
-        eval=_sort_eval(),
-        warm_start=_sort_sft(),
-    )
+    return _synthetic("synthetic-bon", BestOfNConfig(n=(1, 2, 4, 8, 16)))
 
 
 LLM_RECIPES: dict[str, Recipe] = {

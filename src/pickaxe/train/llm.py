@@ -378,6 +378,27 @@ class LLMTrainer(Trainer):
     before: dict[str, float] | None = None
     export_model: tuple[nn.Module, Any] | None = None
 
+    @classmethod
+    def assemble(
+        cls,
+        cfg: LLMTrainConfig,
+        algo: Algorithm,
+        collector: Any,
+        evaluator: Any,
+        run: Run | None,
+        progress: bool,
+        resuming: bool,
+        export: tuple[nn.Module, Any],
+    ) -> LLMTrainer:
+        """The Trainer of an LLM run: ``export`` (a model and its tokenizer) is written to ``RUN_DIR/export`` when the
+        run finishes, and a fresh run evaluates its starting point first (``eval.before``, logged at step 0)."""
+        trainer = cls(algo, collector, run=run, config=cfg.trainer, progress=progress,
+                      torch_threads=cfg.torch_threads, evaluator=evaluator)  # fmt: skip
+        trainer.export_model = export
+        if cfg.eval.before and not resuming:
+            trainer.log_before(evaluator(algo))
+        return trainer
+
     def log_before(self, record: dict[str, float]) -> None:
         """Record the evaluation of the starting point (logged at step 0 and shown in the summary)."""
         self.before = record
@@ -492,19 +513,7 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
     else:
         raise ConfigError(f"no LLM algorithm for config type {type(cfg.algo).__name__}")
     evaluator = TextEvaluator(env, engine, tokenizer, cfg.eval, e.max_new_tokens, seeds["eval"], reference)
-    trainer = LLMTrainer(
-        algo,
-        collector,
-        run=run,
-        config=cfg.trainer,
-        progress=progress,
-        torch_threads=cfg.torch_threads,
-        evaluator=evaluator,
-    )
-    trainer.export_model = (model, tokenizer)
-    if cfg.eval.before and not resuming:
-        trainer.log_before(evaluator(algo))
-    return trainer
+    return LLMTrainer.assemble(cfg, algo, collector, evaluator, run, progress, resuming, (model, tokenizer))
 
 
 def _run_reference(

@@ -146,12 +146,7 @@ def build_reward_model_trainer(cfg: LLMTrainConfig, run: Run | None = None, prog
     evaluator = PairAccuracyEvaluator(heldout, tokenizer)
     if progress:
         Console().print(f"preference pairs: {len(train_pairs)} for training, {len(heldout)} held out")
-    trainer = LLMTrainer(algo, collector, run=run, config=cfg.trainer, progress=progress,
-                         torch_threads=cfg.torch_threads, evaluator=evaluator)  # fmt: skip
-    trainer.export_model = (reward_model, tokenizer)
-    if cfg.eval.before and not resuming:
-        trainer.log_before(evaluator(algo))
-    return trainer
+    return LLMTrainer.assemble(cfg, algo, collector, evaluator, run, progress, resuming, (reward_model, tokenizer))
 
 
 def build_dpo_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: bool = False) -> LLMTrainer:
@@ -169,9 +164,4 @@ def build_dpo_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
     evaluator = DPOEvaluator(text, heldout, tokenizer)
     if progress:
         Console().print(f"preference pairs: {len(train_pairs)} for training, {len(heldout)} held out")
-    trainer = LLMTrainer(algo, collector, run=run, config=cfg.trainer, progress=progress,
-                         torch_threads=cfg.torch_threads, evaluator=evaluator)  # fmt: skip
-    trainer.export_model = (model, tokenizer)
-    if cfg.eval.before and not resuming:
-        trainer.log_before(evaluator(algo))
-    return trainer
+    return LLMTrainer.assemble(cfg, algo, collector, evaluator, run, progress, resuming, (model, tokenizer))
