@@ -213,9 +213,10 @@ def test_llm_ppo_run_killed_and_resumed_equals_the_uninterrupted_run(stages: Pat
         (["synthetic-rm", "--data.gold", "nosuch"], "--data.gold: unknown reward 'nosuch'"),
         (["arith-grpo", "--data.reward", "exact+"], "--data.reward: reward spec 'exact+' ends with '+'"),
         (["synthetic-bon", "--data.reward-model", "/nope"], "--data.reward-model '/nope' holds no saved reward model"),
+        (["synthetic-dpo", "--preferences.path", "/nope.jsonl"], "--preferences.path '/nope.jsonl' does not exist"),
     ],
 )
-def test_bad_reward_flags_fail_before_anything_is_built(args: list[str], message: str, tmp_path: Path) -> None:
+def test_bad_reward_and_data_flags_fail_before_anything_is_built(args: list[str], message: str, tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "pickaxe.cli", "train", *args, "--run-dir", str(tmp_path / "r")],
         capture_output=True,

@@ -270,6 +270,15 @@ class LLMTrainConfig(RunConfig):
                     parse_reward_spec(spec, stand_in)
                 except ConfigError as e:
                     raise ConfigError(f"--{key.replace('_', '-')}: {e}") from None
+        for key, value in (
+            ("preferences.path", self.preferences.path),
+            ("preferences.heldout_path", self.preferences.heldout_path),
+        ):
+            if value and not Path(value).is_file():
+                raise ConfigError(
+                    f"--{key.replace('_', '-')} {value!r} does not exist; pass a .jsonl, .json or .parquet file of "
+                    "{prompt, chosen, rejected} rows"
+                )
         rm = self.data.reward_model
         if rm and not (Path(rm) / "config.json").is_file():
             raise ConfigError(
