@@ -108,6 +108,8 @@ def stages(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_sft_reward_model_dpo_and_best_of_n_chain_through_exports(stages: Path, tmp_path: Path) -> None:
     source = json.loads((stages / "sft" / "export" / "pickaxe_source.json").read_text())
     assert source["recipe"] == "synthetic-sft" and source["run_dir"] == str((stages / "sft").resolve())
+    model_json = json.loads((stages / "sft" / "model.json").read_text())
+    assert source["weights_sha256"] == model_json["sha256"] and source["step"] == model_json["step"]  # as `export`
     train_pairs = load_preferences(stages / "rm" / "preferences" / "train.jsonl")
     assert train_pairs and all(p.metadata["gold_chosen"] > p.metadata["gold_rejected"] for p in train_pairs)
     rm_records = [json.loads(line) for line in (stages / "rm" / "metrics.jsonl").read_text().splitlines()]

@@ -17,7 +17,7 @@ from torch import nn
 
 from pickaxe.errors import PickaxeError
 from pickaxe.runs.folder import check_new_run_dir, disk_error, move_aside, unique_path
-from pickaxe.runs.model import MODEL_DIGEST_FILE, MODEL_FILE, _checkpoint_choice, load_model, save_model
+from pickaxe.runs.model import MODEL_DIGEST_FILE, MODEL_FILE, checkpoint_choice, load_model, save_model
 from pickaxe.runs.run import Run, default_run_dir
 from pickaxe.runs.status import process_alive, read_status, write_status
 
@@ -282,19 +282,19 @@ def test_init_process_is_alive() -> None:
     [("final", "final"), (" latest ", "latest"), ("best", "best"), ("2048", 2048), ("step-2048", 2048), (7, 7)],
 )
 def test_checkpoint_names(given: Any, chosen: Any) -> None:
-    assert _checkpoint_choice(given) == chosen
+    assert checkpoint_choice(given) == chosen
 
 
-def test_checkpoint_choice_refuses_a_bool() -> None:
+def testcheckpoint_choice_refuses_a_bool() -> None:
     with pytest.raises(PickaxeError) as exc:
-        _checkpoint_choice(True)  # type: ignore[arg-type]  # an int to Python, but no env step
+        checkpoint_choice(True)  # type: ignore[arg-type]  # an int to Python, but no env step
     assert str(exc.value) == "checkpoint must be final, latest, best or an env step, got True"
 
 
 @pytest.mark.parametrize("given", ["step-", "step-x", "Step-5", "-5", "newest", "2048-step"])
 def test_bad_checkpoint_names(given: str) -> None:
     with pytest.raises(PickaxeError) as exc:
-        _checkpoint_choice(given)
+        checkpoint_choice(given)
     assert str(exc.value) == f"--checkpoint must be final, latest, best or an env step (e.g. 10000), got {given!r}"
 
 

@@ -70,7 +70,7 @@ def load_model(
     ``PickaxeError`` whose one line names the file and the fix.
     """
     run_dir = Path(run_dir)
-    which = _checkpoint_choice(checkpoint)
+    which = checkpoint_choice(checkpoint)
     if which == "final":
         tensors = _load_final(run_dir, device)
         for name, net in networks.items():
@@ -94,7 +94,7 @@ def load_collector_state(
     meaning the newest), or None when the run kept no checkpoint. What a collector holds that the final model does
     not, e.g. an LLM run's frozen reference model."""
     run_dir = Path(run_dir)
-    which = _checkpoint_choice(checkpoint)
+    which = checkpoint_choice(checkpoint)
     if not CheckpointManager(run_dir).list():
         return None
     state, _ = _load_checkpoint_state(run_dir, "latest" if which == "final" else which, device)
@@ -102,7 +102,9 @@ def load_collector_state(
     return collector if isinstance(collector, dict) else None
 
 
-def _checkpoint_choice(checkpoint: str | int) -> str | int:
+def checkpoint_choice(checkpoint: str | int) -> str | int:
+    """``checkpoint`` as :func:`load_model` takes it: ``"final"``, ``"latest"``, ``"best"`` or an env step (an int,
+    or digits with an optional ``step-`` prefix); anything else is a one-line ``PickaxeError``."""
     if isinstance(checkpoint, bool):
         raise PickaxeError(f"checkpoint must be final, latest, best or an env step, got {checkpoint!r}")
     if isinstance(checkpoint, int):
@@ -204,3 +206,48 @@ def _write_json_synced(path: Path, obj: Any) -> None:
         f.flush()
         os.fsync(f.fileno())
     tmp.replace(path)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _checkpoint_step(run_dir: Path, which: str | int) -> int | None:
+    """The env step of the weights ``load_model`` loaded for ``which`` (same choice rules)."""
+    if which == "final":
+        return _read_json(run_dir / MODEL_DIGEST_FILE).get("step")
+    if isinstance(which, int):
+        return which
+    manager = CheckpointManager(run_dir)
+    if which == "latest":
+        info = manager.latest(on_skip=lambda message: None)  # load_model already reported skipped ones
+        return info.step if info is not None else None
+    scored = [i for i in manager.list() if i.metric is not None]
+    return max(scored, key=lambda i: (i.metric, i.step)).step if scored else None
+
+
+def weights_source(run_dir: Path, config: dict[str, Any], which: str | int) -> dict[str, Any]:
+    """Where a run's weights come from, for an export's ``pickaxe_source.json``: the run folder and name, its kind,
+    recipe, algorithm, seed, config hash and git commit, the checkpoint (``which``, as ``checkpoint_choice`` returns
+    it) and its env step, the final model's sha256, and the model the run started from (``model.path``)."""
+    manifest = _read_json(run_dir / "manifest.json")
+    final = _read_json(run_dir / MODEL_DIGEST_FILE) if which == "final" else {}
+    model = config.get("model") if isinstance(config.get("model"), dict) else {}
+    return {
+        "run_dir": str(run_dir.resolve()),
+        "run_name": run_dir.resolve().name,
+        "kind": config.get("kind"),
+        "recipe": config.get("recipe"),
+        "algo_name": config.get("algo_name"),
+        "seed": config.get("seed"),
+        "config_hash": manifest.get("config_hash"),
+        "git": manifest.get("git"),
+        "checkpoint": which,
+        "step": _checkpoint_step(run_dir, which),
+        "weights_sha256": final.get("sha256"),
+        "started_from": model.get("path"),
+    }

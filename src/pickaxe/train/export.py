@@ -5,17 +5,14 @@ weights are loaded (verified) from the final model or a checkpoint, LoRA adapter
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from pickaxe.errors import ConfigError, PickaxeError
 from pickaxe.models.export import export_model
 from pickaxe.models.lora import is_lora, merge_lora
-from pickaxe.runs.checkpoint import CheckpointManager
-from pickaxe.runs.model import MODEL_DIGEST_FILE, MODEL_FILE, load_model
+from pickaxe.runs.model import MODEL_FILE, checkpoint_choice, load_model, weights_source
 from pickaxe.runs.run import Run
 from pickaxe.train.build import config_from_dict
 from pickaxe.train.llm_config import LLMTrainConfig
@@ -51,7 +48,7 @@ def export_run(
             f"{run_path} is a classic RL run; export writes transformers folders of LLM runs only (its weights are "
             f"in {MODEL_FILE})"
         )
-    which = _normalise(checkpoint)
+    which = checkpoint_choice(checkpoint)
     if which == "final" and not (run_path / MODEL_FILE).is_file():
         raise PickaxeError(
             f"{run_path} has no final model ({MODEL_FILE}; did the run finish?); export a checkpoint with "
@@ -65,63 +62,8 @@ def export_run(
     load_model(run_path, {"policy": model}, dev, checkpoint=which)
     lora = is_lora(model)
     model = merge_lora(model, copy_model=False)  # ours alone: merge in place, no second copy
-    source = _source(run_path, data, which)
+    source = weights_source(run_path, data, which)
     source["lora_merged"] = lora
     if out_dir is None:  # the run's own export (the trainer writes one too): always regenerable, so replaced
         out_dir, overwrite = run_path / DEFAULT_EXPORT_DIR, True
     return export_model(model.eval(), tokenizer, out_dir, source, overwrite=overwrite)
-
-
-def _normalise(checkpoint: str | int) -> str | int:
-    if isinstance(checkpoint, int) and not isinstance(checkpoint, bool):
-        return checkpoint
-    text = str(checkpoint).strip()
-    if text in ("final", "latest", "best"):
-        return text
-    digits = text.removeprefix("step-")
-    if digits.isdigit():
-        return int(digits)
-    raise PickaxeError(f"--checkpoint must be final, latest, best or an env step (e.g. 10000), got {checkpoint!r}")
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _checkpoint_step(run_dir: Path, which: str | int) -> int | None:
-    """The env step of the weights ``load_model`` loaded for ``which`` (same choice rules)."""
-    if which == "final":
-        return _read_json(run_dir / MODEL_DIGEST_FILE).get("step")
-    if isinstance(which, int):
-        return which
-    manager = CheckpointManager(run_dir)
-    if which == "latest":
-        info = manager.latest(on_skip=lambda message: None)  # load_model already reported skipped ones
-        return info.step if info is not None else None
-    scored = [i for i in manager.list() if i.metric is not None]
-    return max(scored, key=lambda i: (i.metric, i.step)).step if scored else None
-
-
-def _source(run_dir: Path, config: dict[str, Any], which: str | int) -> dict[str, Any]:
-    """Where the exported weights come from: the run, its identity and the checkpoint."""
-    manifest = _read_json(run_dir / "manifest.json")
-    final = _read_json(run_dir / MODEL_DIGEST_FILE) if which == "final" else {}
-    model = config.get("model") if isinstance(config.get("model"), dict) else {}
-    return {
-        "run_dir": str(run_dir.resolve()),
-        "run_name": run_dir.resolve().name,
-        "kind": config.get("kind"),
-        "recipe": config.get("recipe"),
-        "algo_name": config.get("algo_name"),
-        "seed": config.get("seed"),
-        "config_hash": manifest.get("config_hash"),
-        "git": manifest.get("git"),
-        "checkpoint": which,
-        "step": _checkpoint_step(run_dir, which),
-        "weights_sha256": final.get("sha256"),
-        "started_from": model.get("path"),
-    }

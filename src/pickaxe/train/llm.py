@@ -44,7 +44,7 @@ from pickaxe.rollout.engines.base import Completion, Engine, SamplingParams
 from pickaxe.rollout.engines.hf import HFEngine
 from pickaxe.rollout.pairs import RewardModelScorer
 from pickaxe.rollout.text_collector import DemoCollector, TextCollector, completion_text, encode_prompts, pack
-from pickaxe.runs.model import load_collector_state, load_model
+from pickaxe.runs.model import load_collector_state, load_model, weights_source
 from pickaxe.runs.run import Run
 from pickaxe.train.llm_config import LLMEvalConfig, LLMTrainConfig
 from pickaxe.train.trainer import FitResult, Trainer
@@ -415,10 +415,7 @@ class LLMTrainer(Trainer):
         result = super().fit(total_steps)
         if self.export_model is not None and self.run is not None:
             model, tokenizer = self.export_model
-            source = {"run_dir": str(self.run.path.resolve()), "step": self.step, "checkpoint": "final"}
-            config = self.run.config()
-            source.update({k: config.get(k) for k in ("recipe", "algo_name", "seed")})
-            source["started_from"] = config.get("model", {}).get("path")
+            source = weights_source(self.run.path, self.run.config(), "final")  # what `pickaxe export` records
             out = export_model(model, tokenizer, self.run.path / "export", source, overwrite=True)
             if self.progress:
                 Console().print(f"exported to {out}")
