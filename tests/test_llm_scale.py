@@ -297,7 +297,7 @@ def test_all_finite_reads_once_however_many_tensors() -> None:
 
 
 def test_generation_from_a_checkpointed_learner_skips_checkpointing_and_keeps_the_kv_cache() -> None:
-    from pickaxe.algos.llm_core import enable_checkpointing
+    from pickaxe.models.lm import enable_checkpointing
     from pickaxe.rollout.engines import SamplingParams
 
     plain = _model()

@@ -23,7 +23,7 @@ from pickaxe.algos.base import Algorithm, clip_and_step
 from pickaxe.algos.configs import Aggregation, KLEstimator
 from pickaxe.data.layout import SequenceBounds, TokenLayout, plan_layout
 from pickaxe.errors import NonFiniteError
-from pickaxe.models.lm import layout_logprobs
+from pickaxe.models.lm import enable_checkpointing, layout_logprobs
 
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
@@ -237,22 +237,6 @@ def plan_micro_batches(
         chunk = rows[s : s + size]
         out.append((chunk, plan_layout(input_ids, bounds, chunk, mode)))
     return out
-
-
-def enable_checkpointing(model: nn.Module) -> None:
-    """Turn on ``transformers``' activation (gradient) checkpointing of every decoder layer, non-reentrant (exact:
-    the backward pass recomputes each layer's forward with the same inputs). It acts in training mode only, so
-    generation from the same model is unaffected. A model without it raises ``ValueError`` naming the fix."""
-    kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    elif hasattr(model, "gradient_checkpointing_enable"):
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    else:
-        raise ValueError(
-            f"gradient_checkpointing needs a transformers model; {type(model).__name__} has no "
-            "activation_checkpointing_enable(): set gradient_checkpointing=False"
-        )
 
 
 class LMAlgorithm(Algorithm):

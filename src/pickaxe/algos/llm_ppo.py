@@ -29,7 +29,6 @@ from pickaxe.algos.core import clipped_surrogate
 from pickaxe.algos.llm_core import (
     LMAlgorithm,
     aggregate,
-    enable_checkpointing,
     kl_estimate,
     masked,
     masked_mean,
@@ -42,6 +41,7 @@ from pickaxe.algos.rlhf_core import kl_shaped_token_rewards, token_gae, token_va
 from pickaxe.data.batch import Batch
 from pickaxe.data.layout import SequenceBounds, sequence_bounds
 from pickaxe.errors import NonFiniteError
+from pickaxe.models.lm import enable_checkpointing
 from pickaxe.models.value import ValueModel
 from pickaxe.rollout.engines.base import SamplingParams
 

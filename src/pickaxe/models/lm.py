@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -282,3 +282,37 @@ def sequence_logprobs(
     logp = _score(out.logits[:, :-1], input_ids[:, 1:], temperature, top_k, top_p)
     logp = torch.where(attention_mask[:, 1:].bool(), logp, torch.zeros_like(logp))
     return F.pad(logp, (1, 0))
+
+
+def enable_checkpointing(model: nn.Module, kwargs: dict[str, Any] | None = None) -> None:
+    """Turn on ``transformers``' activation (gradient) checkpointing of every decoder layer, non-reentrant by default
+    (exact: the backward pass recomputes each layer's forward with the same inputs; ``kwargs`` replace the default).
+    It acts in training mode only, so generation from the same model is unaffected. A model without it raises
+    ``ValueError`` naming the fix. Reward and value models pass their decoder (``backbone``)."""
+    kwargs = kwargs or {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    elif hasattr(model, "gradient_checkpointing_enable"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    else:
+        raise ValueError(
+            f"gradient_checkpointing needs a transformers model; {type(model).__name__} has no "
+            "activation_checkpointing_enable(): set gradient_checkpointing=False"
+        )
+
+
+def scalar_head(
+    decoder: nn.Module, head: nn.Module, layout: TokenLayout, index: torch.Tensor, precision: Autocast = "off"
+) -> torch.Tensor:
+    """``[N]`` float32 outputs of a one-output ``head`` on ``decoder``'s hidden states (a transformers base model:
+    reward and value models) at flat positions ``index`` of a layout's rows, under the precision's autocast."""
+    kwargs = {
+        "input_ids": layout.input_ids,
+        "position_ids": layout.position_ids,
+        "attention_mask": attention_inputs(decoder, layout),
+        "use_cache": False,
+    }
+    with autocast(layout.input_ids.device, precision):
+        hidden = decoder(**kwargs).last_hidden_state
+        picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index)
+        return head(picked).squeeze(-1).float()

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from pickaxe.data.layout import TokenLayout
-from pickaxe.models.lm import ModelError, attention_inputs, autocast, load_lm, position_ids, split_lm, tiny_lm
+from pickaxe.models.lm import ModelError, enable_checkpointing, load_lm, position_ids, scalar_head, split_lm, tiny_lm
 from pickaxe.utils import resolve_device
 
 CONFIG_FILE = "config.json"
@@ -75,16 +75,7 @@ class RewardModel(nn.Module):
         for). The layout must score exactly each sequence's LAST real token (see
         ``pickaxe.algos.reward_model.last_token_bounds``): the head reads the hidden state AT that token, one
         position after the one that predicts it."""
-        kwargs = {
-            "input_ids": layout.input_ids,
-            "position_ids": layout.position_ids,
-            "attention_mask": attention_inputs(self.backbone, layout),
-            "use_cache": False,
-        }
-        with autocast(layout.input_ids.device, precision):
-            hidden = self.backbone(**kwargs).last_hidden_state
-            picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, layout.hidden_index + 1)
-            values = self.head(picked).squeeze(-1).float()
+        values = scalar_head(self.backbone, self.head, layout, layout.hidden_index + 1, precision)
         return layout.scatter(values).sum(-1)
 
     @torch.no_grad()
@@ -95,11 +86,7 @@ class RewardModel(nn.Module):
 
     def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict[str, Any] | None = None) -> None:
         """Activation checkpointing of the backbone's decoder layers (what ``LMAlgorithm`` turns on)."""
-        kwargs = gradient_checkpointing_kwargs or {"use_reentrant": False}
-        if hasattr(self.backbone, "activation_checkpointing_enable"):
-            self.backbone.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-        else:
-            self.backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        enable_checkpointing(self.backbone, gradient_checkpointing_kwargs)
 
     def save(self, path: str | Path) -> Path:
         """Write ``config.json`` (the backbone's ``transformers`` config) and ``model.safetensors`` to folder

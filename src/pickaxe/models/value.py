@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from pickaxe.data.layout import LayoutMode, TokenLayout, plan_layout, sequence_bounds
-from pickaxe.models.lm import ModelError, attention_inputs, autocast, load_lm, split_lm
+from pickaxe.models.lm import ModelError, enable_checkpointing, load_lm, scalar_head, split_lm
 
 
 class ValueModel(nn.Module):
@@ -77,16 +77,7 @@ class ValueModel(nn.Module):
         """``[N]`` float32 values of a layout's scored tokens, in ``layout.targets`` order: for each scored token,
         the head applied to the hidden state that predicts it (``layout.hidden_index``), i.e. the value of the
         state before the token is generated. ``layout.scatter`` puts them in the ``[b, L]`` block."""
-        kwargs = {
-            "input_ids": layout.input_ids,
-            "position_ids": layout.position_ids,
-            "attention_mask": attention_inputs(self.backbone, layout),
-            "use_cache": False,
-        }
-        with autocast(layout.input_ids.device, precision):
-            hidden = self.backbone(**kwargs).last_hidden_state
-            picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, layout.hidden_index)
-            return self.head(picked).squeeze(-1).float()
+        return scalar_head(self.backbone, self.head, layout, layout.hidden_index, precision)
 
     def forward(self, layout: TokenLayout, precision: Literal["off", "bf16"] = "off") -> torch.Tensor:
         """``[b, L]`` values of a layout's scored tokens in their batch columns, 0 elsewhere."""
@@ -94,11 +85,7 @@ class ValueModel(nn.Module):
 
     def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict[str, Any] | None = None) -> None:
         """Activation checkpointing of the backbone's decoder layers (what ``LLMPPO`` turns on)."""
-        kwargs = gradient_checkpointing_kwargs or {"use_reentrant": False}
-        if hasattr(self.backbone, "activation_checkpointing_enable"):
-            self.backbone.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-        else:
-            self.backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        enable_checkpointing(self.backbone, gradient_checkpointing_kwargs)
 
 
 def completion_values(
