@@ -22,6 +22,7 @@ gathers the token ids there, without a device-to-host synchronisation.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -163,6 +164,24 @@ def plan_layout(
         real_tokens=sum(bounds.length[r] for r in rows),
         slots=len(bins) * width,
     )
+
+
+def over_layouts(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    score_mask: torch.Tensor,
+    block: Callable[[TokenLayout], torch.Tensor],
+    rows: int = 0,
+    mode: LayoutMode = "padded",
+) -> torch.Tensor:
+    """``[B, L]`` float32 from ``block(layout)`` (a ``[b, L]`` block per layout) over a collector batch: the bounds
+    are read once, ``rows`` sequences (0: all) go into each layout of ``mode``, and the blocks are concatenated in
+    batch order. What per-token log-probs and values of a whole batch are computed with."""
+    bounds = sequence_bounds(attention_mask, score_mask)
+    B = input_ids.shape[0]
+    step = rows or max(B, 1)
+    out = [block(plan_layout(input_ids, bounds, list(range(s, min(s + step, B))), mode)) for s in range(0, B, step)]
+    return torch.cat(out) if out else input_ids.new_zeros(input_ids.shape, dtype=torch.float32)
 
 
 def _first_fit(rows: list[int], bounds: SequenceBounds, width: int) -> list[list[int]]:

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
-from pickaxe.data.layout import LayoutMode, TokenLayout, plan_layout, sequence_bounds
+from pickaxe.data.layout import LayoutMode, TokenLayout, over_layouts
 from pickaxe.errors import PickaxeError
 from pickaxe.utils import resolve_device
 
@@ -257,14 +257,11 @@ def completion_logprobs(
     forward; ``mode`` ``packed`` puts several sequences in one model row. Only scored positions reach the output
     layer, in chunks of ``chunk_tokens`` (see :func:`head_logprobs`), so memory does not grow with the vocabulary.
     """
-    bounds = sequence_bounds(attention_mask, loss_mask)
-    B = input_ids.shape[0]
-    step = rows or max(B, 1)
-    out = []
-    for s in range(0, B, step):
-        layout = plan_layout(input_ids, bounds, list(range(s, min(s + step, B))), mode)
-        out.append(layout.scatter(layout_logprobs(model, layout, temperature, top_k, top_p, chunk_tokens, precision)))
-    return torch.cat(out) if out else input_ids.new_zeros(input_ids.shape, dtype=torch.float32)
+
+    def block(layout: TokenLayout) -> torch.Tensor:
+        return layout.scatter(layout_logprobs(model, layout, temperature, top_k, top_p, chunk_tokens, precision))
+
+    return over_layouts(input_ids, attention_mask, loss_mask, block, rows, mode)
 
 
 def sequence_logprobs(

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from pickaxe.data.layout import LayoutMode, TokenLayout, plan_layout, sequence_bounds
+from pickaxe.data.layout import LayoutMode, TokenLayout, over_layouts
 from pickaxe.models.lm import ModelError, enable_checkpointing, load_lm, scalar_head, split_lm
 
 
@@ -101,11 +101,4 @@ def completion_values(
     ``pickaxe.models.lm.completion_logprobs``: column ``j`` is the value of the state before token ``j``, read from
     the hidden state at ``j - 1``. Each row's real tokens must be contiguous; ``rows`` > 0 runs ``rows`` sequences
     per forward; ``mode`` ``packed`` puts several sequences in one model row. With or without gradient."""
-    bounds = sequence_bounds(attention_mask, loss_mask)
-    B = input_ids.shape[0]
-    step = rows or max(B, 1)
-    out = []
-    for s in range(0, B, step):
-        layout = plan_layout(input_ids, bounds, list(range(s, min(s + step, B))), mode)
-        out.append(model(layout, precision))
-    return torch.cat(out) if out else input_ids.new_zeros(input_ids.shape, dtype=torch.float32)
+    return over_layouts(input_ids, attention_mask, loss_mask, lambda layout: model(layout, precision), rows, mode)
