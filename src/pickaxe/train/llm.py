@@ -30,7 +30,7 @@ from pickaxe.algos.llm_ppo import LLMPPO
 from pickaxe.algos.sft import SFT
 from pickaxe.envs.text.prompt_env import PromptEnv, load_examples
 from pickaxe.envs.text.rewards import parse_reward_spec
-from pickaxe.envs.text.synthetic_preferences import sort_quality
+from pickaxe.envs.text.synthetic_preferences import GOLD_SCORES
 from pickaxe.envs.text.tasks import make_task
 from pickaxe.errors import ConfigError, PickaxeError
 from pickaxe.eval.stats import pass_at_k, wilson_interval
@@ -261,10 +261,6 @@ def frozen_reference(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model).eval().requires_grad_(False)
 
 
-GOLD_SCORERS = {"sort-quality": sort_quality}
-"""Gold scores a config can name in ``--data.gold`` (besides the built-in rewards and import paths)."""
-
-
 def load_reward_model(path: str, tokenizer: Any, device: torch.device) -> RewardModelScorer:
     """The reward model saved in folder ``path`` as a batched reward, with the folder's tokenizer when it has one
     (else the policy's, which must then be the reward model's)."""
@@ -299,7 +295,7 @@ def build_env(
         proxy = load_reward_model(d.reward_model, tokenizer, device or torch.device("cpu"))
         rewards = [(name, fn, 0.0) for name, fn, _ in rewards] + [("proxy", proxy, d.reward_model_weight)]
     if d.gold:
-        gold = parse_reward_spec(d.gold, GOLD_SCORERS)
+        gold = parse_reward_spec(d.gold, GOLD_SCORES)
         rewards += [("gold" if len(gold) == 1 else name, fn, 0.0) for name, fn, _ in gold]
     return PromptEnv(source, rewards, eval_examples, seed=seed, eval_size=cfg.eval.prompts, eval_seed=eval_seed)
 

@@ -261,9 +261,9 @@ class LLMTrainConfig(RunConfig):
             if importlib.util.find_spec(module) is None:
                 raise PickaxeError(f"LLM recipes need {module}: pip install 'pickaxe[llm]'")
         from pickaxe.envs.text.rewards import parse_reward_spec
+        from pickaxe.envs.text.synthetic_preferences import GOLD_SCORES
 
-        # names resolved at build time (a task's check, the gold scores), stood in for here
-        stand_in = {"verify": len, "sort-quality": len}
+        stand_in = {"verify": len, **GOLD_SCORES}  # a task's check exists only once the task is built
         for key, spec in (("data.reward", self.data.reward), ("data.gold", self.data.gold)):
             if spec is not None:
                 try:

@@ -23,7 +23,7 @@ import numpy as np
 from pickaxe.envs.text.preferences import PreferencePair
 from pickaxe.envs.text.tasks import SortDigits
 
-__all__ = ["sort_quality", "sortedness", "sorting_preferences"]
+__all__ = ["GOLD_SCORES", "sort_quality", "sortedness", "sorting_preferences"]
 
 
 def sortedness(prompt: str, completion: str, metadata: dict[str, Any] | None = None) -> float:
@@ -80,3 +80,7 @@ def sorting_preferences(
                 break
         pairs.append(PreferencePair(ex.prompt, str(ex.answer), rejected, group=len(pairs), row=len(pairs)))
     return pairs
+
+
+GOLD_SCORES = {"sort-quality": sort_quality}
+"""Gold scores a run config can name in ``--data.gold`` (besides the built-in rewards and import paths)."""
