@@ -31,6 +31,7 @@ import tyro
 from pickaxe.argparsing import parse, wants_help
 from pickaxe.config_keys import ranged
 from pickaxe.errors import ConfigError, PickaxeError
+from pickaxe.runs.tracking import read_metrics
 
 PIPELINE_FILE = "pipeline.json"
 SUCCEEDED, FAILED, BAD_INPUT = 0, 1, 2
@@ -216,24 +217,10 @@ def _fmt(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, (int, float)) and math.isfinite(value) else str(value)
 
 
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The records of a run's metrics.jsonl (a torn last line is skipped); [] when it has none."""
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
-
-
 def headline(stage: Stage, run_dir: str | Path) -> str:
     """The stage's headline metrics from its metrics.jsonl, e.g. ``gold 0.41, proxy 1.2, kl 0.03``
     (best-of-n: ``n=1: gold 0.2, proxy -0.1; n=2: ...``); '' when none was logged."""
-    records = read_metrics(run_dir)
+    records = read_metrics(run_dir) if (Path(run_dir) / "metrics.jsonl").is_file() else []
 
     def last(rows: list[dict[str, Any]]) -> str:
         values = {}
