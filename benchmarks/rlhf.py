@@ -25,17 +25,17 @@ from typing import Any
 
 import numpy as np
 
+from pickaxe.runs.tracking import read_metrics
+
 METHODS = {"ppo": "PPO", "rloo": "RLOO", "dpo": "DPO", "bon": "best-of-n"}
 
 
 def curve(stage_dir: Path, method: str) -> list[tuple[float, float, float]]:
     """``(kl, gold, proxy)`` of every evaluation of one stage, in step order (best-of-n: one point per n)."""
-    path = stage_dir / "metrics.jsonl"
-    if not path.is_file():
+    if not (stage_dir / "metrics.jsonl").is_file():
         return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     points = []
-    for r in rows:
+    for r in read_metrics(stage_dir):
         if "eval/kl" not in r:
             continue
         gold = r.get("eval/reward/gold") if method == "bon" else r.get("eval/sampled/gold")
