@@ -73,7 +73,7 @@ def preference_data(
             return pairs, load_preferences(p.heldout_path, ranking_key=p.ranking_key)
         return _split_by_prompt(pairs, seeds["eval_env"])
     folder = run.path / "preferences" if run is not None else None
-    if resuming and folder is not None and (folder / "heldout.jsonl").is_file():
+    if resuming and folder is not None and (folder / "train.jsonl").is_file():  # written last: both are complete
         return load_preferences(folder / "train.jsonl"), load_preferences(folder / "heldout.jsonl")
     env = build_env(cfg, seeds["env"], seeds["eval_env"])
     engine = HFEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, cfg.engine.max_batch, seeds["engine"])
