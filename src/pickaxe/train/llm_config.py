@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Literal
 from pickaxe.algos.configs import DPOConfig, GRPOConfig, LLMPPOConfig, RewardModelConfig, SFTConfig
 from pickaxe.config_keys import ranged, validate
 from pickaxe.errors import ConfigError, PickaxeError
-from pickaxe.train.config import RunConfig, TrainerConfig, device_field
+from pickaxe.train.config import DistConfig, RunConfig, TrainerConfig, device_field
 
 
 @dataclass
@@ -247,6 +247,7 @@ class LLMTrainConfig(RunConfig):
     eval: LLMEvalConfig = field(default_factory=LLMEvalConfig)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
     seed: int = ranged(0, ge=0, lt=2**63)
     device: str = device_field()
     """auto (CUDA when available), cpu, cuda, cuda:N or mps."""
@@ -260,6 +261,7 @@ class LLMTrainConfig(RunConfig):
         for module in ("transformers", "tokenizers"):
             if importlib.util.find_spec(module) is None:
                 raise PickaxeError(f"LLM recipes need {module}: pip install 'pickaxe[llm]'")
+        self.dist.check(llm=True)
         from pickaxe.envs.text.rewards import parse_reward_spec
         from pickaxe.envs.text.synthetic_preferences import GOLD_SCORES
 

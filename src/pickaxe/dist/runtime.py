@@ -1,0 +1,35 @@
+"""Starting or joining Ray: one place that imports it (with the fix when it is missing) and initialises it."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pickaxe.errors import PickaxeError
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or a one-line ``PickaxeError`` naming the extra to install."""
+    try:
+        import ray
+    except ImportError:
+        raise PickaxeError("this needs Ray: pip install 'pickaxe[dist]' (or pip install ray)") from None
+    return ray
+
+
+def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> Any:
+    """Ray, initialised: joins the cluster at ``address`` (``auto``, ``host:port``, ``ray://host:10001``) or, with
+    None, starts a local instance with ``num_cpus`` logical CPUs (default: this machine's). A Ray already
+    initialised in this process is reused as it is. The dashboard is not started (it is a web server and
+    several seconds of start-up; ``ray start --head --include-dashboard`` gives it to a cluster)."""
+    ray = import_ray()
+    if ray.is_initialized():
+        return ray
+    kwargs: dict[str, Any] = {"include_dashboard": False, "configure_logging": False}
+    if address is not None:
+        ray.init(address=address, **kwargs)
+        return ray
+    # the workers import pickaxe from the same place as this process (a source checkout on PYTHONPATH included)
+    env = {k: os.environ[k] for k in ("PYTHONPATH", "PICKAXE_FAULT") if k in os.environ}
+    ray.init(num_cpus=num_cpus or os.cpu_count() or 1, runtime_env={"env_vars": env} if env else None, **kwargs)
+    return ray
