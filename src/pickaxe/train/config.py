@@ -118,6 +118,9 @@ class DistConfig:
     """CPUs Ray reserves for each rollout worker."""
     worker_gpus: float = ranged(0.0, ge=0, le=4096)
     """GPUs Ray reserves for each rollout worker (fractions share one GPU)."""
+    learners: int = ranged(1, ge=1, le=4096)
+    """Data-parallel learner processes (torch.distributed: gloo on CPU, NCCL on GPU); each takes a share of every
+    update's micro-batches and the gradients are summed, so the update equals the single-process one."""
 
     def __post_init__(self) -> None:
         validate(self)
