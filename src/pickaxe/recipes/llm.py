@@ -7,7 +7,7 @@ Each runs on 2 CPU cores in minutes; ``--model.path DIR`` swaps in any local tra
 from __future__ import annotations
 
 from pickaxe.algos.configs import DPOConfig, GRPOConfig, LLMPPOConfig, RewardModelConfig, SFTConfig
-from pickaxe.recipes import Recipe
+from pickaxe.recipes.recipe import Recipe
 from pickaxe.train.config import TrainerConfig
 from pickaxe.train.llm_config import (
     BestOfNConfig,
