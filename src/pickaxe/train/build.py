@@ -47,6 +47,30 @@ def build_algorithm(cfg: TrainConfig, envs) -> Algorithm:
     raise TypeError(f"no algorithm for config type {type(cfg.algo).__name__}")
 
 
+def make_train_envs(cfg: TrainConfig, seed: int, run: Run | None = None) -> Any:
+    """The training envs: in this process (``env.vectorization``), or with ``dist.placement=separate`` split across
+    ``dist.workers`` Ray actors (same seeds, same numbers; a worker that dies is replaced, reported in the run's
+    events)."""
+    e, d = cfg.env, cfg.dist
+    if d.placement != "separate":
+        return make(e.id, e.num_envs, seed, e.vectorization, **e.kwargs)
+    from pickaxe.dist.env_workers import RayVectorEnv
+    from pickaxe.dist.runtime import ensure_ray
+
+    ensure_ray(d.address)
+    on_event = (lambda message: run.event(message)) if run is not None else None
+    return RayVectorEnv(
+        e.id,
+        e.num_envs,
+        seed,
+        d.workers,
+        env_kwargs=e.kwargs,
+        worker_cpus=d.worker_cpus,
+        worker_gpus=d.worker_gpus,
+        on_event=on_event,
+    )
+
+
 def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = False) -> Trainer:
     """Seed everything, make envs, networks, algorithm, collector, and the Trainer that runs them."""
     set_torch_threads(cfg.torch_threads)
@@ -54,7 +78,7 @@ def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = Fal
     seeds = derive_seeds(cfg.seed)
     device = resolve_device(cfg.device)
     e = cfg.env
-    envs = make(e.id, e.num_envs, seeds["env"], e.vectorization, **e.kwargs)
+    envs = make_train_envs(cfg, seeds["env"], run)
     eval_envs = make(e.id, e.eval_envs, seeds["eval_env"], **e.kwargs) if e.eval_envs > 0 else None
     algo = build_algorithm(cfg, envs)
     collector = Collector(envs, algo.policy, steps=cfg.collector.steps, device=device)
