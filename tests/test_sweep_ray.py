@@ -1,0 +1,123 @@
+"""``pickaxe sweep --backend ray``: the same run folders and numbers as the queue backend, a crashed run restarted
+from its checkpoint, a run whose Ray worker dies requeued and resumed, and the flags' errors and help."""
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pickaxe.cli import main
+
+TINY = ["--trainer.total-steps", "8192", "--trainer.eval-every", "2048"]
+"""32 iterations of 256 steps, an evaluation (and checkpoint) every 8 iterations: ~3 s of training."""
+
+
+def _numbers(run_dir: Path) -> list[dict[str, Any]]:
+    """Every log record of a run without its wall-clock and machine fields (those differ between two runs)."""
+    out = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        out.append({k: v for k, v in record.items() if not k.startswith(("time/", "sys/"))})
+    return out
+
+
+def _last(records: list[dict[str, Any]]) -> dict[str, Any]:
+    return {k: v for r in records for k, v in r.items()}  # the last value of every key, as a resumed run ends
+
+
+@pytest.fixture(scope="module")
+def queue_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference: a 2-point x 1-seed sweep on the queue backend."""
+    folder = tmp_path_factory.mktemp("queue") / "sweep"
+    command = ["sweep", "cartpole-ppo", "--algo.lr", "3e-3,1e-3", "--seeds", "1", "--workers", "2", *TINY]
+    assert main([*command, "--sweep-dir", str(folder)]) == 0
+    return folder
+
+
+def test_ray_backend_gives_the_queue_backends_folders_and_numbers(
+    ray_local: Any, queue_sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    folder = tmp_path / "sweep"
+    command = ["sweep", "cartpole-ppo", "--algo.lr", "3e-3,1e-3", "--seeds", "1", *TINY, "--backend", "ray"]
+    assert main([*command, "--sweep-dir", str(folder)]) == 0
+    err = capsys.readouterr().err
+    assert "on Ray (1 node, 4 cpus, 0 GPUs)" in err
+    progress = [ln for ln in err.splitlines() if ln.startswith("pickaxe: [")]
+    assert len(progress) == 2 and all("succeeded" in ln and "eval/return_mean" in ln for ln in progress)
+    runs = sorted(p.relative_to(folder) for p in folder.glob("*/seed-*"))
+    assert runs == sorted(p.relative_to(queue_sweep) for p in queue_sweep.glob("*/seed-*"))
+    assert runs == [Path("lr=1e-3/seed-0"), Path("lr=3e-3/seed-0")]
+    for run in runs:
+        assert _numbers(folder / run) == _numbers(queue_sweep / run)
+    ours = json.loads((folder / "compare" / "summary.json").read_text())
+    theirs = json.loads((queue_sweep / "compare" / "summary.json").read_text())
+    assert ours["winner"] == theirs["winner"]
+    for group in (*ours["groups"], *theirs["groups"]):
+        group.pop("run_dirs")  # the only difference: the folder each sweep ran in
+    assert ours["groups"] == theirs["groups"]
+    timing = json.loads((folder / "sweep_timing.json").read_text())
+    assert timing["backend"] == "ray" and timing["runs"] == 2 and timing["failed"] == 0
+    assert json.loads((queue_sweep / "sweep_timing.json").read_text())["backend"] == "queue"
+    assert "on ray:" in (folder / runs[0] / "job.log").read_text()  # the attempt's header names the Ray worker
+
+
+def test_a_crashed_run_restarts_from_its_checkpoint_and_ends_like_an_undisturbed_one(
+    ray_local: Any, queue_sweep: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # killed (SIGKILL) after iteration 12, past the checkpoint at 2048 steps; --max-restarts 1 resumes it
+    monkeypatch.setenv("PICKAXE_FAULT", "iteration:12")
+    monkeypatch.setenv("PICKAXE_FAULT_ONCE", str(tmp_path / "fired"))
+    folder = tmp_path / "sweep"
+    command = ["sweep", "cartpole-ppo", "--algo.lr", "3e-3", "--seeds", "1", *TINY, "--max-restarts", "1"]
+    assert main([*command, "--backend", "ray", "--sweep-dir", str(folder)]) == 0
+    assert (tmp_path / "fired").exists()  # the fault reached the job through Ray
+    run = folder / "default" / "seed-0"
+    events = (run / "events.jsonl").read_text()
+    assert "restart 1/1 after exit status -9: resuming from the newest checkpoint" in events
+    numbers, reference = _numbers(run), _numbers(queue_sweep / "lr=3e-3" / "seed-0")
+    assert _last(numbers) == _last(reference)
+    assert (run / "model.safetensors").read_bytes() == (queue_sweep / "lr=3e-3/seed-0/model.safetensors").read_bytes()
+
+
+def test_a_run_whose_ray_worker_dies_is_requeued_and_resumes(
+    ray_local: Any, queue_sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "sweep"
+    run = folder / "default" / "seed-0"
+    command = ["sweep", "cartpole-ppo", "--algo.lr", "3e-3", "--seeds", "1", *TINY, "--backend", "ray"]
+    status: list[int] = []
+    sweep = threading.Thread(target=lambda: status.append(main([*command, "--sweep-dir", str(folder)])))
+    sweep.start()
+    deadline = time.monotonic() + 60
+    while not (run / "checkpoints" / "latest").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    header = (run / "job.log").read_text().splitlines()[0]  # "### pickaxe job 1 attempt 1 on ray:HOST:PID at ..."
+    os.kill(int(header.split(" on ray:")[1].split()[0].rsplit(":", 1)[1]), signal.SIGKILL)
+    sweep.join(timeout=90)
+    assert status == [0]
+    err = capsys.readouterr().err
+    assert "requeued (1/3), it resumes from its checkpoint" in err
+    log = (run / "job.log").read_text()
+    assert "attempt 2 (resuming its run)" in log and " resume " in log
+    assert _last(_numbers(run)) == _last(_numbers(queue_sweep / "lr=3e-3" / "seed-0"))
+
+
+def test_bad_backend_and_address_without_ray_are_one_line_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sweep", "cartpole-ppo", "--algo.lr", "1e-3,3e-4", "--backend", "rayy"]) == 2
+    err = capsys.readouterr().err
+    assert err == "pickaxe: error: unknown --backend 'rayy'; did you mean 'ray'? (backends: queue, ray)\n"
+    assert main(["sweep", "cartpole-ppo", "--address", "auto"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_help_shows_the_backend_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sweep", "--help"]) == 0
+    out = capsys.readouterr().out
+    for flag in ("--backend {queue,ray}", "--address", "--job-cpus", "--job-gpus", "--max-restarts"):
+        assert flag in out
