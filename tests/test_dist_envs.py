@@ -240,3 +240,13 @@ def test_more_workers_than_envs_is_one_line_at_the_cli(tmp_path: Path) -> None:
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
     assert "--dist.workers 3 is more than env.num_envs (2)" in proc.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_workers_that_do_not_fit_a_local_ray_are_refused(ray_local: Any, tmp_path: Path) -> None:
+    from pickaxe.errors import ConfigError
+
+    cfg = _cfg(separate=True)
+    cfg.dist.worker_cpus = 3.0  # 2 x 3 CPUs; the local Ray has 4: the second actor would wait forever
+    with pytest.raises(ConfigError, match=r"--dist.workers 2 x --dist.worker-cpus 3 needs 6 CPUs, .* has 4"):
+        train(cfg, run_dir=tmp_path / "r")
+    assert not (tmp_path / "r").exists()

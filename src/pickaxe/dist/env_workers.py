@@ -250,11 +250,16 @@ class RayVectorEnv(VectorEnv):
         """Send chunk ``k`` its call ``calls[k]``, all at once; a dead worker is replaced and its call redone."""
         snaps = [log and self._exact and len(c.log) + 1 >= self.snapshot_every for c in self._chunks]
         refs = [c.actor.run.remote([call], None, s) for c, call, s in zip(self._chunks, calls, snaps, strict=True)]
+        dead = self._ray.exceptions.RayActorError
+        try:
+            replies = self._ray.get(refs)  # one wait for all: the common case
+        except dead:
+            replies = [None] * len(refs)
         out = []
-        for c, call, s, ref in zip(self._chunks, calls, snaps, refs, strict=True):
+        for c, call, s, ref, reply in zip(self._chunks, calls, snaps, refs, replies, strict=True):
             try:
-                result, state = self._ray.get(ref)
-            except self._ray.exceptions.RayActorError as e:
+                result, state = reply if reply is not None else self._ray.get(ref)
+            except dead as e:
                 result, state = self._recover(c, call, s, e)
             if log:
                 self._record(c, call, result, state)

@@ -57,7 +57,17 @@ def make_train_envs(cfg: TrainConfig, seed: int, run: Run | None = None) -> Any:
     from pickaxe.dist.env_workers import RayVectorEnv
     from pickaxe.dist.runtime import ensure_ray
 
-    ensure_ray(d.address)
+    ray = ensure_ray(d.address)
+    if d.address is None:  # a local Ray cannot grow: workers that do not fit would wait forever
+        have = ray.cluster_resources()
+        for what, each, flag in (("CPU", d.worker_cpus, "cpus"), ("GPU", d.worker_gpus, "gpus")):
+            need = d.workers * each
+            if need > have.get(what, 0.0) + 1e-9:
+                raise ConfigError(
+                    f"--dist.workers {d.workers} x --dist.worker-{flag} {each:g} needs {need:g} {what}s, this "
+                    f"machine's Ray has {have.get(what, 0.0):g}: use fewer workers, a smaller --dist.worker-{flag} "
+                    "or --dist.address of a cluster"
+                )
     on_event = (lambda message: run.event(message)) if run is not None else None
     return RayVectorEnv(
         e.id,
