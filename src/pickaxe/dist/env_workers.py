@@ -194,8 +194,8 @@ class RayVectorEnv(VectorEnv):
             self._seeded = True
         calls: list[Call] = []
         for c in self._chunks:
-            if isinstance(seed, int):
-                chunk_seed: Any = seed + c.lo
+            if isinstance(seed, int | np.integer):
+                chunk_seed: Any = int(seed) + c.lo
             else:
                 chunk_seed = None if seed is None else list(seed[c.lo : c.hi])
             chunk_options = options
