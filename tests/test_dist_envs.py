@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -232,13 +233,34 @@ def test_interrupted_run_resumes_exactly_through_new_workers(
     assert "resume is exact" in (tmp_path / "r" / "events.jsonl").read_text()
 
 
-def test_more_workers_than_envs_is_one_line_at_the_cli(tmp_path: Path) -> None:
+@pytest.mark.slow  # two processes that each start Ray (~15 s here)
+def test_killed_process_resumes_exactly_through_new_workers(reference: list[dict], tmp_path: Path) -> None:
+    args = ["cartpole-ppo", "--env.num-envs", "4", "--env.eval-envs", "2", "--device", "cpu"]
+    args += ["--trainer.total-steps", "2048", "--trainer.eval-every", "1024", "--trainer.eval-episodes", "2"]
+    args += ["--trainer.stop-at-target", "False", "--save-every", "512", "--no-progress"]
+    args += ["--dist.placement", "separate", "--dist.workers", "2", "--run-dir", str(tmp_path / "r")]
+    env = {**os.environ, "PICKAXE_FAULT": "iteration:5"}  # SIGKILL after the 5th iteration (step 1280)
+    proc = subprocess.run([sys.executable, "-m", "pickaxe.cli", "train", *args], env=env, capture_output=True)
+    assert proc.returncode == -signal.SIGKILL
+    proc = subprocess.run(
+        [sys.executable, "-m", "pickaxe.cli", "resume", str(tmp_path / "r"), "--no-progress"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "resumed from step-000000001024 at step 1024; resume is exact" in proc.stderr
+    assert read_metrics(tmp_path / "r", deterministic=True) == reference
+
+
+def test_more_workers_than_envs_is_one_line_at_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pickaxe.cli import main
+
     args = ["train", "cartpole-ppo", "--env.num-envs", "2", "--collector.steps", "256"]
     args += ["--dist.placement", "separate", "--dist.workers", "3", "--run-dir", str(tmp_path / "r")]
-    proc = subprocess.run([sys.executable, "-m", "pickaxe.cli", *args], capture_output=True, text=True)
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
-    assert "--dist.workers 3 is more than env.num_envs (2)" in proc.stderr
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "--dist.workers 3 is more than env.num_envs (2)" in err
     assert not (tmp_path / "r").exists()
 
 
