@@ -316,4 +316,5 @@ class GRPO(LMAlgorithm):
         """Warn when the first micro-batch's ratio is not 1: learner and sampler disagree on the same weights.
         Called after the update, with the version the learner had during it (``self.version - 1``)."""
         cfg = self.config
-        warn_off_policy("GRPO", worst, cfg.ratio_tolerance, oldest_version, self.version - 1, cfg.tis_cap is not None)
+        tis = cfg.tis_cap is not None
+        warn_off_policy("GRPO", worst, cfg.ratio_tolerance, oldest_version, self.version - 1, tis, self.allowed_lag)

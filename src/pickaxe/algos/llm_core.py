@@ -182,13 +182,21 @@ def masked_max(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def warn_off_policy(
-    method: str, worst: float, tolerance: float, sampled_version: int, learner_version: int, tis: bool | None = None
+    method: str,
+    worst: float,
+    tolerance: float,
+    sampled_version: int,
+    learner_version: int,
+    tis: bool | None = None,
+    allowed_lag: int = 0,
 ) -> None:
     """Warn when learner and sampler log-probs of the same tokens differ by more than ``tolerance`` (max
     ``worst``) before any optimizer step: the samples were drawn from another distribution than the policy the
     learner holds. The message says why: stale weights in the engine (``sampled_version`` behind
-    ``learner_version``) or engine numerics; ``tis`` (None: the method has no TIS) says whether it is corrected."""
-    if worst <= tolerance:
+    ``learner_version``) or engine numerics; ``tis`` (None: the method has no TIS) says whether it is corrected.
+    A batch up to ``allowed_lag`` versions behind the learner is stale by design (engine workers generating ahead,
+    ``--dist.mode pipelined``/``async``, logged as ``rollout/staleness_*``): its policies differ, nothing to warn."""
+    if worst <= tolerance or 0 < learner_version - sampled_version <= allowed_lag:
         return
     if sampled_version != learner_version:
         reason = (
@@ -250,6 +258,9 @@ class LMAlgorithm(Algorithm):
     """
 
     config: Any
+    allowed_lag: int = 0
+    """Policy versions a batch may lag the learner by design (the builder sets ``--dist.max-staleness`` when engine
+    workers generate ahead); the on-policy check is quiet for such batches."""
 
     def __init__(self, model: nn.Module, config: Any) -> None:
         self.policy = model

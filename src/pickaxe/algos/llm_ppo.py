@@ -382,7 +382,8 @@ class LLMPPO(LMAlgorithm):
         if "check/logprob_diff_max" in got:  # old log-probs are the learner's, so this biases nothing: it tells
             learner = self.version - 1  # that the samples came from another policy (stale weights, numerics)
             sampled = learner - int(got.get("check/policy_lag", 0.0))
-            warn_off_policy("PPO", got["check/logprob_diff_max"], cfg.ratio_tolerance, sampled, learner)
+            worst = got["check/logprob_diff_max"]
+            warn_off_policy("PPO", worst, cfg.ratio_tolerance, sampled, learner, allowed_lag=self.allowed_lag)
         return {**metrics, **got}
 
     def _ptx_backward(self) -> torch.Tensor:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -20,6 +20,9 @@ from pickaxe.envs.text.rewards import RewardFailedError, RewardFailure, RewardSc
 from pickaxe.models.lm import Autocast, completion_logprobs
 from pickaxe.models.tokenizer import render_prompt
 from pickaxe.rollout.engines.base import Completion, Engine, SamplingParams
+
+if TYPE_CHECKING:
+    from pickaxe.rollout.pipelined import RolloutScheduler
 
 
 def pack(
@@ -93,6 +96,15 @@ class TextCollector:
     ``RewardFailedError``.
 
     Before generating, the engine is synced to ``policy`` tagged ``version_fn()`` (the learner's update count).
+    ``policy_version`` is per completion: the version that generated it (``Completion.version`` when the engine
+    reports it, else the synced one). ``rollout/staleness_mean`` and ``rollout/staleness_max`` are how many versions
+    the batch's completions are behind the learner at update time (0 unless generation runs ahead).
+
+    Engine workers (``--dist.placement separate``): in sync mode ``engine`` is a
+    :class:`~pickaxe.dist.llm_engines.EngineGroup` used through the ``Engine`` protocol; in pipelined and async mode
+    a ``scheduler`` (:class:`~pickaxe.rollout.pipelined.RolloutScheduler`) samples the prompts and generates ahead,
+    and its batches in flight are part of ``state_dict`` (exact resume). The engine's ``metrics()`` (weight sync,
+    worker restarts) and the scheduler's (``rollout/dropped_stale``) join the collector's.
     """
 
     def __init__(
@@ -109,8 +121,10 @@ class TextCollector:
         ref_rows: int = 256,
         precision: Autocast = "off",
         offload_reference: bool = False,
+        scheduler: RolloutScheduler | None = None,
     ) -> None:
         self.env = env
+        self.scheduler = scheduler
         self.engine = engine
         self.tokenizer = tokenizer
         self.prompts = prompts
@@ -133,12 +147,16 @@ class TextCollector:
     def collect(self) -> Batch:
         """One batch of ``prompts * sampling.n`` scored completions."""
         t0 = time.perf_counter()
-        examples = self.env.sample(self.prompts)
-        prompt_ids = encode_prompts(self.tokenizer, examples)
         version = int(self.version_fn())
-        if self.policy is not None:
-            self.engine.sync_weights(self.policy, version)
-        completions = self.engine.generate(prompt_ids, self.sampling)
+        if self.scheduler is not None:
+            examples, prompt_ids, completions = self.scheduler.next_batch()
+        else:
+            examples = self.env.sample(self.prompts)
+            prompt_ids = encode_prompts(self.tokenizer, examples)
+            if self.policy is not None:
+                self.engine.sync_weights(self.policy, version)
+            completions = self.engine.generate(prompt_ids, self.sampling)
+        versions = [version if c.version is None else c.version for c in completions]
         t1 = time.perf_counter()
         texts = [self.decode(c.token_ids) for c in completions]
         scores = self.env.score_batch([examples[c.prompt_index] for c in completions], texts)
@@ -164,7 +182,7 @@ class TextCollector:
                 for i, (g, ok) in enumerate(zip(group_of, scores.valid, strict=True))
             ]
         )
-        data["policy_version"] = torch.full((n,), version, dtype=torch.long)
+        data["policy_version"] = torch.tensor(versions, dtype=torch.long)
         batch = TensorDict(data, batch_size=[n]).to(self.device)
         if self.reference is not None:
             temperature = self.sampling.temperature if self.sampling.temperature > 0 else 1.0
@@ -173,6 +191,12 @@ class TextCollector:
         self.groups_seen += len(examples)
         self.total_steps += n
         self._metrics = self._summarise(completions, rewards, scores, batch)
+        staleness = [version - v for v in versions]
+        self._metrics["rollout/staleness_mean"] = float(np.mean(staleness))
+        self._metrics["rollout/staleness_max"] = float(max(staleness))
+        for source in (self.engine, self.scheduler):
+            if source is not None and hasattr(source, "metrics"):
+                self._metrics.update(source.metrics())
         gen_tokens = sum(len(c.token_ids) for c in completions)
         self._metrics.update(
             {
@@ -207,6 +231,17 @@ class TextCollector:
                 self.reference.to("cpu")
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
+
+    def close(self) -> None:
+        """Stop the engine's workers, if it has any (engine workers; an in-process engine has nothing to stop)."""
+        if hasattr(self.engine, "close"):
+            self.engine.close()
+
+    @property
+    def envs(self) -> Any:
+        """What ``Trainer.close()`` closes: the engine workers (an ``EngineGroup``), None for an engine in this
+        process. Without it the workers would live until the Trainer is garbage-collected."""
+        return self.engine if hasattr(self.engine, "close") else None
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """Completion text: the tokens before EOS, special tokens dropped."""
@@ -256,7 +291,7 @@ class TextCollector:
             "rollout/completion_length": float(np.mean([len(c.token_ids) for c in completions])),
             "rollout/truncated_fraction": float(np.mean([not c.finished for c in completions])),
             "rollout/solved_groups": float(np.mean([np.std(g) == 0 for g in by_group.values()])),
-            "rollout/policy_version": float(batch["policy_version"][0]),
+            "rollout/policy_version": float(batch["policy_version"].min()),
             "rollout/reward/failed": float((~valid).sum()),
         }
         for name, values in scores.parts.items():
@@ -278,6 +313,8 @@ class TextCollector:
             "groups_seen": self.groups_seen,
             "steps": self.total_steps,
         }
+        if self.scheduler is not None:  # first: it waits for the batches in flight, which advances the samplers
+            state["rollout"] = self.scheduler.state_dict()
         if hasattr(self.engine, "state_dict"):
             state["engine"] = self.engine.state_dict()
         if self.reference is not None:  # the starting policy; a resumed run cannot rebuild it otherwise
@@ -288,6 +325,8 @@ class TextCollector:
         """Restore what ``state_dict`` returned (exactly; ``reseed`` is unused, the state is complete)."""
         self.env.load_state_dict(state["env"])
         self.groups_seen, self.total_steps = int(state["groups_seen"]), int(state["steps"])
+        if self.scheduler is not None and "rollout" in state:
+            self.scheduler.load_state_dict(state["rollout"])
         if "engine" in state and hasattr(self.engine, "load_state_dict"):
             self.engine.load_state_dict(state["engine"])
         if "reference" in state and self.reference is not None:

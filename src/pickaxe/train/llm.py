@@ -307,14 +307,79 @@ def build_engine(cfg: LLMTrainConfig, model: nn.Module, tokenizer: Any, seed: in
         return HFEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, e.max_batch, seed)
     from pickaxe.rollout.engines.vllm import VLLMEngine
 
-    path = cfg.model.path
-    if path is None:  # vLLM loads from disk: save the tiny model next to the run
-        if run is None:
-            raise ConfigError("the vllm engine with a tiny model needs a run directory to save the model into")
-        path = str(run.path / "engine_model")
-        model.save_pretrained(path)
-        tokenizer.save_pretrained(path)
+    path = vllm_model_path(cfg, model, tokenizer, run)
     return VLLMEngine(path, tokenizer.eos_token_id, seed, e.gpu_memory_utilization, cfg.model.dtype)
+
+
+def vllm_model_path(cfg: LLMTrainConfig, model: nn.Module, tokenizer: Any, run: Run | None) -> str:
+    """The folder vLLM loads the policy from: ``model.path``, or for a tiny model the model saved next to the run."""
+    if cfg.model.path is not None:
+        return cfg.model.path
+    if run is None:
+        raise ConfigError("the vllm engine with a tiny model needs a run directory to save the model into")
+    path = str(run.path / "engine_model")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def check_dist(cfg: LLMTrainConfig) -> None:
+    """Checks of ``--dist.placement separate`` that need the LLM config: an algorithm with rollouts, a prompt per
+    worker, a GPU per vLLM worker. One-line ``ConfigError`` naming the fix."""
+    d = cfg.dist
+    if d.placement != "separate":
+        return
+    if not isinstance(cfg.algo, GRPOConfig | LLMPPOConfig):
+        raise ConfigError(
+            f"--dist.placement separate runs the rollout engine in workers; {type(cfg.algo).__name__} has no "
+            "rollouts: drop --dist.placement"
+        )
+    if d.workers > cfg.collector.prompts:
+        raise ConfigError(
+            f"--dist.workers {d.workers} is more than --collector.prompts {cfg.collector.prompts}: every worker needs "
+            "a prompt of each batch; lower --dist.workers or raise --collector.prompts"
+        )
+    if cfg.engine.name == "vllm" and d.worker_gpus == 0:
+        raise ConfigError("--engine.name vllm in engine workers needs a GPU each: add --dist.worker-gpus 1")
+
+
+def build_engine_group(
+    cfg: LLMTrainConfig,
+    model: nn.Module,
+    tokenizer: Any,
+    seed: int,
+    run: Run | None,
+    vllm_class: Any = None,
+) -> Any:
+    """``cfg.dist.workers`` engine workers (Ray actors, see :class:`~pickaxe.dist.llm_engines.EngineGroup`) for
+    ``--dist.placement separate``: an ``HFEngine`` on its own copy of the policy each (worker ``i`` seeded
+    ``seed + i``), or with ``--engine.name vllm`` a ``VLLMEngine`` built inside each worker from the model folder,
+    sent the full (LoRA-merged) weights of every version. ``vllm_class`` replaces ``VLLMEngine`` in the workers
+    (tests: a fake with its constructor, on CPU; the real one has not run in a worker yet)."""
+    from pickaxe.dist.engine_worker import HFEngineFactory, VLLMEngineFactory
+    from pickaxe.dist.llm_engines import EngineGroup, full_weights, trainable_weights
+
+    d, e = cfg.dist, cfg.engine
+    factory: Any = HFEngineFactory(tokenizer.eos_token_id, tokenizer.pad_token_id, e.max_batch)
+    weights = trainable_weights
+    if e.name == "vllm":
+        path = vllm_model_path(cfg, model, tokenizer, run)
+        factory = VLLMEngineFactory(path, tokenizer.eos_token_id, e.gpu_memory_utilization, cfg.model.dtype, vllm_class)
+        weights = full_weights
+    on_event = (lambda message: run.event(message)) if run is not None else None
+    return EngineGroup(
+        model,
+        factory,
+        workers=d.workers,
+        seed=seed,
+        torch_threads=cfg.torch_threads,
+        worker_cpus=d.worker_cpus,
+        worker_gpus=d.worker_gpus,
+        address=d.address,
+        weights=weights,
+        async_board=d.mode == "async",
+        on_event=on_event,
+    )
 
 
 def warm_start(
@@ -471,10 +536,22 @@ def start_policy(
 
 def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: bool = False) -> LLMTrainer:
     """Seed everything; build tokenizer, model, env, engine, collector and algorithm; warm-start with SFT if
-    configured; evaluate the starting point (logged at step 0); return the Trainer."""
+    configured; evaluate the starting point (logged at step 0); return the Trainer.
+
+    With ``--dist.placement separate`` the rollouts come from engine workers (:func:`build_engine_group`) and, in
+    pipelined and async mode, run ahead of
+    the learner through a :class:`~pickaxe.rollout.pipelined.RolloutScheduler`; held-out evaluation stays in this
+    process on the learner's module (an ``HFEngine`` sharing it), so its numbers are colocated's."""
+    check_dist(cfg)
     model, tokenizer, seeds, device, resuming = start_policy(cfg, run, progress)
     env = build_env(cfg, seeds["env"], seeds["eval_env"], tokenizer, device)
-    engine = build_engine(cfg, model, tokenizer, seeds["engine"], run)
+    separate = cfg.dist.placement == "separate" and isinstance(cfg.algo, GRPOConfig | LLMPPOConfig)
+    if separate:
+        engine: Any = HFEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, cfg.engine.max_batch,
+                               seeds["engine"])  # fmt: skip
+        rollout_engine = build_engine_group(cfg, model, tokenizer, seeds["engine"], run)
+    else:
+        engine = rollout_engine = build_engine(cfg, model, tokenizer, seeds["engine"], run)
     e = cfg.engine
     sampling = SamplingParams(e.max_new_tokens, e.temperature, e.top_k, e.top_p, n=cfg.collector.group_size)
     reference = None
@@ -490,9 +567,32 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
             algo = LLMPPO(model, build_critic(cfg, model, device), cfg.algo, sampling, ptx_source(cfg, env, tokenizer,
                           device), seed=seeds["algo"])  # fmt: skip
         learner = algo
+        scheduler = None
+        if separate and cfg.dist.mode != "sync":
+            from pickaxe.rollout.pipelined import RolloutScheduler
+
+            algo.allowed_lag = cfg.dist.max_staleness  # stale by design: the on-policy check is quiet for these
+
+            scheduler = RolloutScheduler(
+                rollout_engine,
+                env,
+                lambda examples: encode_prompts(tokenizer, examples),
+                cfg.collector.prompts,
+                sampling,
+                model,
+                lambda: learner.version,
+                cfg.dist.mode,
+                cfg.dist.max_staleness,
+            )
+            if cfg.dist.mode == "async" and run is not None:
+                run.event(
+                    f"--dist.mode async: engine workers generate ahead with the newest weights they hold (batches at "
+                    f"most {cfg.dist.max_staleness} versions stale), so this run is not reproducible from its seed "
+                    "(pipelined mode is)"
+                )
         collector = TextCollector(
             env,
-            engine,
+            rollout_engine,
             tokenizer,
             cfg.collector.prompts,
             sampling,
@@ -502,6 +602,7 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
             device,
             precision=cfg.algo.autocast,
             offload_reference=cfg.collector.offload_reference,
+            scheduler=scheduler,
         )
     else:
         raise ConfigError(f"no LLM algorithm for config type {type(cfg.algo).__name__}")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+import torch
 from torch import nn
 
 
@@ -49,6 +50,9 @@ class Completion:
     logprobs: list[float] = field(default_factory=list)
     finished: bool = False
     """True when the completion ended with EOS; False when it hit ``max_new_tokens``."""
+    version: int | None = None
+    """Policy version of the weights that generated it, when the engine says (engine workers do; an engine in the
+    learner's process leaves None and the collector tags the batch with the version it synced)."""
 
 
 @runtime_checkable
@@ -66,3 +70,59 @@ class Engine(Protocol):
     def sync_weights(self, policy: nn.Module, version: int) -> None:
         """Make the engine sample from ``policy``'s current weights, tagged ``version``."""
         ...
+
+
+@runtime_checkable
+class RequestEngine(Protocol):
+    """An ``Engine`` that can run ahead of the learner (engine workers, :mod:`pickaxe.dist.llm_engines`): weights
+    are published once per version, and requests are submitted now and their results taken later, in any number.
+
+    ``submit`` generates with the weights of the newest published version (``newest=True``: with the newest
+    weights the worker holds when it starts the request, which may be newer). ``result`` returns the
+    completions of a ticket, prompt-major like ``generate``, each carrying the ``version`` that generated it.
+    ``state_dict`` needs no request in flight (take every ticket's result first)."""
+
+    version: int
+
+    def publish(self, policy: nn.Module, version: int) -> None:
+        """Make ``policy``'s current weights available to the workers as ``version`` (once per version)."""
+        ...
+
+    def submit(self, prompts: Sequence[Sequence[int]], params: SamplingParams, newest: bool = False) -> int:
+        """Start generating; returns a ticket for ``result``."""
+        ...
+
+    def result(self, ticket: int) -> list[Completion]:
+        """The completions of a submitted request (waits for them)."""
+        ...
+
+    def discard(self, ticket: int) -> None:
+        """Forget a request whose result is no longer wanted (it still runs: the sampler state advances)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Sampler state of every worker (no request in flight)."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+        ...
+
+    def metrics(self) -> dict[str, float]:
+        """Weight-sync time and size of the last publish, worker restarts so far."""
+        ...
+
+
+def load_weights(engine: Any, state: Mapping[str, torch.Tensor], version: int) -> None:
+    """Load a published (possibly partial: only the trainable tensors) state dict into ``engine`` and tag it
+    ``version``: through the engine's own ``load_weights`` when it has one (``VLLMEngine``), else into its
+    ``model`` (``HFEngine``; tensors not in ``state`` keep their values)."""
+    if hasattr(engine, "load_weights"):
+        engine.load_weights(state, version)
+        return
+    missing = set(state) - set(engine.model.state_dict())
+    if missing:
+        raise KeyError(f"published weights name tensors the engine's model lacks, e.g. {sorted(missing)[0]!r}")
+    with torch.no_grad():
+        engine.model.load_state_dict(dict(state), strict=False)
+    engine.version = version

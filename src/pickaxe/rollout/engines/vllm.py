@@ -8,9 +8,10 @@ importance sampling) when training from vLLM rollouts, and watch ``check/logprob
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
 from torch import nn
 
 from pickaxe.errors import PickaxeError
@@ -65,10 +66,23 @@ class VLLMEngine:
 
     def sync_weights(self, policy: nn.Module, version: int) -> None:
         """Load ``policy``'s current weights into the vLLM model (same process, same GPU)."""
-        self._worker_model().load_weights((name, p.detach()) for name, p in policy.state_dict().items())
+        self.load_weights(policy.state_dict(), version)
+
+    def load_weights(self, state: Mapping[str, torch.Tensor], version: int) -> None:
+        """Load a state dict (names of the ``transformers`` model; an engine worker gets it from the learner's
+        publish, on CPU) into the vLLM model and tag it ``version``. Not yet run on a GPU inside a Ray worker."""
+        self._worker_model().load_weights((name, t.detach()) for name, t in state.items())
         if hasattr(self.llm, "reset_prefix_cache"):
             self.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
         self.version = version
+
+    def state_dict(self) -> dict[str, Any]:
+        """The sampling state: each ``generate`` call seeds vLLM with ``seed`` and the call count."""
+        return {"calls": self._calls, "version": self.version}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+        self._calls, self.version = int(state["calls"]), int(state["version"])
 
     def _worker_model(self) -> Any:
         paths = (
