@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -29,6 +29,74 @@ def all_finite(tensors: Any) -> bool:
     return not flags or bool(torch.stack([f.to(flags[0].device) for f in flags]).all())
 
 
+def data_parallel() -> tuple[int, int]:
+    """``(rank, world size)`` of the data-parallel learner group (``torch.distributed``'s default group, set up by
+    ``pickaxe.dist.data_parallel``), ``(0, 1)`` without one."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def my_share(count: int) -> range:
+    """The indices, of ``count`` micro-batches (or minibatch chunks), that this learner computes: every ``world``-th
+    one from its rank (all of them without a group). The loss normalisers stay the whole step's counts, so the
+    summed gradients of all learners are the single-process gradient."""
+    rank, world = data_parallel()
+    return range(rank, count, world)
+
+
+def all_reduce(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+    """``tensor`` summed (``op="sum"``) or maxed (``"max"``) over the learner group, in place, and returned; a
+    no-op without a group. A collective, not a host read: on CUDA it runs on the stream without waiting."""
+    if data_parallel()[1] > 1:
+        reduce_op = torch.distributed.ReduceOp.SUM if op == "sum" else torch.distributed.ReduceOp.MAX
+        torch.distributed.all_reduce(tensor, op=reduce_op)
+    return tensor
+
+
+def all_reduce_gradients(
+    params: list[torch.Tensor], sums: torch.Tensor | None = None
+) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """Sum the gradients of ``params`` and the tensor ``sums`` (per-learner partial losses and metric sums) over
+    the learner group in ONE collective on one flattened buffer (float32, or float64 if a gradient is), not one
+    per parameter. Every parameter's ``grad`` becomes its view of the summed buffer, zeros where no learner had
+    one. Returns the summed ``sums`` and ``[len(params)]`` flags, > 0 where some learner had a gradient: read them
+    with the step's other values and pass them to :func:`drop_absent_gradients` (no extra host read here)."""
+    device = params[0].device if params else sums.device if sums is not None else torch.device("cpu")
+    wide = any(p.grad is not None and p.grad.dtype == torch.float64 for p in params)
+    dtype = torch.float64 if wide else torch.float32
+    grads = [
+        p.grad.detach().reshape(-1).to(dtype)
+        if p.grad is not None
+        else torch.zeros(p.numel(), dtype=dtype, device=device)
+        for p in params
+    ]
+    flags = torch.tensor([float(p.grad is not None) for p in params], dtype=dtype, device=device)
+    tail = [] if sums is None else [sums.detach().reshape(-1).to(device=device, dtype=dtype)]
+    bucket = all_reduce(torch.cat([*grads, flags, *tail]))
+    offset = 0
+    for p in params:
+        p.grad = bucket[offset : offset + p.numel()].view_as(p).to(p.dtype)
+        offset += p.numel()
+    flags = bucket[offset : offset + len(params)]
+    offset += len(params)
+    summed = None if sums is None else bucket[offset:].to(sums.dtype).view_as(sums)
+    return summed, flags
+
+
+def drop_absent_gradients(params: list[torch.Tensor], flags: list[float]) -> list[torch.Tensor]:
+    """Set ``grad`` to None where ``flags`` (read from :func:`all_reduce_gradients`) say no learner had one, as in
+    one process, where the optimizer then skips the parameter; returns the parameters that keep a gradient."""
+    kept = []
+    for p, flag in zip(params, flags, strict=True):
+        if flag > 0:
+            kept.append(p)
+        else:
+            p.grad = None
+    return kept
+
+
 def clip_and_step(
     module: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -36,21 +104,45 @@ def clip_and_step(
     loss: torch.Tensor | None = None,
     extra: torch.Tensor | None = None,
     name: str = "loss",
+    sums: torch.Tensor | None = None,
+    reduce: bool = False,
 ) -> list[float]:
     """Clip ``module``'s gradients to ``max_grad_norm`` and step, refusing a non-finite ``loss`` or gradient first.
 
     The step's one host synchronisation reads, together: the total gradient norm (which clipping needs anyway, and
-    which is NaN/Inf exactly when some gradient is), ``loss`` (the step's summed loss) and ``extra`` (any metric
-    tensors the caller wants read at the same time). On a bad value the gradients are dropped and
-    ``NonFiniteError`` names the first non-finite parameter or gradient (or ``name = value``), before clipping
-    (which would spread a NaN to every gradient) and before ``optimizer.step()``, so weights and optimizer state
-    stay as they were. Returns ``[grad_norm, loss (if given), *extra]`` as floats, the norm before clipping.
+    which is NaN/Inf exactly when some gradient is), ``loss`` (the step's summed loss), ``extra`` (any metric
+    tensors the caller wants read at the same time) and ``sums`` (metric sums). On a bad value the gradients are
+    dropped and ``NonFiniteError`` names the first non-finite parameter or gradient (or ``name = value``), before
+    clipping (which would spread a NaN to every gradient) and before ``optimizer.step()``, so weights and optimizer
+    state stay as they were. Returns ``[grad_norm, loss (if given), *extra, *sums]`` as floats, the norm before
+    clipping.
+
+    With ``reduce`` and a data-parallel learner group (:func:`data_parallel`), the gradients, ``loss`` and ``sums``
+    are this learner's share: they are summed over the group first, in one collective, so every learner reads the
+    same norm and loss, makes the same decision (a non-finite step is refused on all of them or none) and steps
+    the same weights. ``extra`` is read as it is (values every learner computed alike).
     """
-    params = [p for p in module.parameters() if p.grad is not None]
+    present = None
+    if reduce and data_parallel()[1] > 1:
+        params = [p for p in module.parameters() if p.requires_grad]
+        local = [t.detach().float().reshape(-1) for t in (loss, sums) if t is not None]
+        summed, present = all_reduce_gradients(params, torch.cat(local) if local else None)
+        if summed is not None and loss is not None:
+            loss, sums = summed[:1], (summed[1:] if sums is not None else None)
+        elif summed is not None:
+            sums = summed
+    else:
+        params = [p for p in module.parameters() if p.grad is not None]
     total_norm = nn.utils.get_total_norm([p.grad for p in params]) if params else torch.zeros(())
     parts = [total_norm.detach().float().reshape(1)]
-    parts += [t.detach().float().reshape(-1).to(total_norm.device) for t in (loss, extra) if t is not None]
+    parts += [
+        t.detach().float().reshape(-1).to(total_norm.device) for t in (loss, extra, sums, present) if t is not None
+    ]
     values = torch.cat(parts).tolist()
+    if present is not None:  # the flags came last in the one read
+        k = len(params)
+        params = drop_absent_gradients(params, values[len(values) - k :])
+        values = values[: len(values) - k]
     what = None
     if loss is not None and not math.isfinite(values[1]):
         what = first_nonfinite(module.named_parameters()) or f"{name} = {values[1]}"
@@ -86,6 +178,10 @@ class Algorithm(ABC):
     """
 
     policy: Policy
+    supports_data_parallel: ClassVar[bool] = False
+    """Whether ``update`` splits its work among data-parallel learners (each computes its share of every optimizer
+    step and the gradients are summed). An algorithm without it runs its whole update on every learner (correct,
+    with no speed-up); ``pickaxe.dist.data_parallel`` refuses to launch it on several learners."""
 
     def set_progress(self, step: int, total_steps: int) -> None:  # noqa: B027 - optional hook
         """Called before each collect with env steps so far, for schedules (learning rate, epsilon, ...)."""

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from pickaxe.algos.base import all_reduce, my_share
 from pickaxe.algos.configs import GRPOConfig
 from pickaxe.algos.core import clipped_surrogate
 from pickaxe.algos.llm_core import (
@@ -129,13 +130,34 @@ def grpo_loss(
     return loss, stats
 
 
+_SUMMED = ("tokens", "clipped", "ratio_sum", "kl_sum", "diff_sum")
+"""Final reads that are sums over a learner's micro-batches (summed over data-parallel learners)."""
+_MAXED = ("diff_max", "diff_max_mb0")
+"""Final reads that are maxima over a learner's micro-batches (0 where it had none; the max over learners)."""
+
+
+def _split_reads(final: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """``final`` as (values alike on every learner, with the maxima already reduced over the learners; sums to
+    reduce in the optimizer step's collective)."""
+    if not final:
+        return {}, {}
+    maxed = all_reduce(torch.stack([final[k] for k in _MAXED]), "max")
+    alike = {k: v for k, v in final.items() if k not in _SUMMED and k not in _MAXED}
+    alike.update(zip(_MAXED, maxed.unbind(), strict=True))
+    return alike, {k: final[k] for k in _SUMMED}
+
+
 class GRPO(LMAlgorithm):
     """Group Relative Policy Optimization on a causal LM.
 
     ``sampling`` must be the collector's sampling params: learner log-probs use the same temperature/top-k/top-p
     processing as the sampler, and ``max_new_tokens`` is the default ``loss_norm``. Batches come from a
-    ``TextCollector`` (``ref_logprob`` needed when ``kl_coef > 0``).
+    ``TextCollector`` (``ref_logprob`` needed when ``kl_coef > 0``). With data-parallel learners each computes its
+    share of every optimizer step's micro-batches (advantages and TIS's old log-probs are computed on every
+    learner alike).
     """
+
+    supports_data_parallel = True
 
     def __init__(
         self, model: nn.Module, config: GRPOConfig | None = None, sampling: SamplingParams | None = None, seed: int = 0
@@ -196,7 +218,12 @@ class GRPO(LMAlgorithm):
                 step_seqs = float(sum(1 for r in mini if len(bounds.scored[r]) > 0))
                 loss_total = zero
                 plan = plan_micro_batches(data["input_ids"], bounds, mini, cfg.micro_batch_size, cfg.micro_batch_layout)
-                for j, (rows, layout) in enumerate(plan):
+                if epoch == 0 and k == 0:  # counted over every learner's micro-batches (host numbers of the plan)
+                    for _, layout in plan:
+                        first_tokens += len(layout.targets)
+                        real, slots = real + layout.real_tokens, slots + layout.slots
+                for j in my_share(len(plan)):
+                    rows, layout = plan[j]
                     mb = data[torch.tensor(rows, device=self.device)]
                     logprob = self.forward_logprobs(layout, *self._processing)
                     if epoch == 0 and k == 0:  # weights not yet stepped: learner and sampler should agree
@@ -205,16 +232,17 @@ class GRPO(LMAlgorithm):
                         first["diff_max"] = torch.maximum(first["diff_max"], diff.max())
                         if j == 0:
                             first["diff_max_mb0"] = diff.max()
-                        first_tokens += len(layout.targets)
-                        real, slots = real + layout.real_tokens, slots + layout.slots
                     loss, stats = grpo_loss(logprob, mb, cfg, step_tokens, max(step_seqs, 1.0), norm)
                     loss.backward()
                     loss_total = loss_total + loss.detach()
                     for key, value in stats.items():
                         totals[key] = totals[key] + value
                 final = self._final_reads(data, reads, totals, first, tis_diff) if len(grad_norms) == steps - 1 else {}
-                values = torch.stack(list(final.values())) if final else None
-                grad_norm, loss_value, lr, extra = self.optimizer_step(loss_total, values)
+                alike, sums = _split_reads(final)
+                final = {**alike, **sums}  # the order optimizer_step returns them in
+                values = torch.stack(list(alike.values())) if alike else None
+                summed = torch.stack(list(sums.values())) if sums else None
+                grad_norm, loss_value, lr, extra = self.optimizer_step(loss_total, values, summed)
                 losses.append(loss_value)
                 grad_norms.append(grad_norm)
         self.model.eval()

@@ -305,21 +305,32 @@ class LMAlgorithm(Algorithm):
         return cfg.lr
 
     def optimizer_step(
-        self, loss: torch.Tensor, extra: torch.Tensor | None = None
+        self, loss: torch.Tensor, extra: torch.Tensor | None = None, sums: torch.Tensor | None = None
     ) -> tuple[float, float, float, list[float]]:
-        """Clip the accumulated gradients, step, zero them; returns ``(grad_norm, loss, lr, extra)`` as floats.
+        """Clip the accumulated gradients, step, zero them; returns ``(grad_norm, loss, lr, [*extra, *sums])`` as
+        floats.
 
-        ``loss`` is the step's summed micro-batch losses (a tensor; not read before this call) and ``extra`` any
-        metric tensors to read in the same host synchronisation. Refuses a non-finite loss or gradient with
-        ``NonFiniteError`` BEFORE ``optimizer.step()``, so the weights and the optimizer state stay as they were
-        (the gradients are dropped; see :func:`~pickaxe.algos.base.clip_and_step`).
+        ``loss`` is the step's summed micro-batch losses (a tensor; not read before this call), ``extra`` any metric
+        tensors to read in the same host synchronisation and ``sums`` metric sums over this learner's micro-batches.
+        With data-parallel learners (an algorithm with ``supports_data_parallel``), gradients, ``loss`` and ``sums``
+        are summed over the learners in one collective first; ``extra`` must be alike on every learner. Refuses a
+        non-finite loss or gradient with ``NonFiniteError`` BEFORE ``optimizer.step()``, so the weights and the
+        optimizer state stay as they were (the gradients are dropped; see :func:`~pickaxe.algos.base.clip_and_step`).
         """
         lr = self.current_lr()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
             group["weight_decay"] = self.config.weight_decay
         try:
-            values = clip_and_step(self.model, self.optimizer, self.config.max_grad_norm, loss, extra)
+            values = clip_and_step(
+                self.model,
+                self.optimizer,
+                self.config.max_grad_norm,
+                loss,
+                extra,
+                sums=sums,
+                reduce=self.supports_data_parallel,
+            )
         except NonFiniteError as e:
             raise NonFiniteError(f"{e.what} ({type(self).__name__} update {self.version})") from None
         self.optimizer.zero_grad(set_to_none=True)

@@ -23,7 +23,14 @@ from typing import Any, NamedTuple, Protocol
 import torch
 from torch import nn
 
-from pickaxe.algos.base import first_nonfinite
+from pickaxe.algos.base import (
+    all_reduce,
+    all_reduce_gradients,
+    data_parallel,
+    drop_absent_gradients,
+    first_nonfinite,
+    my_share,
+)
 from pickaxe.algos.configs import LLMPPOConfig
 from pickaxe.algos.core import clipped_surrogate
 from pickaxe.algos.llm_core import (
@@ -174,9 +181,13 @@ class LLMPPO(LMAlgorithm):
     ``update(batch)`` needs ``input_ids``, ``attention_mask``, ``loss_mask``, ``reward`` (``[B]``: the score of
     each whole sequence) and, when ``kl_coef`` > 0, ``ref_logprob``; ``logprob`` (the sampler's) and
     ``policy_version`` are used for checks when present.
+
+    With data-parallel learners each computes its share of the micro-batches of every optimizer step (and of the
+    old log-probs and values, gathered by a sum over learners, each row computed by one of them).
     """
 
     config: LLMPPOConfig
+    supports_data_parallel = True
 
     def __init__(
         self,
@@ -259,12 +270,15 @@ class LLMPPO(LMAlgorithm):
         plan = plan_micro_batches(
             data["input_ids"], bounds, list(range(n)), cfg.micro_batch_size, cfg.micro_batch_layout
         )
-        real, slots = 0, 0
-        for rows, layout in plan:
+        real = sum(layout.real_tokens for _, layout in plan)
+        slots = sum(layout.slots for _, layout in plan)
+        for j in my_share(len(plan)):
+            rows, layout = plan[j]
             idx = torch.tensor(rows, device=self.device)
             old_logprob[idx] = self.forward_logprobs(layout, *self._processing)
             old_value[idx] = self.critic(layout, cfg.autocast)
-            real, slots = real + layout.real_tokens, slots + layout.slots
+        if data_parallel()[1] > 1:  # each row was computed by one learner, 0 on the others: the sum gathers them
+            old_logprob, old_value = all_reduce(torch.stack([old_logprob, old_value])).unbind()
         mask = data["loss_mask"].bool()
         ref = data.get("ref_logprob", None)
         targets = ppo_targets(data["reward"], old_logprob, ref, old_value, mask, cfg)
@@ -334,7 +348,8 @@ class LLMPPO(LMAlgorithm):
                 step_seqs = float(max(sum(1 for r in mini if bounds.scored[r]), 1))
                 policy_total, value_total = zero, zero
                 plan = plan_micro_batches(data["input_ids"], bounds, mini, cfg.micro_batch_size, cfg.micro_batch_layout)
-                for rows, layout in plan:
+                for j in my_share(len(plan)):
+                    rows, layout = plan[j]
                     mb = data[torch.tensor(rows, device=self.device)]
                     logprob = self.forward_logprobs(layout, *self._processing)
                     values = self.critic(layout, cfg.autocast)
@@ -345,12 +360,14 @@ class LLMPPO(LMAlgorithm):
                     for key, value in stats.items():
                         totals[key] = totals[key] + value
                 ptx_total = self._ptx_backward() if cfg.ptx_coef > 0 else zero
-                if len(policy_norms) == steps - 1:
-                    final = {**reads, **totals}
-                    final = {name: v.detach().float().reshape(()).to(self.device) for name, v in final.items()}
-                values_read = torch.stack(list(final.values())) if final else None
+                values_read, summed = None, None
+                if len(policy_norms) == steps - 1:  # the last step also reads every metric
+                    alike = {name: v.detach().float().reshape(()).to(self.device) for name, v in reads.items()}
+                    final = {**alike, **totals}
+                    values_read = torch.stack(list(alike.values())) if alike else None
+                    summed = torch.stack([t.float().reshape(()) for t in totals.values()])
                 losses = torch.stack([policy_total, value_total, ptx_total])
-                policy_norm, critic_norm, lr, (pl, vl, xl), extra = self.optimizer_steps(losses, values_read)
+                policy_norm, critic_norm, lr, (pl, vl, xl), extra = self.optimizer_steps(losses, values_read, summed)
                 policy_losses.append(pl)
                 value_losses.append(vl)
                 ptx_losses.append(xl)
@@ -397,9 +414,9 @@ class LLMPPO(LMAlgorithm):
         total_tokens = float(max(sum(len(s) for s in bounds.scored), 1))
         total = torch.zeros((), device=self.device)
         rows = list(range(demo.batch_size[0]))
-        for chunk, layout in plan_micro_batches(
-            demo["input_ids"], bounds, rows, cfg.micro_batch_size, cfg.micro_batch_layout
-        ):
+        plan = plan_micro_batches(demo["input_ids"], bounds, rows, cfg.micro_batch_size, cfg.micro_batch_layout)
+        for j in my_share(len(plan)):
+            chunk, layout = plan[j]
             mask = demo["loss_mask"][torch.tensor(chunk, device=self.device)]
             logprob = self.forward_logprobs(layout)
             nll = aggregate(-logprob, mask, "token-mean", total_tokens)
@@ -408,14 +425,16 @@ class LLMPPO(LMAlgorithm):
         return total
 
     def optimizer_steps(
-        self, losses: torch.Tensor, extra: torch.Tensor | None = None
+        self, losses: torch.Tensor, extra: torch.Tensor | None = None, sums: torch.Tensor | None = None
     ) -> tuple[float, float, float, list[float], list[float]]:
         """Clip the policy's and the critic's accumulated gradients (each to its own max norm), step both
-        optimizers and zero the gradients; returns ``(policy_grad_norm, critic_grad_norm, lr, losses, extra)`` as
-        floats, all read in ONE host synchronisation.
+        optimizers and zero the gradients; returns ``(policy_grad_norm, critic_grad_norm, lr, losses, [*extra,
+        *sums])`` as floats, all read in ONE host synchronisation.
 
-        ``losses`` is ``[k]`` (the step's summed losses) and ``extra`` any metric tensors. A non-finite loss or
-        gradient raises ``NonFiniteError`` before either optimizer steps (gradients dropped, weights and
+        ``losses`` is ``[k]`` (the step's summed losses), ``extra`` metric tensors alike on every learner and
+        ``sums`` metric sums over this learner's micro-batches. With data-parallel learners, both models'
+        gradients, ``losses`` and ``sums`` are summed over the learners in one collective first. A non-finite loss
+        or gradient raises ``NonFiniteError`` before either optimizer steps (gradients dropped, weights and
         optimizer states unchanged), as ``LMAlgorithm.optimizer_step`` does for one model.
         """
         cfg = self.config
@@ -425,16 +444,31 @@ class LLMPPO(LMAlgorithm):
                 group["lr"] = rate
                 group["weight_decay"] = cfg.weight_decay
         models = (self.model, self.critic)
-        params = [[p for p in m.parameters() if p.grad is not None] for m in models]
+        k = losses.numel()
+        present = None
+        if data_parallel()[1] > 1:
+            params = [[p for p in m.parameters() if p.requires_grad] for m in models]
+            local = torch.cat([losses.float().reshape(-1)] + ([] if sums is None else [sums.float().reshape(-1)]))
+            summed, present = all_reduce_gradients(params[0] + params[1], local)
+            assert summed is not None
+            losses, sums = summed[:k], (summed[k:] if sums is not None else None)
+        else:
+            params = [[p for p in m.parameters() if p.grad is not None] for m in models]
         norms = [
             nn.utils.get_total_norm([p.grad for p in ps]) if ps else torch.zeros((), device=self.device)
             for ps in params
         ]
-        parts = [t.detach().float().reshape(-1).to(self.device) for t in (*norms, losses)]
-        if extra is not None:
-            parts.append(extra.detach().float().reshape(-1).to(self.device))
+        parts = [
+            t.detach().float().reshape(-1).to(self.device)
+            for t in (*norms, losses, extra, sums, present)
+            if t is not None
+        ]
         values = torch.cat(parts).tolist()  # the step's one host read
-        k = losses.numel()
+        if present is not None:  # the flags came last
+            flags = values[len(values) - len(present) :]
+            values = values[: len(values) - len(present)]
+            split = len(params[0])
+            params = [drop_absent_gradients(params[0], flags[:split]), drop_absent_gradients(params[1], flags[split:])]
         what = None
         if not all(math.isfinite(v) for v in values[2 : 2 + k]):
             names = ("policy loss", "value loss", "ptx loss")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import nn
 
-from pickaxe.algos.base import Algorithm, guarded_step
+from pickaxe.algos.base import Algorithm, clip_and_step, data_parallel, my_share
 from pickaxe.algos.configs import PPOConfig
 from pickaxe.algos.core import (
     adam,
@@ -56,7 +57,14 @@ def compute_targets(policy: ActorCritic, rollout: RolloutBuffer, batch: Batch) -
 
 
 class PPO(Algorithm):
-    """PPO on an ``ActorCritic``: GAE over each rollout, then ``epochs`` passes of shuffled minibatches."""
+    """PPO on an ``ActorCritic``: GAE over each rollout, then ``epochs`` passes of shuffled minibatches.
+
+    With data-parallel learners each computes the loss of its share of every minibatch's rows (advantages
+    normalised over the whole minibatch, its loss weighted by its share of the rows) and the gradients are summed,
+    so each step is the single-process one. Every learner must draw the same shuffle (the same torch RNG state).
+    """
+
+    supports_data_parallel = True
 
     def __init__(self, policy: ActorCritic, config: PPOConfig | None = None) -> None:
         self.policy = policy
@@ -80,23 +88,48 @@ class PPO(Algorithm):
         clip = self._scheduled(cfg.clip, cfg.clip_schedule)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        history: list[dict[str, torch.Tensor]] = []
+        history: list[dict[str, float]] = []
         epochs_done = 0
+        sharded = data_parallel()[1] > 1
+        share_cfg = replace(cfg, normalize_advantage=False) if sharded else cfg  # shares get normalised advantages
         for _ in range(cfg.epochs):
             epochs_done += 1
             for mb in self.rollout.minibatches(cfg.minibatch_size):
-                loss, stats = ppo_loss(self.policy, mb, cfg, clip)
-                stats["grad_norm"] = guarded_step(loss, self.policy, self.optimizer, cfg.max_grad_norm, "ppo loss")
-                history.append(stats)
-            if cfg.target_kl is not None and float(history[-1]["ppo/approx_kl"]) > cfg.target_kl:
+                share, weight = self._my_share(mb) if sharded else (mb, None)
+                history.append(self._step(share, share_cfg, clip, weight))
+            if cfg.target_kl is not None and history[-1]["ppo/approx_kl"] > cfg.target_kl:
                 break
-        metrics = {k: float(torch.stack([h[k] for h in history]).mean()) for k in history[0]}
+        # float32 means, as the per-step values were computed
+        metrics = {k: float(torch.tensor([h[k] for h in history]).mean()) for k in history[0]}
         metrics["ppo/explained_variance"] = explained_variance(data["value"], data["return"])
         metrics["ppo/lr"] = lr
         metrics["ppo/clip"] = clip
         metrics["ppo/epochs"] = float(epochs_done)  # fewer than cfg.epochs when target_kl stopped the update
         metrics["ppo/gradient_steps"] = float(len(history))
         return metrics
+
+    def _my_share(self, mb: Batch) -> tuple[Batch, float]:
+        """This learner's rows of minibatch ``mb`` (advantages normalised over all of ``mb`` when configured) and
+        the weight of its loss, its share of the rows (the learners' weighted losses sum to the loss of ``mb``)."""
+        rows = torch.tensor(list(my_share(mb.batch_size[0])), dtype=torch.long, device=mb.device)
+        advantage = normalize(mb["advantage"]) if self.config.normalize_advantage else mb["advantage"]
+        share = mb[rows]
+        share["advantage"] = advantage[rows]
+        return share, len(rows) / mb.batch_size[0]
+
+    def _step(self, mb: Batch, cfg: PPOConfig, clip: float, weight: float | None) -> dict[str, float]:
+        """One guarded optimizer step on minibatch ``mb`` (or, with ``weight``, this learner's share of one: its
+        loss and metrics weighted, then summed over the learners); the step's metrics, read in its one host read."""
+        loss, stats = ppo_loss(self.policy, mb, cfg, clip)
+        if weight is not None:
+            loss, stats = loss * weight, {k: v * weight for k, v in stats.items()}
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        sums = torch.stack([v.float().reshape(()) for v in stats.values()])
+        values = clip_and_step(
+            self.policy, self.optimizer, self.config.max_grad_norm, loss, name="ppo loss", sums=sums, reduce=True
+        )
+        return {**dict(zip(stats, values[2:], strict=True)), "grad_norm": values[0]}
 
     def networks(self) -> dict[str, nn.Module]:
         """The actor-critic."""

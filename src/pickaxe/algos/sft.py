@@ -7,6 +7,7 @@ import math
 import torch
 from torch import nn
 
+from pickaxe.algos.base import my_share
 from pickaxe.algos.configs import SFTConfig
 from pickaxe.algos.llm_core import Aggregation, LMAlgorithm, aggregate, masked, plan_micro_batches
 from pickaxe.data.batch import Batch
@@ -27,7 +28,10 @@ def sft_loss(
 
 
 class SFT(LMAlgorithm):
-    """SFT on a causal LM: one optimizer step per batch, gradients accumulated over micro-batches."""
+    """SFT on a causal LM: one optimizer step per batch, gradients accumulated over micro-batches (with
+    data-parallel learners, each computes its share of them)."""
+
+    supports_data_parallel = True
 
     def __init__(self, model: nn.Module, config: SFTConfig | None = None) -> None:
         super().__init__(model, config or SFTConfig())
@@ -47,15 +51,17 @@ class SFT(LMAlgorithm):
         plan = plan_micro_batches(
             data["input_ids"], bounds, list(range(n)), cfg.micro_batch_size, cfg.micro_batch_layout
         )
-        for rows, layout in plan:
+        for _, layout in plan:
+            real, slots = real + layout.real_tokens, slots + layout.slots
+        for j in my_share(len(plan)):
+            rows, layout = plan[j]
             mb = data[torch.tensor(rows, device=self.device)]
             logprob = self.forward_logprobs(layout)
             loss = sft_loss(logprob, mb["loss_mask"], cfg.aggregation, total_tokens, float(n), norm)
             loss.backward()
             loss_total = loss_total + loss.detach()
             nll_sum = nll_sum + masked(-logprob.detach(), mb["loss_mask"]).sum()
-            real, slots = real + layout.real_tokens, slots + layout.slots
-        grad_norm, loss_value, lr, (nll_total,) = self.optimizer_step(loss_total, nll_sum)
+        grad_norm, loss_value, lr, (nll_total,) = self.optimizer_step(loss_total, sums=nll_sum)
         self.model.eval()
         self.version += 1
         nll = nll_total / max(total_tokens, 1.0)

@@ -1,0 +1,165 @@
+"""Data-parallel learners (torch.distributed, gloo on localhost): two learners, each computing its share of every
+optimizer step's micro-batches (GRPO, SFT, LLM PPO) or minibatch rows (classic PPO), apply the single-process
+update: the same gradients, weights and metrics up to float summation order (the learners sum their partial
+gradients in another order than one process accumulates them: not bitwise). A non-finite share on one learner
+refuses the step on both."""
+
+from __future__ import annotations
+
+import copy
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from pickaxe.algos.base import my_share
+from pickaxe.algos.configs import LLMPPOConfig, PPOConfig
+from pickaxe.algos.grpo import GRPO, GRPOConfig
+from pickaxe.algos.llm_ppo import LLMPPO
+from pickaxe.algos.ppo import PPO
+from pickaxe.algos.sft import SFT, SFTConfig
+from pickaxe.dist import data_parallel
+from pickaxe.envs.make import make
+from pickaxe.envs.text import Arithmetic, PromptEnv
+from pickaxe.errors import NonFiniteError
+from pickaxe.models.actor_critic import ActorCritic
+from pickaxe.models.lm import tiny_lm
+from pickaxe.models.value import ValueModel
+from pickaxe.rollout.collector import Collector
+from pickaxe.rollout.text_collector import DemoCollector
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_llm_training import SAMPLING, TOK, _grpo_batch
+
+WORLD = 2
+GRAD_ATOL = 1e-6  # float32 gradients of order 1e-2..1: only the summation order differs
+WEIGHT_ATOL = 1e-6
+
+
+def _lm(seed: int = 0) -> torch.nn.Module:
+    # llama (no attention biases): Qwen2's key bias has a mathematically zero gradient whose float noise Adam's
+    # first step turns into +-lr, so weights would differ by the noise's sign, not by the update
+    return tiny_lm(len(TOK), arch="llama", hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64, seed=seed)
+
+
+def _cases() -> dict[str, dict[str, Any]]:
+    """Every algorithm with the state and batch one update starts from (built once, in the parent)."""
+    torch.manual_seed(0)
+    lm = _lm()
+    grpo_batch = _grpo_batch(lm, reference=_lm(seed=5))
+    demos = DemoCollector(PromptEnv(Arithmetic(2), seed=0, eval_size=5), TOK, batch_size=12).collect()
+    envs = make("CartPole-v1", 4, seed=0)
+    policy = ActorCritic.for_env(envs, hidden=(16,))
+    rollout = Collector(envs, policy, steps=128).collect()
+    envs.close()
+    return {
+        "grpo": {"model": lm, "batch": grpo_batch},
+        "sft": {"model": lm, "batch": demos},
+        "llm_ppo": {"model": lm, "batch": grpo_batch},
+        "ppo": {"model": policy, "batch": rollout},
+    }
+
+
+def _algo(name: str, model: torch.nn.Module) -> Any:
+    model = copy.deepcopy(model)
+    if name == "grpo":  # 24 sequences, 2 mini-batches x 2 epochs, 3 micro-batches each: shares of 2 and 1
+        cfg = GRPOConfig(lr=1e-3, micro_batch_size=5, mini_batches=2, epochs=2, kl_coef=0.1)
+        return GRPO(model, cfg, SAMPLING)
+    if name == "sft":  # 12 demonstrations in 3 micro-batches
+        return SFT(model, SFTConfig(lr=1e-3, micro_batch_size=5))
+    if name == "llm_ppo":
+        critic = ValueModel.from_lm(_lm(seed=3))
+        cfg = LLMPPOConfig(lr=1e-3, micro_batch_size=5, mini_batches=2, kl_coef=0.05)
+        return LLMPPO(model, critic, cfg, SAMPLING)
+    return PPO(model, PPOConfig(lr=1e-3, minibatch_size=128, epochs=2))  # 512 rows: 4 steps of 2 x 64-row shares
+
+
+def _weights(algo: Any) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for net in algo.networks().values() for p in net.parameters()])
+
+
+def _run(name: str, case: dict[str, Any], nan_on_rank: int | None = None) -> dict[str, Any]:
+    """One update of ``name``; the gradients each optimizer step applied, the weights after, the metrics."""
+    algo = _algo(name, case["model"])
+    seen: list[torch.Tensor] = []
+    step = algo.optimizer.step
+    module = algo.policy
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in module.parameters()]
+        seen.append(torch.cat([g.detach().flatten() for g in grads]).clone())
+        return step(*args, **kwargs)
+
+    algo.optimizer.step = recording
+    if nan_on_rank is not None and data_parallel.rank() == nan_on_rank:
+        forward = algo.forward_logprobs
+        algo.forward_logprobs = lambda *a, **k: forward(*a, **k) * float("nan")
+    torch.manual_seed(1)  # classic PPO's minibatch shuffle: the same on every learner
+    before = _weights(algo)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the on-policy checks of a batch sampled by another model
+        try:
+            metrics = algo.update(case["batch"].clone())
+        except NonFiniteError as e:
+            return {"error": str(e), "unchanged": bool(torch.equal(before, _weights(algo)))}
+    return {"grads": seen, "weights": _weights(algo), "metrics": metrics}
+
+
+def _worker(rank: int, port: int, cases: dict[str, dict[str, Any]], out: str) -> None:
+    torch.set_num_threads(1)
+    data_parallel.init(rank, WORLD, port=port)
+    try:
+        results = {name: _run(name, case) for name, case in cases.items()}
+        results["nan"] = _run("sft", cases["sft"], nan_on_rank=1)
+        torch.save(results, Path(out) / f"rank{rank}.pt")
+    finally:
+        data_parallel.shutdown()
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(single-process results, each learner's results of the same updates with two learners)."""
+    torch.set_num_threads(1)  # conftest's one-thread fixture is per test: this module-wide setup runs before it
+    cases = _cases()
+    out = tmp_path_factory.mktemp("dp")
+    # fork: the learners inherit the imported torch and transformers (spawn re-imports them: ~40 s here, not ~4 s)
+    mp.start_processes(
+        _worker, args=(data_parallel.free_port(), cases, str(out)), nprocs=WORLD, join=True, start_method="fork"
+    )
+    single = {name: _run(name, case) for name, case in cases.items()}
+    return single, [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+
+
+@pytest.mark.parametrize("name", ["grpo", "sft", "llm_ppo", "ppo"])
+def test_two_learners_apply_the_single_process_update(results, name: str) -> None:
+    single, learners = results
+    want = single[name]
+    assert len(want["grads"]) > 0 and want["grads"][0].abs().max() > 1e-3  # real gradients
+    for got in (learner[name] for learner in learners):
+        assert len(got["grads"]) == len(want["grads"])  # the same number of optimizer steps
+        for g, w in zip(got["grads"], want["grads"], strict=True):
+            assert (g - w).abs().max() <= GRAD_ATOL
+        assert (got["weights"] - want["weights"]).abs().max() <= WEIGHT_ATOL
+        assert got["metrics"].keys() == want["metrics"].keys()
+        for key, value in want["metrics"].items():
+            assert got["metrics"][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    # the learners hold the same weights and report the same numbers, bit for bit
+    assert torch.equal(learners[0][name]["weights"], learners[1][name]["weights"])
+    assert learners[0][name]["metrics"] == learners[1][name]["metrics"]
+
+
+def test_a_non_finite_share_on_one_learner_refuses_the_step_on_every_learner(results) -> None:
+    _, learners = results
+    for got in learners:
+        assert "error" in got["nan"], got["nan"]  # rank 1's NaN loss reached rank 0 through the summed loss
+        assert got["nan"]["unchanged"]  # refused before optimizer.step()
+    assert learners[0]["nan"]["error"] == learners[1]["nan"]["error"]  # the same decision and the same message
+
+
+def test_without_a_group_a_learner_computes_every_micro_batch() -> None:
+    assert data_parallel.rank() == 0 and data_parallel.world_size() == 1
+    assert list(my_share(5)) == [0, 1, 2, 3, 4]
