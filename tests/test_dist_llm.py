@@ -256,6 +256,16 @@ def test_vllm_engine_workers_wiring_with_a_fake_engine_class(ray_local, tmp_path
         ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
+def test_workers_that_do_not_fit_on_this_machine_fail_in_one_line(ray_local) -> None:
+    from pickaxe.dist.engine_worker import HFEngineFactory
+    from pickaxe.dist.llm_engines import EngineGroup
+    from pickaxe.errors import PickaxeError
+
+    tok = char_tokenizer()
+    with pytest.raises(PickaxeError, match=r"5 engine workers x --dist.worker-cpus 1 need 5 CPUs, Ray on this machine"):
+        EngineGroup(torch.nn.Linear(1, 1), HFEngineFactory(tok.eos_token_id, tok.pad_token_id), workers=5)
+
+
 def test_bad_dist_flag_combinations_fail_in_one_line() -> None:
     cfg = _cfg(placement="separate", workers=8)
     with pytest.raises(ConfigError, match=r"--dist.workers 8 is more than --collector.prompts 4"):

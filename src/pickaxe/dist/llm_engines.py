@@ -106,6 +106,8 @@ class EngineGroup:
         self.max_restarts = max_restarts
         self.version = -1  # newest published version
         self.restarts = 0
+        if address is None:  # on this machine nothing autoscales: workers that do not fit would wait forever
+            _check_fits(ray.cluster_resources(), workers, worker_cpus, worker_gpus)
         self._model_ref = None
         if getattr(factory, "ships_model", True):
             if model is None:
@@ -312,6 +314,17 @@ class EngineGroup:
             with contextlib.suppress(Exception):  # already gone
                 self._ray.kill(actor, no_restart=True)
         self._actors = []
+
+
+def _check_fits(resources: dict[str, float], workers: int, cpus: float, gpus: float) -> None:
+    """One-line ``PickaxeError`` when ``workers`` workers of ``cpus``/``gpus`` each exceed Ray's resources."""
+    for name, each, flag in (("CPU", cpus, "--dist.worker-cpus"), ("GPU", gpus, "--dist.worker-gpus")):
+        have = resources.get(name, 0.0)
+        if workers * each > have + 1e-9:
+            raise PickaxeError(
+                f"{workers} engine workers x {flag} {each:g} need {workers * each:g} {name}s, Ray on this machine has "
+                f"{have:g}: lower --dist.workers or {flag} (fractions share a {name})"
+            )
 
 
 def _last_line(error: BaseException) -> str:
