@@ -46,6 +46,17 @@ class EnvWorker:
 
     def __init__(self, env_id: str, n: int, seed: int, env_kwargs: dict[str, Any]) -> None:
         self.envs = make(env_id, n, seed, "sync", **env_kwargs)
+        self._infos: list[tuple[dict[str, Any], int]] = []
+        # Each sub-env's own info dict, in the order the vector env merges them: the driver merges them again over
+        # all sub-envs, so dtypes come out as in one process (the first sub-env with a key decides its dtype).
+        vector_env = self.envs.unwrapped
+
+        def record(vector_infos: dict[str, Any], env_info: dict[str, Any], env_num: int) -> dict[str, Any]:
+            if env_info:
+                self._infos.append((env_info, env_num))
+            return vector_infos
+
+        vector_env._add_info = record  # type: ignore[method-assign]
 
     def describe(self) -> dict[str, Any]:
         """What the driver needs to present the chunk as part of one vector env."""
@@ -74,9 +85,11 @@ class EnvWorker:
     def _one(self, c: Call) -> Any:
         kind = c[0]
         if kind == "step":
-            return self.envs.step(c[1])
+            self._infos = []
+            return (*self.envs.step(c[1])[:4], self._infos)
         if kind == "reset":
-            return self.envs.reset(seed=c[1], options=c[2])
+            self._infos = []
+            return self.envs.reset(seed=c[1], options=c[2])[0], self._infos
         if kind == "set_attr":
             return self.envs.set_attr(c[1], c[2])
         if kind == "get_attr":
@@ -320,21 +333,12 @@ class RayVectorEnv(VectorEnv):
         if call[0] != "step":
             result, _ = self._ray.get(c.actor.run.remote([*first, call]))
             return result
-        (obs, reset_info), _ = self._ray.get(c.actor.run.remote(first))
+        (obs, reset_infos), _ = self._ray.get(c.actor.run.remote(first))
         if c.last_obs is None:
             raise PickaxeError(f"env worker {c.index} died before its envs were reset; reset the env first")
         n = c.hi - c.lo
-        final_obs = np.empty(n, dtype=object)
-        for i, row in enumerate(iterate(c.obs_space, c.last_obs)):
-            final_obs[i] = row
-        info: dict[str, Any] = {
-            "final_obs": final_obs,
-            "_final_obs": np.ones(n, dtype=bool),
-            "final_info": {},
-            "_final_info": np.ones(n, dtype=bool),
-        }
-        _add_chunk_info(info, reset_info, 0, n, n)
-        return obs, np.zeros(n), np.zeros(n, dtype=bool), np.ones(n, dtype=bool), info
+        ended = [({"final_obs": row, "final_info": {}}, i) for i, row in enumerate(iterate(c.obs_space, c.last_obs))]
+        return obs, np.zeros(n), np.zeros(n, dtype=bool), np.ones(n, dtype=bool), ended + reset_infos
 
     def _event(self, message: str) -> None:
         if self.on_event is not None:
@@ -355,10 +359,12 @@ class RayVectorEnv(VectorEnv):
         empty = create_empty_array(self.single_observation_space, self.num_envs)
         return concatenate(self.single_observation_space, items, empty)
 
-    def _merge_infos(self, parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    def _merge_infos(self, parts: Sequence[list[tuple[dict[str, Any], int]]]) -> dict[str, Any]:
+        """The sub-envs' own infos merged as gymnasium's vector envs merge them (arrays with ``_key`` masks)."""
         out: dict[str, Any] = {}
-        for info, c in zip(parts, self._chunks, strict=True):
-            _add_chunk_info(out, info, c.lo, c.hi, self.num_envs)
+        for records, c in zip(parts, self._chunks, strict=True):
+            for env_info, i in records:
+                out = self._add_info(out, env_info, c.lo + i)
         return out
 
 
@@ -369,30 +375,3 @@ def _init_error(error: Exception, env_id: str) -> PickaxeError | None:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     cause = lines[-1] if lines else type(error).__name__
     return PickaxeError(f"env workers could not make {env_id!r}: {cause}")
-
-
-def _add_chunk_info(out: dict[str, Any], info: dict[str, Any], lo: int, hi: int, n: int) -> dict[str, Any]:
-    """Put a chunk's vector info (sub-envs ``lo..hi-1``) into ``out``, the info of all ``n`` sub-envs, as
-    gymnasium's ``VectorEnv._add_info`` builds it in one process: an array per key (zeros or None where a sub-env
-    has no value; the dtype of the first sub-env that has one), a ``_key`` mask, dicts recursively."""
-    for key, value in info.items():
-        if key.startswith("_") and key[1:] in info:
-            continue  # a mask: written with its key
-        if isinstance(value, dict):
-            _add_chunk_info(out.setdefault(key, {}), value, lo, hi, n)
-        else:
-            value = np.asarray(value)
-            array = out.get(key)
-            if array is None:
-                if value.dtype == object:
-                    array = np.full(n, None, dtype=object)
-                else:
-                    array = np.zeros((n, *value.shape[1:]), dtype=value.dtype)
-            array[lo:hi] = value
-            out[key] = array
-        mask = out.get(f"_{key}")
-        if mask is None:
-            mask = np.zeros(n, dtype=bool)
-        mask[lo:hi] = info.get(f"_{key}", True)
-        out[f"_{key}"] = mask
-    return out
