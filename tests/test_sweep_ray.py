@@ -13,8 +13,8 @@ import pytest
 
 from pickaxe.cli import main
 
-TINY = ["--trainer.total-steps", "8192", "--trainer.eval-every", "2048"]
-"""32 iterations of 256 steps, an evaluation (and checkpoint) every 8 iterations: ~3 s of training."""
+TINY = ["--trainer.total-steps", "4096", "--trainer.eval-every", "1024"]
+"""16 iterations of 256 steps, an evaluation (and checkpoint) every 4 iterations: ~1.5 s of training."""
 
 
 def _numbers(run_dir: Path) -> list[dict[str, Any]]:
@@ -70,8 +70,8 @@ def test_ray_backend_gives_the_queue_backends_folders_and_numbers(
 def test_a_crashed_run_restarts_from_its_checkpoint_and_ends_like_an_undisturbed_one(
     ray_local: Any, queue_sweep: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # killed (SIGKILL) after iteration 12, past the checkpoint at 2048 steps; --max-restarts 1 resumes it
-    monkeypatch.setenv("PICKAXE_FAULT", "iteration:12")
+    # killed (SIGKILL) after iteration 6, past the checkpoint at 1024 steps; --max-restarts 1 resumes it
+    monkeypatch.setenv("PICKAXE_FAULT", "iteration:6")
     monkeypatch.setenv("PICKAXE_FAULT_ONCE", str(tmp_path / "fired"))
     folder = tmp_path / "sweep"
     command = ["sweep", "cartpole-ppo", "--algo.lr", "3e-3", "--seeds", "1", *TINY, "--max-restarts", "1"]
@@ -80,6 +80,7 @@ def test_a_crashed_run_restarts_from_its_checkpoint_and_ends_like_an_undisturbed
     run = folder / "default" / "seed-0"
     events = (run / "events.jsonl").read_text()
     assert "restart 1/1 after exit status -9: resuming from the newest checkpoint" in events
+    assert "resumed from step-000000001024 at step 1024; resume is exact" in events
     numbers, reference = _numbers(run), _numbers(queue_sweep / "lr=3e-3" / "seed-0")
     assert _last(numbers) == _last(reference)
     assert (run / "model.safetensors").read_bytes() == (queue_sweep / "lr=3e-3/seed-0/model.safetensors").read_bytes()
@@ -104,7 +105,7 @@ def test_a_run_whose_ray_worker_dies_is_requeued_and_resumes(
     err = capsys.readouterr().err
     assert "requeued (1/3), it resumes from its checkpoint" in err
     log = (run / "job.log").read_text()
-    assert "attempt 2 (resuming its run)" in log and " resume " in log
+    assert "attempt 2 (resuming its run)" in log and " resume " in log and "resumed from step-" in log
     assert _last(_numbers(run)) == _last(_numbers(queue_sweep / "lr=3e-3" / "seed-0"))
 
 

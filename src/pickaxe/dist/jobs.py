@@ -9,9 +9,11 @@ pickaxe installed in the Python that runs the Ray workers (``python -m pickaxe.c
 Stopping: ``ray.cancel`` raises ``KeyboardInterrupt`` in the task, which sends SIGTERM to the command (its
 own process only: ``pickaxe train`` checkpoints at its next iteration boundary and exits 130; a supervising
 ``--max-restarts`` parent forwards it), waits up to ``kill_grace`` seconds, then SIGKILLs the whole group.
-If the Ray worker itself dies (its node lost, the driver gone), the command gets SIGTERM from the kernel
-(``PR_SET_PDEATHSIG``) and checkpoints the same way. Ray never re-executes a job by itself
-(``max_retries=0``): the caller decides, from a :class:`JobOutcome`, whether and how to run it again.
+If the Ray worker itself dies (killed, its node lost), the command is killed with it (SIGKILL from the
+kernel, ``PR_SET_PDEATHSIG``, as a queue worker's jobs are): a checkpoint on the way out could overlap the
+next attempt resuming the same run folder, so that attempt resumes from the last checkpoint instead. Ray
+never re-executes a job by itself (``max_retries=0``): the caller decides, from a :class:`JobOutcome`,
+whether and how to run it again.
 
 Ray is imported only through :func:`pickaxe.dist.runtime.import_ray`, when a :class:`RayJobs` is made.
 """
@@ -100,7 +102,7 @@ def run_command(
         try:
             proc = subprocess.Popen(
                 argv, cwd=cwd, env=child_env, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_parent_death_signal(signal.SIGTERM),
+                start_new_session=True, preexec_fn=_parent_death_signal(signal.SIGKILL),
             )  # fmt: skip
         except OSError as e:
             f.write(f"### cannot start the command: {e}\n".encode())

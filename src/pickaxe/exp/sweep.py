@@ -260,11 +260,13 @@ def run_sweep(recipe: str, args: list[str]) -> int:
     if on_ray:
         statuses = run_on_ray(queue, ids, ray, opts, on_finish=report)
     else:
-        statuses = run_jobs(queue, ids, slots=workers, on_finish=report)
+        # --workers counts runs; the worker's slots count cpus (a run takes --job-cpus of them)
+        cpu_slots = opts.workers * opts.job_cpus if opts.workers else workers
+        statuses = run_jobs(queue, ids, slots=cpu_slots, on_finish=report)
     wall = time.perf_counter() - start
     failed = [queue.get(i) for i, status in statuses.items() if status != 0]
     timing = queue.timing(ids)
-    slots = opts.workers or (_ray_slots(ray, opts) if on_ray else workers)
+    slots = opts.workers or (_ray_slots(ray, opts) if on_ray else max(1, workers // opts.job_cpus))
     busy = timing.job_s / max(slots * wall, 1e-9)
     summary: dict[str, Any] = {
         "runs": len(ids),
