@@ -25,6 +25,7 @@ Every restart is counted in ``restarts`` and reported through ``on_event`` (the 
 from __future__ import annotations
 
 import contextlib
+import copy
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -52,8 +53,9 @@ class EnvWorker:
         vector_env = self.envs.unwrapped
 
         def record(vector_infos: dict[str, Any], env_info: dict[str, Any], env_num: int) -> dict[str, Any]:
-            if env_info:
-                self._infos.append((env_info, env_num))
+            if env_info:  # values copied now, as gymnasium copies them into its arrays (final_obs: by reference)
+                copied = {k: v if k == "final_obs" else copy.deepcopy(v) for k, v in env_info.items()}
+                self._infos.append((copied, env_num))
             return vector_infos
 
         vector_env._add_info = record  # type: ignore[method-assign]
@@ -169,12 +171,12 @@ class RayVectorEnv(VectorEnv):
             lo, hi = bounds[k], bounds[k + 1]
             self._chunks.append(_Chunk(k, lo, hi, self._new_actor(lo, hi), obs_space=None))
         try:
-            infos = self._ray.get([c.actor.describe.remote() for c in self._chunks])
+            described = self._ray.get([c.actor.describe.remote() for c in self._chunks])
         except self._ray.exceptions.RayActorError as e:
             self.close_extras()
             raise _init_error(e, env_id) or e from None
-        self._exact = all(i["exact"] for i in infos)
-        info = infos[0]
+        self._exact = all(d["exact"] for d in described)
+        info = described[0]
         self.single_observation_space = info["single_observation_space"]
         self.single_action_space = info["single_action_space"]
         self.observation_space = batch_space(self.single_observation_space, num_envs)
