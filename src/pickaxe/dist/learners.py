@@ -1,0 +1,288 @@
+"""Launching data-parallel learners for a run (``--dist.learners N``, or ``torchrun --nproc-per-node N``).
+
+Rank 0 is the run's ordinary Trainer: it collects, evaluates, logs, writes the run folder and its checkpoints.
+Its algorithm is linked to the other learners (:class:`Leader`): the state it starts from or loads (a resume, a
+rollback after a non-finite step) is sent to them, and each ``update`` first sends the batch, the algorithm's
+config (live changes included), its schedule position and the torch RNG state (classic PPO shuffles with it), so
+every learner runs the same ``update`` in lockstep and computes its share of it (``pickaxe.dist.data_parallel``).
+The other learners (:func:`follow`) only update: they write nothing. Messages go over a gloo group; gradients
+over the default group (gloo on CPU, NCCL on CUDA, one GPU per learner).
+
+Without torchrun, rank 0 (the ``pickaxe train`` process) starts the others itself (multiprocessing, spawn), each
+building the same algorithm from the run's config; they exit when rank 0 stops them, and die with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import ctypes
+import dataclasses
+import os
+import signal
+import sys
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from pickaxe.dist import data_parallel
+from pickaxe.errors import ConfigError, NonFiniteError
+
+_ENV = ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def torchrun_world() -> int:
+    """``WORLD_SIZE`` of a torchrun launch (1 when not under torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def learners_wanted(cfg: Any) -> int:
+    """How many learners a run config asks for (``dist.learners``; 1 for a config without a ``dist`` section).
+    Under torchrun the process count must agree with it (one line naming both otherwise)."""
+    learners = int(getattr(getattr(cfg, "dist", None), "learners", 1))
+    world = torchrun_world()
+    if world > 1 and world != learners:
+        raise ConfigError(
+            f"torchrun started {world} processes but --dist.learners is {learners}: pass --dist.learners {world}"
+        )
+    return learners
+
+
+def is_follower() -> bool:
+    """Whether this process is a torchrun learner other than rank 0 (it must not create or open a run folder)."""
+    return torchrun_world() > 1 and int(os.environ.get("RANK", "0")) > 0
+
+
+def check_algorithm(algo: Any, learners: int) -> None:
+    """Refuse, in one line, an algorithm that does not split its update among learners."""
+    if not getattr(algo, "supports_data_parallel", False):
+        raise ConfigError(
+            f"--dist.learners {learners}: {type(algo).__name__} does not split its update among data-parallel "
+            "learners (GRPO, PPO, SFT and LLM PPO do); use --dist.learners 1"
+        )
+
+
+def _device_of(cfg: Any) -> torch.device:
+    from pickaxe.utils import resolve_device
+
+    return resolve_device(getattr(cfg, "device", "cpu"))
+
+
+def _check_devices(cfg: Any, learners: int) -> None:
+    """One GPU per learner on CUDA: ``device`` must be ``cuda`` or ``auto`` (learner i uses GPU i), with enough
+    GPUs (torchrun across machines: per machine)."""
+    device = _device_of(cfg)
+    if device.type != "cuda":
+        return
+    if device.index is not None:
+        raise ConfigError(
+            f"--dist.learners {learners} puts learner i on GPU i: use --device cuda, not --device {device}"
+        )
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", learners))
+    if torch.cuda.device_count() < per_node:
+        raise ConfigError(
+            f"--dist.learners {learners} needs {per_node} GPUs on this machine (one per learner), torch sees "
+            f"{torch.cuda.device_count()}: lower --dist.learners or use --device cpu"
+        )
+
+
+def _cpu(obj: Any) -> Any:
+    """``obj`` with every tensor moved to the CPU (messages are pickled over gloo; each learner moves them to its
+    own device when loading)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _cpu(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(_cpu(v) for v in obj)
+    return obj
+
+
+def _send(message: Any) -> None:
+    dist.broadcast_object_list([message], src=0, group=data_parallel.control_group())
+
+
+def _receive() -> Any:
+    box: list[Any] = [None]
+    dist.broadcast_object_list(box, src=0, group=data_parallel.control_group())
+    return box[0]
+
+
+def _set_config(algo: Any, config: Any) -> None:
+    """Copy ``config``'s values (rank 0's, with its live changes) onto ``algo.config`` in place."""
+    if dataclasses.is_dataclass(config):
+        for field in dataclasses.fields(config):
+            setattr(algo.config, field.name, getattr(config, field.name))
+
+
+class Leader:
+    """Rank 0's side: links ``algo`` (the run's algorithm) to the other learners by wrapping its ``update``,
+    ``load_state_dict`` and ``set_progress`` on the instance (its type, and so its checkpoints, are unchanged).
+    Sends the algorithm's current state at once, so every learner starts from rank 0's weights."""
+
+    def __init__(self, algo: Any, processes: list[Any] | None = None) -> None:
+        self.algo = algo
+        self.processes = processes or []
+        self.progress: tuple[int, int] | None = None
+        self.busy = False  # inside an update: the other learners may be waiting in one of its collectives
+        self._update, self._load, self._set_progress = algo.update, algo.load_state_dict, algo.set_progress
+        algo.update, algo.load_state_dict, algo.set_progress = self.update, self.load_state_dict, self.set_progress
+        _send(("load", _cpu(algo.state_dict())))
+
+    def set_progress(self, step: int, total_steps: int) -> None:
+        """The algorithm's ``set_progress``; remembered, and sent with the next update."""
+        self.progress = (step, total_steps)
+        self._set_progress(step, total_steps)
+
+    def update(self, batch: Any) -> dict[str, float]:
+        """Send the batch (and config, schedule position, RNG state) to the learners, then update with them."""
+        _send(("update", batch.to("cpu"), copy.deepcopy(self.algo.config), self.progress, torch.get_rng_state()))
+        self.busy = True
+        try:
+            metrics = self._update(batch)
+        except NonFiniteError:  # refused on every learner alike, after the step's collective: they wait for more
+            self.busy = False
+            raise
+        self.busy = False
+        return metrics
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Load ``state`` here and, once it loaded (a checkpoint that does not fit is refused first), on every
+        learner."""
+        self._load(state)
+        _send(("load", _cpu(state)))
+
+    def close(self) -> None:
+        """Stop the other learners and leave the group. After an error in the middle of an update they may wait in
+        a collective that never comes: the ones this process started are terminated instead (under torchrun, rank
+        0's non-zero exit ends them)."""
+        if not self.busy:
+            with contextlib.suppress(Exception):
+                _send(("stop",))
+        for p in self.processes:
+            if self.busy:
+                p.terminate()
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
+        algo = self.algo
+        algo.update, algo.load_state_dict, algo.set_progress = self._update, self._load, self._set_progress
+        data_parallel.shutdown()
+
+
+def follow(algo: Any) -> int:
+    """A learner other than rank 0: apply what rank 0 sends (state to load, batches to update on, in lockstep)
+    until it says stop; returns the number of updates. A non-finite step is refused on every learner alike (rank
+    0's Trainer decides what follows: it rolls back, which sends the checkpoint's state here, or stops)."""
+    updates = 0
+    while True:
+        message = _receive()
+        kind = message[0]
+        if kind == "stop":
+            return updates
+        if kind == "load":
+            algo.load_state_dict(message[1])
+            continue
+        _, batch, config, progress, rng = message
+        _set_config(algo, config)
+        if progress is not None:
+            algo.set_progress(*progress)
+        torch.set_rng_state(rng)
+        with contextlib.suppress(NonFiniteError):
+            algo.update(batch)
+        updates += 1
+
+
+def _follower_config(cfg: Any) -> Any:
+    """The run's config as a learner other than rank 0 builds it: rollouts in its own process (no Ray workers; it
+    never collects) and no evaluation before training (it never evaluates)."""
+    cfg = copy.deepcopy(cfg)
+    dist_cfg = getattr(cfg, "dist", None)
+    if dist_cfg is not None:
+        dist_cfg.placement, dist_cfg.workers, dist_cfg.mode, dist_cfg.address = "colocated", 1, "sync", None
+    if hasattr(getattr(cfg, "eval", None), "before"):
+        cfg.eval.before = False
+    return cfg
+
+
+def _build_algorithm(cfg: Any) -> tuple[Any, Any]:
+    """(algorithm, trainer) of ``cfg`` built without a run folder, as rank 0 builds its own."""
+    from pickaxe.train.build import builder_for
+
+    trainer = builder_for(cfg)(_follower_config(cfg), None, False)
+    return trainer.algo, trainer
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this process when the process that started it dies (a SIGKILLed rank 0 leaves no learner
+    waiting in a collective)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _spawned_learner(rank: int, config: dict[str, Any], world: int, port: int) -> None:
+    """Entry point of a learner started by rank 0 (multiprocessing, spawn)."""
+    _die_with_parent()
+    from pickaxe.train.build import config_from_dict
+
+    cfg = config_from_dict(config)
+    if _device_of(cfg).type == "cuda":
+        torch.cuda.set_device(rank)
+    algo, trainer = _build_algorithm(cfg)
+    data_parallel.init(rank, world, port=port, device=_device_of(cfg))
+    try:
+        follow(algo)
+    finally:
+        data_parallel.shutdown()
+        trainer.close()
+
+
+def launch(cfg: Any, algo: Any) -> Leader | None:
+    """Rank 0's side of a run with ``dist.learners`` > 1 (None for one learner): start the other learners (or,
+    under torchrun, join them) and link ``algo`` to them. Call after building rank 0's Trainer; ``close()`` the
+    returned ``Leader`` when training ends."""
+    learners = learners_wanted(cfg)
+    if learners <= 1:
+        return None
+    check_algorithm(algo, learners)
+    _check_devices(cfg, learners)
+    device = _device_of(cfg)
+    if torchrun_world() > 1:
+        data_parallel.init_from_env(device)
+        return Leader(algo)
+    import torch.multiprocessing as mp
+
+    port = data_parallel.free_port()
+    context = mp.get_context("spawn")
+    processes = []
+    for rank in range(1, learners):
+        p = context.Process(target=_spawned_learner, args=(rank, cfg.to_dict(), learners, port), daemon=True)
+        p.start()
+        processes.append(p)
+    try:
+        data_parallel.init(0, learners, port=port, device=device)
+        return Leader(algo, processes)
+    except BaseException:
+        for p in processes:
+            p.terminate()
+        raise
+
+
+def follow_run(cfg: Any) -> int:
+    """A torchrun learner other than rank 0: build the run's algorithm, join the group and follow rank 0 until it
+    stops; returns the number of updates. It writes nothing (rank 0 writes the run folder)."""
+    learners = learners_wanted(cfg)
+    _check_devices(cfg, learners)
+    device = _device_of(cfg)
+    if device.type == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    algo, trainer = _build_algorithm(cfg)
+    check_algorithm(algo, learners)
+    data_parallel.init_from_env(device)
+    try:
+        return follow(algo)
+    finally:
+        data_parallel.shutdown()
+        trainer.close()
