@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -148,6 +150,7 @@ def train(
     """
     builder = builder_for(cfg)
     cfg.check()  # a bad value, env id, device or missing extra fails before the run directory exists
+    _follow_if_learner(cfg)
     path = Path(run_dir) if run_dir is not None else default_run_dir(cfg.recipe)
     try:
         run = Run(
@@ -178,6 +181,7 @@ def resume(
     A run without a checkpoint is a one-line ``PickaxeError``, unless ``allow_no_checkpoint`` (what the
     ``--max-restarts`` supervisor uses): then it starts again from step 0.
     """
+    _follow_if_learner(None, run_dir)
     run = Run.open(run_dir, track=track, prometheus_port=prometheus_port)
     cfg = config_from_dict(run.config())
     how = "restart" if allow_no_checkpoint else "resume"
@@ -212,8 +216,10 @@ def _fit(builder: Builder, cfg: Any, run: Run, progress: bool, resume: str | Non
 
 def _build_and_fit(builder: Builder, cfg: Any, run: Run, progress: bool, resume: str | None) -> FitResult:
     """``resume``: None (a new run), ``"resume"`` (needs a checkpoint) or ``"restart"`` (step 0 if none)."""
+    leader = None
     try:
         trainer = builder(cfg, run, progress)
+        leader = _launch_learners(cfg, trainer)
     except PickaxeError:
         if resume is None:  # a user error found while building: leave no half-made run behind
             run.discard()
@@ -223,7 +229,37 @@ def _build_and_fit(builder: Builder, cfg: Any, run: Run, progress: bool, resume:
             trainer.resume(allow_empty=resume == "restart")
         return trainer.fit()
     finally:
+        if leader is not None:
+            leader.close()
         trainer.close()
+
+
+# ------------------------------------------------------------------- data-parallel learners (pickaxe.dist.learners)
+def _launch_learners(cfg: Any, trainer: Trainer) -> Any:
+    """With ``dist.learners`` > 1: start (or, under torchrun, join) the other learners and link the Trainer's
+    algorithm to them; returns the link to close, None for one learner. A refusal closes the Trainer."""
+    if getattr(getattr(cfg, "dist", None), "learners", 1) <= 1 and "WORLD_SIZE" not in os.environ:
+        return None
+    from pickaxe.dist.learners import launch
+
+    try:
+        return launch(cfg, trainer.algo)
+    except BaseException:
+        trainer.close()
+        raise
+
+
+def _follow_if_learner(cfg: Any, run_dir: str | Path | None = None) -> None:
+    """A torchrun learner other than rank 0 follows rank 0's updates (of ``cfg``, or of the run in ``run_dir``)
+    and exits 0 when rank 0 ends: it writes no run folder."""
+    if int(os.environ.get("RANK", "0")) == 0 or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return
+    from pickaxe.dist.learners import follow_run
+
+    if cfg is None:
+        cfg = config_from_dict(json.loads((Path(run_dir) / "config.json").read_text()))
+    follow_run(cfg)
+    raise SystemExit(0)
 
 
 def evaluate_run(
