@@ -7,6 +7,7 @@ refuses the step on both."""
 from __future__ import annotations
 
 import copy
+import json
 import sys
 import warnings
 from pathlib import Path
@@ -163,3 +164,46 @@ def test_a_non_finite_share_on_one_learner_refuses_the_step_on_every_learner(res
 def test_without_a_group_a_learner_computes_every_micro_batch() -> None:
     assert data_parallel.rank() == 0 and data_parallel.world_size() == 1
     assert list(my_share(5)) == [0, 1, 2, 3, 4]
+
+
+# ------------------------------------------------------------------------------------- launching learners for a run
+def _tiny_grpo(learners: int) -> Any:
+    from test_llm_training import _tiny_cfg
+
+    cfg = _tiny_cfg(seed=3)
+    cfg.dist.learners = learners
+    cfg.algo.micro_batch_size = 3  # 16 sequences in 6 micro-batches: 3 on each learner
+    cfg.data.reward = "reward_fns:length_score"  # a signal from the first update (the task's reward is 0 at first)
+    return cfg
+
+
+@pytest.mark.slow
+def test_a_run_with_two_learners_logs_the_single_learner_numbers(tmp_path: Path) -> None:
+    from pickaxe.runs.tracking import read_metrics
+    from pickaxe.train.build import train
+
+    records = {}
+    for learners in (1, 2):
+        result, run = train(_tiny_grpo(learners), run_dir=tmp_path / f"l{learners}")
+        assert result.steps == 32
+        assert json.loads((run.path / "status.json").read_text())["state"] == "finished"
+        assert (run.path / "model.safetensors").is_file() and (run.path / "checkpoints" / "latest").exists()
+        records[learners] = read_metrics(run.path, deterministic=True)
+    one, two = records[1], records[2]
+    assert len(one) == len(two) and any(r.get("grad_norm", 0.0) > 0.1 for r in one)  # it learned something
+    for a, b in zip(one, two, strict=True):
+        assert a.keys() == b.keys()
+        for key, value in a.items():
+            assert b[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+
+
+def test_an_algorithm_that_does_not_split_its_update_is_refused_before_any_learner_starts(tmp_path: Path) -> None:
+    from pickaxe.errors import ConfigError
+    from pickaxe.recipes import get_recipe
+    from pickaxe.train.build import train
+
+    cfg = get_recipe("cartpole-dqn")
+    cfg.dist.learners = 2
+    with pytest.raises(ConfigError, match=r"DQN does not split its update.*--dist.learners 1"):
+        train(cfg, run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()  # no half-made run left behind
