@@ -109,6 +109,22 @@ def test_a_run_whose_ray_worker_dies_is_requeued_and_resumes(
     assert _last(_numbers(run)) == _last(_numbers(queue_sweep / "lr=3e-3" / "seed-0"))
 
 
+def test_cancelling_a_job_lets_its_command_checkpoint_before_it_returns(ray_local: Any, tmp_path: Path) -> None:
+    from pickaxe.dist.jobs import RayJobs
+
+    # what Ctrl-C on a Ray-backed sweep does to each run: SIGTERM to the command, then wait for it to exit
+    script = "trap 'sleep 1; echo checkpointed > done; exit 130' TERM; touch up; while true; do sleep 0.1; done"
+    jobs = RayJobs(ray_local)
+    jobs.submit(7, ["bash", "-c", script], str(tmp_path), str(tmp_path / "job.log"), header="pickaxe job 7")
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "up").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    outcomes = jobs.cancel(timeout=30)
+    assert [(o.key, o.exit_status, o.lost) for o in outcomes] == [(7, None, "cancelled")] and not jobs.running
+    assert (tmp_path / "done").read_text() == "checkpointed\n"
+    assert (tmp_path / "job.log").read_text().startswith("### pickaxe job 7 on ray:")
+
+
 def test_bad_backend_and_address_without_ray_are_one_line_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sweep", "cartpole-ppo", "--algo.lr", "1e-3,3e-4", "--backend", "rayy"]) == 2
     err = capsys.readouterr().err

@@ -39,6 +39,10 @@ NO_RETRY_STATUSES = (0, 2, 130, 143, -2, -15)
 """Exit statuses that are not crashes (the same as ``pickaxe train --max-restarts``): done, user error, or
 stopped by SIGINT/SIGTERM (after checkpointing, 130, or before it could)."""
 
+RAY_WORKER_VARIABLES = ("RAY_JOB_ID", "RAY_RAYLET_PID", "RAY_OVERRIDE_NODE_ID_FOR_TESTING")
+"""What a Ray worker's environment holds for that worker only (Ray strips the same from submitted jobs): a
+command that starts or joins Ray itself (a ``--dist.*`` run) must not inherit them."""
+
 KILL_GRACE_S = 60.0
 """Seconds a stopped command gets to checkpoint and exit before it is killed."""
 
@@ -91,7 +95,8 @@ def run_command(
     """
     argv = _local_python(argv)
     host = socket.gethostname()
-    child_env = {**os.environ, **(env or {})}
+    child_env = {k: v for k, v in os.environ.items() if k not in RAY_WORKER_VARIABLES}
+    child_env.update(env or {})
     os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
     start = time.time()
     f: IO[bytes]
