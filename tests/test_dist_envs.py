@@ -123,24 +123,36 @@ def test_uncapturable_env_replays_from_its_start(ray_local: Any) -> None:
     assert restarts == 1 and "replayed 18 calls from its start" in events[0]
 
 
-def test_past_the_replay_limit_a_worker_restarts_its_episodes_as_truncated(ray_local: Any) -> None:
+def _restarted_episodes(ray: Any, kills: tuple[int, ...]) -> tuple[list[Any], list[str]]:
+    """Steps of 4 CartPoles on 2 workers without snapshots that can replay 5 calls; worker 1 is killed before
+    each step in ``kills``."""
     from pickaxe.dist.env_workers import RayVectorEnv
 
     events: list[str] = []
-    envs = RayVectorEnv("CartPole-v1", 4, 7, 2, snapshot_every=10**9, max_replay=3, on_event=events.append)
+    envs = RayVectorEnv("CartPole-v1", 4, 7, 2, snapshot_every=10**9, max_replay=5, on_event=events.append)
     try:
-        envs.reset()
-        for _ in range(5):
-            last, *_ = envs.step(np.zeros(4, dtype=np.int64))
-        ray_local.kill(envs.worker_actors[1])
-        _, reward, terminated, truncated, info = envs.step(np.zeros(4, dtype=np.int64))
-        assert truncated[2:].all() and not terminated[2:].any() and (reward[2:] == 0).all()
-        assert np.array_equal(np.stack(info["final_obs"][2:]), last[2:])  # the episode ends where the learner was
-        assert info["_final_obs"][2:].all() and envs.restarts == 1
-        assert "restarted its episodes from a fixed seed" in events[0]
-        envs.step(np.zeros(4, dtype=np.int64))  # and it goes on
+        out = [envs.reset()]
+        for t in range(12):
+            if t in kills:
+                ray.kill(envs.worker_actors[1])
+            out.append(envs.step(np.array([t % 2, 1, 0, t % 3 // 2])))
+        return out, events
     finally:
         envs.close()
+
+
+def test_past_the_replay_limit_a_worker_restarts_its_episodes_as_truncated(ray_local: Any) -> None:
+    # killed before step 6 (7 calls made: too many to replay): its envs restart from a fixed seed; killed again
+    # before step 9 (3 calls since that restart): replayed exactly, as if the second kill had not happened
+    once, _ = _restarted_episodes(ray_local, kills=(6,))
+    twice, events = _restarted_episodes(ray_local, kills=(6, 9))
+    _same(once, twice)
+    _, reward, terminated, truncated, info = twice[7]
+    assert truncated[2:].all() and not terminated[2:].any() and (reward[2:] == 0).all()
+    last_seen = twice[6][0]
+    assert np.array_equal(np.stack(info["final_obs"][2:]), last_seen[2:])  # the episodes end where the learner was
+    assert "restarted its episodes from a fixed seed" in events[0]
+    assert "replayed 3 calls from its start" in events[1]
 
 
 def test_env_a_worker_cannot_make_is_one_line(ray_local: Any) -> None:

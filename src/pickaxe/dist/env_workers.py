@@ -272,11 +272,13 @@ class RayVectorEnv(VectorEnv):
             replies = [None] * len(refs)
         out = []
         for c, call, s, ref, reply in zip(self._chunks, calls, snaps, refs, replies, strict=True):
+            done = log
             try:
                 result, state = reply if reply is not None else self._ray.get(ref)
             except dead as e:
-                result, state = self._recover(c, call, s, e)
-            if log:
+                result, state, done = self._recover(c, call, s, e)
+                done = done and log
+            if done:
                 self._record(c, call, result, state)
             out.append(result)
         return out
@@ -292,8 +294,9 @@ class RayVectorEnv(VectorEnv):
             if len(c.log) > self.max_replay:  # too long to replay (only envs whose state cannot be captured)
                 c.replayable, c.log = False, []
 
-    def _recover(self, c: _Chunk, call: Call, snapshot: bool, error: Exception) -> tuple[Any, Any]:
-        """Replace the dead actor of chunk ``c`` and return what ``call`` would have returned."""
+    def _recover(self, c: _Chunk, call: Call, snapshot: bool, error: Exception) -> tuple[Any, Any, bool]:
+        """Replace the dead actor of chunk ``c``; what ``call`` returns, the snapshot after it, and whether the new
+        actor made the call (a step of a chunk that restarts its episodes is not made: it only ends them)."""
         for _ in range(self.max_retries):
             self.restarts += 1
             with contextlib.suppress(Exception):  # it is dead already, or its node is gone
@@ -308,14 +311,14 @@ class RayVectorEnv(VectorEnv):
                         f"{where}; replaced it and replayed {len(c.log)} calls from {origin}: the run goes on "
                         f"exactly (restart {self.restarts})"
                     )
-                    return result, state
+                    return result, state, True
                 result = self._restart_episodes(c, call)
                 self._event(
                     f"{where}; its envs' state cannot be captured and is too far back to replay: replaced it and "
                     f"restarted its episodes from a fixed seed (the unfinished step ends them as truncated; "
                     f"restart {self.restarts})"
                 )
-                return result, None
+                return result, None, call[0] != "step"
             except self._ray.exceptions.RayActorError as e:
                 init_error = _init_error(e, self.env_id)
                 if init_error is not None:
@@ -335,11 +338,12 @@ class RayVectorEnv(VectorEnv):
         if call[0] != "step":
             result, _ = self._ray.get(c.actor.run.remote([*first, call]))
             return result
-        (obs, reset_infos), _ = self._ray.get(c.actor.run.remote(first))
         if c.last_obs is None:
             raise PickaxeError(f"env worker {c.index} died before its envs were reset; reset the env first")
+        (obs, reset_infos), _ = self._ray.get(c.actor.run.remote(first))
         n = c.hi - c.lo
         ended = [({"final_obs": row, "final_info": {}}, i) for i, row in enumerate(iterate(c.obs_space, c.last_obs))]
+        c.last_obs = obs
         return obs, np.zeros(n), np.zeros(n, dtype=bool), np.ones(n, dtype=bool), ended + reset_infos
 
     def _event(self, message: str) -> None:
