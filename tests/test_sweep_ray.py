@@ -86,6 +86,7 @@ def test_a_crashed_run_restarts_from_its_checkpoint_and_ends_like_an_undisturbed
     assert (run / "model.safetensors").read_bytes() == (queue_sweep / "lr=3e-3/seed-0/model.safetensors").read_bytes()
 
 
+@pytest.mark.slow  # ~15 s idle (two more training processes); the file stays under a minute without it
 def test_a_run_whose_ray_worker_dies_is_requeued_and_resumes(
     ray_local: Any, queue_sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

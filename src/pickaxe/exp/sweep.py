@@ -386,7 +386,12 @@ def run_on_ray(
                 if current[i].cancel_requested and i not in cancelling:
                     jobs.cancel_one(i)
                     cancelling.add(i)
-            limit = _ray_slots(ray, opts)
+            try:
+                limit = _ray_slots(ray, opts)
+            except PickaxeError:  # the cluster shrank below one run's size: wait for the running ones
+                if not attempts:
+                    raise
+                limit = len(attempts)
             for i, job in current.items():
                 if len(attempts) >= limit:
                     break
@@ -402,15 +407,17 @@ def run_on_ray(
             if time.monotonic() - last_beat > 5:
                 queue.heartbeat(worker_id)
                 last_beat = time.monotonic()
-    except KeyboardInterrupt:
-        say("interrupted: stopping the runs; each checkpoints (Ctrl-C again kills them at once)")
+    except BaseException as e:  # Ctrl-C, SIGTERM, or an error here: stop the runs, put their jobs back
+        if attempts:
+            why = "interrupted" if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}"
+            say(f"{why}: stopping the runs; each checkpoints (Ctrl-C again kills them at once)")
         try:
             outs = jobs.cancel()
         except KeyboardInterrupt:
             outs = jobs.cancel(timeout=10, force=True)
         for out in outs:
-            if out.exit_status == 0:
-                settle(out.key, 0, None)
+            if out.exit_status is not None:  # it ended by itself before the cancel
+                settle(out.key, out.exit_status, None)
             else:
                 stopped(out.key)
         for i in list(attempts):
