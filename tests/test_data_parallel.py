@@ -207,3 +207,24 @@ def test_an_algorithm_that_does_not_split_its_update_is_refused_before_any_learn
     with pytest.raises(ConfigError, match=r"DQN does not split its update.*--dist.learners 1"):
         train(cfg, run_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()  # no half-made run left behind
+
+
+@pytest.mark.slow
+def test_a_killed_run_with_two_learners_resumes_to_the_uninterrupted_numbers(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    from pickaxe.runs.tracking import read_metrics
+
+    args = ["cartpole-ppo", "--dist.learners", "2", "--trainer.total-steps", "2048", "--trainer.save-every", "512"]
+    args += ["--no-progress"]
+
+    def pickaxe(*extra: str, fault: str | None = None) -> int:
+        env = {**os.environ, **({"PICKAXE_FAULT": fault} if fault else {})}
+        return subprocess.run([sys.executable, "-m", "pickaxe.cli", *extra], env=env, capture_output=True).returncode
+
+    assert pickaxe("train", *args, "--run-dir", str(tmp_path / "whole")) == 0
+    assert pickaxe("train", *args, "--run-dir", str(tmp_path / "killed"), fault="iteration:5") != 0  # SIGKILL
+    assert pickaxe("resume", str(tmp_path / "killed"), "--no-progress") == 0  # the learners are started again
+    whole = read_metrics(tmp_path / "whole", deterministic=True)
+    assert len(whole) == 8 and read_metrics(tmp_path / "killed", deterministic=True) == whole

@@ -21,6 +21,7 @@ import dataclasses
 import os
 import signal
 import sys
+import warnings
 from typing import Any
 
 import torch
@@ -189,7 +190,8 @@ def follow(algo: Any) -> int:
         if progress is not None:
             algo.set_progress(*progress)
         torch.set_rng_state(rng)
-        with contextlib.suppress(NonFiniteError):
+        with contextlib.suppress(NonFiniteError), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # rank 0 gives the same warnings (on-policy checks) once
             algo.update(batch)
         updates += 1
 
