@@ -110,12 +110,12 @@ def test_pipelined_staleness_is_exact_and_a_killed_worker_changes_no_number(pipe
     assert [r["rollout/policy_version"] for r in history] == [0.0, 0.0, 0.0, 1.0, 2.0]
     assert history[-1]["check/logprob_diff_max"] > 1e-3  # the stale batches really are off-policy
 
-    def kill(trainer: Any) -> None:  # between iterations, with two batches in flight
-        ray_local.kill(trainer.collector.engine.actors[0])
+    def kill(trainer: Any) -> None:  # after iteration 2, with batches 2 and 3 in flight (perhaps done)
+        ray_local.kill(trainer.collector.engine.actors[0])  # batch 4, submitted next, is sure to find it dead
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no off-policy warning for batches stale by design
-        disturbed = _fit(_cfg(placement="separate", mode="pipelined", max_staleness=2, workers=2), 4 * BATCH, kill)
+        disturbed = _fit(_cfg(placement="separate", mode="pipelined", max_staleness=2, workers=2), 2 * BATCH, kill)
     assert disturbed[-1]["dist/worker_restarts"] == 1.0
     assert _strip(disturbed) == _strip(history)  # a second run, with a worker replaced: the same numbers
 
@@ -197,6 +197,40 @@ def test_async_drops_and_regenerates_a_batch_behind_the_bound() -> None:
     assert scheduler.metrics() == {"rollout/dropped_stale": 1.0}
     assert [ex.prompt for ex in examples] == queued  # the same prompts, regenerated with the newest weights
     assert {c.version for c in done} == {3}
+
+
+def _scheduler(env: PromptEnv, learner: dict[str, int], mode: str = "pipelined") -> RolloutScheduler:
+    tok = char_tokenizer()
+    return RolloutScheduler(
+        _VersionEngine(),  # type: ignore[arg-type]
+        env,
+        lambda examples: encode_prompts(tok, examples),
+        prompts=3,
+        sampling=SamplingParams(n=1),
+        policy=torch.nn.Linear(1, 1),
+        version_fn=lambda: learner["version"],
+        mode=mode,  # type: ignore[arg-type]
+        max_staleness=2,
+    )
+
+
+def test_scheduler_state_holds_the_batches_in_flight_and_their_prompts() -> None:
+    learner = {"version": 0}
+    a = _scheduler(PromptEnv(Arithmetic(2), seed=0), learner)
+    for version in range(2):
+        learner["version"] = version
+        a.next_batch()
+    env_at_save = a.env.state_dict()
+    state = copy.deepcopy(a.state_dict())  # batches 2 and 3 (versions 0 and 1) generated, not yet trained on
+    assert len(state["batches"]) == 2 and a.env.state_dict() == env_at_save  # saving sampled nothing
+    learner["version"] = 2
+    want = a.next_batch()
+    b = _scheduler(PromptEnv(Arithmetic(2), seed=99), learner)  # another prompt stream, replaced by the state
+    b.load_state_dict(state)
+    assert b.env.state_dict() == env_at_save
+    got = b.next_batch()
+    assert [ex.prompt for ex in got[0]] == [ex.prompt for ex in want[0]] and got[1] == want[1]
+    assert [(c.token_ids, c.logprobs, c.version) for c in got[2]] == [(c.token_ids, c.logprobs, 0) for c in want[2]]
 
 
 class FakeVLLM:

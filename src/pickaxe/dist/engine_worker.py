@@ -120,9 +120,11 @@ class EngineWorker:
         return self.engine.state_dict() if hasattr(self.engine, "state_dict") else {}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        """Restore the sampler state ``state`` returned."""
+        """Restore the sampler state ``state`` returned; the next request loads its weights whatever version the
+        engine holds (after a rollback a version number can name new weights)."""
         if state and hasattr(self.engine, "load_state_dict"):
             self.engine.load_state_dict(state)
+        self.loaded = None
 
     def ping(self) -> bool:
         """True once the actor is built (its engine constructed)."""

@@ -285,7 +285,8 @@ class EngineGroup:
         return {"workers": states, "restarts": self.restarts}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore every worker's sampler state (calls in flight finish first; their results are dropped)."""
+        """Restore every worker's sampler state (calls in flight finish first; their results are dropped). The
+        published versions are forgotten: after a rollback the same version numbers name new weights."""
         states = state["workers"]
         if len(states) != self.workers:
             raise PickaxeError(
@@ -294,6 +295,8 @@ class EngineGroup:
             )
         self.drain()
         self._tickets.clear()
+        self._weights.clear()
+        self.version = -1
         for i, (actor, s) in enumerate(zip(self._actors, states, strict=True)):
             actor.load_state.remote(s)
             self._state[i] = s
