@@ -59,6 +59,7 @@ def _cases() -> dict[str, dict[str, Any]]:
     envs.close()
     return {
         "grpo": {"model": lm, "batch": grpo_batch},
+        "grpo_tis": {"model": lm, "batch": grpo_batch},
         "sft": {"model": lm, "batch": demos},
         "llm_ppo": {"model": lm, "batch": grpo_batch},
         "ppo": {"model": policy, "batch": rollout},
@@ -70,6 +71,8 @@ def _algo(name: str, model: torch.nn.Module) -> Any:
     if name == "grpo":  # 24 sequences, 2 mini-batches x 2 epochs, 3 micro-batches each: shares of 2 and 1
         cfg = GRPOConfig(lr=1e-3, micro_batch_size=5, mini_batches=2, epochs=2, kl_coef=0.1)
         return GRPO(model, cfg, SAMPLING)
+    if name == "grpo_tis":  # TIS's old log-probs: 5 blocks of 5 rows, 3 computed by one learner and 2 by the other
+        return GRPO(model, GRPOConfig(lr=1e-3, micro_batch_size=5, tis_cap=2.0, kl_coef=0.1), SAMPLING)
     if name == "sft":  # 12 demonstrations in 3 micro-batches
         return SFT(model, SFTConfig(lr=1e-3, micro_batch_size=5))
     if name == "llm_ppo":
@@ -110,12 +113,23 @@ def _run(name: str, case: dict[str, Any], nan_on_rank: int | None = None) -> dic
     return {"grads": seen, "weights": _weights(algo), "metrics": metrics}
 
 
+def _reads(case: dict[str, Any]) -> int:
+    """Host reads of one GRPO update with 2 epochs x 2 mini-batches (``test_llm_scale``'s counter)."""
+    from test_llm_scale import _count_reads
+
+    algo = _algo("grpo", case["model"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _count_reads(lambda: algo.update(case["batch"].clone()))
+
+
 def _worker(rank: int, port: int, cases: dict[str, dict[str, Any]], out: str) -> None:
     torch.set_num_threads(1)
     data_parallel.init(rank, WORLD, port=port)
     try:
         results = {name: _run(name, case) for name, case in cases.items()}
         results["nan"] = _run("sft", cases["sft"], nan_on_rank=1)
+        results["reads"] = _reads(cases["grpo"])
         torch.save(results, Path(out) / f"rank{rank}.pt")
     finally:
         data_parallel.shutdown()
@@ -132,10 +146,11 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], l
         _worker, args=(data_parallel.free_port(), cases, str(out)), nprocs=WORLD, join=True, start_method="fork"
     )
     single = {name: _run(name, case) for name, case in cases.items()}
+    single["reads"] = _reads(cases["grpo"])
     return single, [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
 
 
-@pytest.mark.parametrize("name", ["grpo", "sft", "llm_ppo", "ppo"])
+@pytest.mark.parametrize("name", ["grpo", "grpo_tis", "sft", "llm_ppo", "ppo"])
 def test_two_learners_apply_the_single_process_update(results, name: str) -> None:
     single, learners = results
     want = single[name]
@@ -159,6 +174,13 @@ def test_a_non_finite_share_on_one_learner_refuses_the_step_on_every_learner(res
         assert "error" in got["nan"], got["nan"]  # rank 1's NaN loss reached rank 0 through the summed loss
         assert got["nan"]["unchanged"]  # refused before optimizer.step()
     assert learners[0]["nan"]["error"] == learners[1]["nan"]["error"]  # the same decision and the same message
+
+
+def test_learners_read_the_device_once_per_optimizer_step_like_one_process(results) -> None:
+    single, learners = results
+    # the sequence bounds, each epoch's shuffle (a CPU generator's: no device wait) and one per optimizer step
+    assert single["reads"] == 1 + 2 + 4
+    assert [learner["reads"] for learner in learners] == [single["reads"]] * WORLD  # collectives are not reads
 
 
 def test_without_a_group_a_learner_computes_every_micro_batch() -> None:

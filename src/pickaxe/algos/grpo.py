@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pickaxe.algos.base import all_reduce, my_share
+from pickaxe.algos.base import all_reduce, data_parallel, my_share
 from pickaxe.algos.configs import GRPOConfig
 from pickaxe.algos.core import clipped_surrogate
 from pickaxe.algos.llm_core import (
@@ -153,7 +153,7 @@ class GRPO(LMAlgorithm):
     ``sampling`` must be the collector's sampling params: learner log-probs use the same temperature/top-k/top-p
     processing as the sampler, and ``max_new_tokens`` is the default ``loss_norm``. Batches come from a
     ``TextCollector`` (``ref_logprob`` needed when ``kl_coef > 0``). With data-parallel learners each computes its
-    share of every optimizer step's micro-batches (advantages and TIS's old log-probs are computed on every
+    share of every optimizer step's micro-batches and of TIS's old log-probs (advantages are computed on every
     learner alike).
     """
 
@@ -323,18 +323,31 @@ class GRPO(LMAlgorithm):
             data["old_logprob"] = data["logprob"]
             return None
         ids, attn, mask = data["input_ids"], data["attention_mask"], data["loss_mask"]
-        with torch.no_grad():
-            old = completion_logprobs(
+
+        def logprobs(rows: torch.Tensor | slice) -> torch.Tensor:
+            return completion_logprobs(
                 self.model,
-                ids,
-                attn,
-                mask,
+                ids[rows],
+                attn[rows],
+                mask[rows],
                 *self._processing,
                 chunk_tokens=cfg.logprob_chunk_tokens,
                 precision=cfg.autocast,
                 rows=cfg.micro_batch_size,
                 mode="packed" if cfg.micro_batch_layout == "packed" else "padded",
             )
+
+        with torch.no_grad():
+            if data_parallel()[1] == 1:
+                old = logprobs(slice(None))
+            else:  # each learner computes its blocks of micro_batch_size rows (the blocks one process would run)
+                n, size = ids.shape[0], cfg.micro_batch_size
+                mine = [r for j in my_share(-(-n // size)) for r in range(j * size, min((j + 1) * size, n))]
+                old = torch.zeros_like(data["logprob"])
+                if mine:
+                    rows = torch.tensor(mine, device=ids.device)
+                    old[rows] = logprobs(rows).to(old.dtype)
+                old = all_reduce(old)  # every row computed by one learner, 0 on the others
         data["old_logprob"] = old
         data["tis_weight"] = truncated_is_weight(old, data["logprob"], cfg.tis_cap, mask)
         metrics["tis/weight_mean"] = masked_mean(data["tis_weight"], mask)
