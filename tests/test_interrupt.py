@@ -1,5 +1,5 @@
 """Ctrl-C loses nothing: SIGINT/SIGTERM checkpoint at the next iteration boundary and `pickaxe resume` continues
-exactly; a second Ctrl-C aborts at once; checkpoints never change a run's numbers."""
+exactly; a second Ctrl-C aborts at once (a repeated SIGTERM does not); checkpoints never change a run's numbers."""
 
 from __future__ import annotations
 
@@ -118,6 +118,28 @@ def test_second_ctrl_c_aborts_at_once_and_the_last_checkpoint_stands(tmp_path: P
     assert (run.path / "checkpoints" / "latest").read_text().strip() == "step-000000000512"
     assert not (run.path / "checkpoints" / "step-000000000768").exists()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored after fit
+
+
+def test_repeated_sigterm_still_checkpoints(tmp_path: Path) -> None:
+    """Regression: a queue cancel signals a --max-restarts supervisor's whole process group and the supervisor
+    forwards the SIGTERM, so the training got it twice and aborted without the checkpoint the first one asked for
+    (Slurm at a time limit does the same). A repeated SIGTERM is the same stop: it checkpoints and exits."""
+    trainer, run = _small_trainer(tmp_path, "r", save_every=512)
+    real_iteration = trainer._iteration
+
+    def iteration(*args):
+        record = real_iteration(*args)
+        if trainer.step == 768:  # between the checkpoints at 512 and 1024: two senders, one stop
+            signal.raise_signal(signal.SIGTERM)
+            signal.raise_signal(signal.SIGTERM)
+        return record
+
+    trainer._iteration = iteration
+    with pytest.raises(TrainingInterrupted) as exc:
+        trainer.fit()
+    run.close()
+    assert exc.value.signum == signal.SIGTERM
+    assert (run.path / "checkpoints" / "latest").read_text().strip() == "step-000000000768"
 
 
 def test_handlers_only_in_the_main_thread(tmp_path: Path) -> None:

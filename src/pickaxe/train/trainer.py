@@ -203,8 +203,13 @@ class Trainer:
         """While training with a Run in the main thread, SIGINT/SIGTERM ask for a checkpoint and a stop.
 
         The first signal sets a flag the loop reads at the next iteration boundary (the state is consistent
-        there); a second one raises ``KeyboardInterrupt`` at once, leaving the last checkpoint as it was. A
-        signal ignored by the parent (``SIG_IGN``) stays ignored; the previous handlers come back after ``fit``.
+        there); a second SIGINT (a user pressing Ctrl-C again) raises ``KeyboardInterrupt`` at once, leaving the
+        last checkpoint as it was. A repeated SIGTERM does not abort: SIGTERM comes from machines (a job queue, a
+        ``--max-restarts`` supervisor, Slurm at a time limit, systemd), and several of them often reach the same
+        process for one stop (Slurm signals every process of the job, a queue signals the supervisor's process
+        group and the supervisor forwards it), so aborting on the second would lose the checkpoint the first asked
+        for; their escalation is SIGKILL. A signal ignored by the parent (``SIG_IGN``) stays ignored; the previous
+        handlers come back after ``fit``.
         """
         self._stop_signal = None
         if self.run is None or threading.current_thread() is not threading.main_thread():
@@ -213,6 +218,8 @@ class Trainer:
 
         def on_signal(signum: int, frame: object) -> None:
             if self._stop_signal is not None:
+                if signum != signal.SIGINT:  # the same stop, delivered again: the checkpoint goes ahead
+                    return
                 raise KeyboardInterrupt(f"{signal.Signals(signum).name} again: aborted at once")
             self._stop_signal = signum
             print(
