@@ -37,8 +37,8 @@ commands:
                                        an LLM run's policy as a transformers folder for the next stage
   set RUN_DIR KEY=VALUE ...            change a mutable hyper-parameter of a running run (e.g. algo.lr=1e-4)
   runs [DIR]                           list the runs under DIR (default runs) with their state
-  sweep RECIPE --key v1,v2 ... [--seeds N] [--workers N] [--sweep-dir DIR]
-                                       grid x seeds through the job queue, then compare
+  sweep RECIPE --key v1,v2 ... [--seeds N] [--workers N] [--sweep-dir DIR] [--backend queue|ray]
+                                       grid x seeds through the job queue (or as Ray tasks), then compare
   pipeline NAME [--pipeline-dir DIR] [--seed S] [--workers N] [-- TRAIN FLAGS]
                                        chained stages (rlhf-synthetic: SFT -> RM -> PPO/DPO/...) via the queue
   compare RUN_OR_SWEEP_DIR... [--metric M] [--out DIR] [--min-seeds N]
