@@ -250,3 +250,20 @@ def test_a_killed_run_with_two_learners_resumes_to_the_uninterrupted_numbers(tmp
     assert pickaxe("resume", str(tmp_path / "killed"), "--no-progress") == 0  # the learners are started again
     whole = read_metrics(tmp_path / "whole", deterministic=True)
     assert len(whole) == 8 and read_metrics(tmp_path / "killed", deterministic=True) == whole
+
+
+@pytest.mark.slow
+def test_a_learner_that_cannot_build_the_run_is_one_line_from_rank_0(tmp_path: Path, monkeypatch) -> None:
+    import types
+
+    from pickaxe.errors import PickaxeError
+    from pickaxe.train.build import train
+
+    rewards = types.ModuleType("rewards_only_here")  # importable in this process, not in a spawned learner
+    rewards.length = lambda prompt, completion, metadata: float(len(completion))  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "rewards_only_here", rewards)
+    cfg = _tiny_grpo(2)
+    cfg.data.reward = "rewards_only_here:length"
+    with pytest.raises(PickaxeError, match=r"learner 1 could not build the run's algorithm: .*rewards_only_here"):
+        train(cfg, run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()

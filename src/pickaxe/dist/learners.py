@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from pickaxe.dist import data_parallel
-from pickaxe.errors import ConfigError, NonFiniteError
+from pickaxe.errors import ConfigError, NonFiniteError, PickaxeError
 
 _ENV = ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -224,15 +224,21 @@ def _die_with_parent() -> None:
             ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _spawned_learner(rank: int, config: dict[str, Any], world: int, port: int) -> None:
-    """Entry point of a learner started by rank 0 (multiprocessing, spawn)."""
+def _spawned_learner(rank: int, config: dict[str, Any], world: int, port: int, built: Any) -> None:
+    """Entry point of a learner started by rank 0 (multiprocessing, spawn). Puts ``(rank, None)`` on ``built``
+    once its algorithm is built, or ``(rank, error)`` if building failed, before joining the group."""
     _die_with_parent()
-    from pickaxe.train.build import config_from_dict
+    try:
+        from pickaxe.train.build import config_from_dict
 
-    cfg = config_from_dict(config)
-    if _device_of(cfg).type == "cuda":
-        torch.cuda.set_device(rank)
-    algo, trainer = _build_algorithm(cfg)
+        cfg = config_from_dict(config)
+        if _device_of(cfg).type == "cuda":
+            torch.cuda.set_device(rank)
+        algo, trainer = _build_algorithm(cfg)
+    except BaseException as e:
+        built.put((rank, f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"))
+        raise
+    built.put((rank, None))
     data_parallel.init(rank, world, port=port, device=_device_of(cfg))
     try:
         follow(algo)
@@ -258,18 +264,41 @@ def launch(cfg: Any, algo: Any) -> Leader | None:
 
     port = data_parallel.free_port()
     context = mp.get_context("spawn")
+    built = context.Queue()
     processes = []
     for rank in range(1, learners):
-        p = context.Process(target=_spawned_learner, args=(rank, cfg.to_dict(), learners, port), daemon=True)
+        args = (rank, cfg.to_dict(), learners, port, built)
+        p = context.Process(target=_spawned_learner, args=args, daemon=True)
         p.start()
         processes.append(p)
     try:
+        _wait_until_built(processes, built)
         data_parallel.init(0, learners, port=port, device=device)
         return Leader(algo, processes)
     except BaseException:
         for p in processes:
             p.terminate()
         raise
+
+
+def _wait_until_built(processes: list[Any], built: Any) -> None:
+    """Wait until every started learner has built its algorithm; a learner that failed (or died) is a one-line
+    ``PickaxeError`` here, instead of rank 0 waiting for it in the group's rendezvous."""
+    import queue
+
+    waiting = set(range(1, len(processes) + 1))
+    while waiting:
+        try:
+            rank, error = built.get(timeout=1.0)
+        except queue.Empty:
+            dead = [r for r in waiting if not processes[r - 1].is_alive()]
+            if dead:
+                code = processes[dead[0] - 1].exitcode
+                raise PickaxeError(f"data-parallel learner {dead[0]} exited (status {code}) while building") from None
+            continue
+        if error is not None:
+            raise PickaxeError(f"data-parallel learner {rank} could not build the run's algorithm: {error}")
+        waiting.discard(rank)
 
 
 def follow_run(cfg: Any) -> int:
