@@ -167,8 +167,8 @@ class Leader:
             p.join(timeout=60)
             if p.is_alive():
                 p.kill()
-        algo = self.algo
-        algo.update, algo.load_state_dict, algo.set_progress = self._update, self._load, self._set_progress
+        for name in ("update", "load_state_dict", "set_progress"):  # the class's methods again
+            vars(self.algo).pop(name, None)
         data_parallel.shutdown()
 
 
