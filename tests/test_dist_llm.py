@@ -120,6 +120,26 @@ def test_pipelined_staleness_is_exact_and_a_killed_worker_changes_no_number(pipe
     assert _strip(disturbed) == _strip(history)  # a second run, with a worker replaced: the same numbers
 
 
+def test_pipelined_workers_score_the_reference_as_the_learner_would(ray_local) -> None:
+    """In pipelined mode the workers also score the reference log-probs (off the learner's path): the same values
+    as the learner's own scoring of the batch, 0 off the loss mask."""
+    trainer = build_llm_trainer(_cfg(placement="separate", mode="pipelined", max_staleness=1, workers=2))
+    try:
+        collector = trainer.collector
+        own = collector.reference_logprobs
+        calls = []
+        collector.reference_logprobs = lambda *a: calls.append(a) or own(*a)  # type: ignore[method-assign]
+        for _ in range(2):
+            batch = collector.collect()
+            assert not calls  # scored by the workers, not here
+            learner = own(batch, collector.sampling.temperature or 1.0)
+            torch.testing.assert_close(batch["ref_logprob"], learner, rtol=0, atol=1e-5)
+            assert bool((batch["ref_logprob"][~batch["loss_mask"]] == 0).all())
+            trainer.algo.update(batch)
+    finally:
+        collector.close()
+
+
 @pytest.mark.slow  # a child process and three more workers: about 50 s on a busy 2-core machine
 def test_pipelined_run_resumes_exactly_after_a_sigkill(pipelined, ray_local, tmp_path: Path) -> None:
     from safetensors.torch import load_file

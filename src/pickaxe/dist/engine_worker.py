@@ -90,6 +90,25 @@ class EngineWorker:
             model = model.to(device)
         self.engine = factory(model, seed, device)
         self.loaded: int | None = None  # the version whose weights the engine holds (None: as built)
+        self.reference: nn.Module | None = None
+        self.reference_args: tuple[float, str, int] = (1.0, "off", 256)
+
+    def set_reference(self, refs: list[Any], temperature: float, precision: str, rows: int) -> None:
+        """Hold the frozen reference (``refs[0]``: the ``ray.put`` of its state dict; loaded into a copy of the
+        engine's model) and score every completion with it from now on: ``Completion.ref_logprobs``, computed as
+        the learner's collector would (``temperature``, autocast ``precision``, ``rows`` sequences per forward)."""
+        import copy
+
+        from pickaxe.dist.runtime import import_ray
+
+        model = getattr(self.engine, "model", None)
+        if model is None:
+            raise ValueError("this engine has no module to copy a reference from; score the reference in the learner")
+        state = import_ray().get(refs[0])
+        self.reference = copy.deepcopy(model)
+        self.reference.load_state_dict(state)
+        self.reference.eval().requires_grad_(False)
+        self.reference_args = (temperature, precision, rows)
 
     def generate(
         self,
@@ -113,7 +132,35 @@ class EngineWorker:
         completions = self.engine.generate(prompts, params)
         for c in completions:
             c.version = version
+        if self.reference is not None:
+            self._score_reference(prompts, completions)
         return completions, version, self.state()
+
+    def _score_reference(self, prompts: Sequence[Sequence[int]], completions: list[Completion]) -> None:
+        """``ref_logprobs`` of every completion under the held reference (no gradient)."""
+        import torch
+
+        from pickaxe.models.lm import completion_logprobs
+        from pickaxe.rollout.text_collector import pack
+
+        assert self.reference is not None
+        temperature, precision, rows = self.reference_args
+        pad = int(getattr(self.engine, "pad_token_id", 0))
+        data = pack([prompts[c.prompt_index] for c in completions], [c.token_ids for c in completions], pad)
+        device = next(self.reference.parameters()).device
+        with torch.no_grad():
+            ref = completion_logprobs(
+                self.reference,
+                data["input_ids"].to(device),
+                data["attention_mask"].to(device),
+                data["loss_mask"].to(device),
+                temperature,
+                precision=precision,  # type: ignore[arg-type]
+                rows=rows,
+            ).cpu()
+        start = data["input_ids"].shape[1] - max(1, max(len(c.token_ids) for c in completions))
+        for r, c in enumerate(completions):
+            c.ref_logprobs = ref[r, start : start + len(c.token_ids)].tolist()
 
     def state(self) -> dict[str, Any]:
         """The engine's sampler state (``{}`` for an engine without one)."""

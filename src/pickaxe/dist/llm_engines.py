@@ -124,6 +124,7 @@ class EngineGroup:
         self._state: list[dict[str, Any] | None] = [None] * workers  # sampler state after the last fetched call
         self._sync_s = 0.0
         self._sync_mb = 0.0
+        self._reference: tuple[list[Any], float, str, int] | None = None  # set_reference's arguments
 
     @property
     def workers(self) -> int:
@@ -167,6 +168,15 @@ class EngineGroup:
         if self._board is not None:
             self._board.post.remote(version, [ref])
         self._prune()
+
+    def set_reference(self, reference: nn.Module, temperature: float, precision: str, rows: int) -> None:
+        """Send the frozen ``reference`` to every worker (one ``ray.put``), which from then on scores its
+        completions' reference log-probs (``Completion.ref_logprobs``) right after generating them, off the
+        learner's critical path. A replaced worker gets it again."""
+        state = {name: t.detach().cpu() for name, t in reference.state_dict().items()}
+        self._reference = ([self._ray.put(state)], temperature, precision, rows)
+        for actor in self._actors:
+            actor.set_reference.remote(*self._reference)
 
     def sync_weights(self, policy: nn.Module, version: int) -> None:
         """The ``Engine`` protocol's sync: :meth:`publish`."""
@@ -264,6 +274,8 @@ class EngineGroup:
         actor = self._actors[i] = self._start(i)
         if self._state[i] is not None:
             actor.load_state.remote(self._state[i])  # runs before the resubmitted calls (actor calls are ordered)
+        if self._reference is not None:
+            actor.set_reference.remote(*self._reference)
         for call in self._queues[i]:
             self._launch(call)
         if self.on_event is not None:

@@ -159,8 +159,12 @@ class RolloutScheduler:
 
 
 def _pack(completions: list[Completion]) -> dict[str, torch.Tensor]:
-    """Completions as flat tensors (exact: sampler log-probs are float32 values)."""
+    """Completions as flat tensors (exact: sampler and reference log-probs are float32 values)."""
+    refs = {}
+    if completions and all(c.ref_logprobs is not None for c in completions):
+        refs["ref_logprobs"] = torch.tensor([x for c in completions for x in c.ref_logprobs or []], dtype=torch.float32)
     return {
+        **refs,
         "tokens": torch.tensor([t for c in completions for t in c.token_ids], dtype=torch.long),
         "logprobs": torch.tensor([x for c in completions for x in c.logprobs], dtype=torch.float32),
         "lengths": torch.tensor([len(c.token_ids) for c in completions], dtype=torch.long),
@@ -173,6 +177,7 @@ def _pack(completions: list[Completion]) -> dict[str, torch.Tensor]:
 def _unpack(packed: dict[str, torch.Tensor]) -> list[Completion]:
     out, at = [], 0
     tokens, logprobs = packed["tokens"].tolist(), packed["logprobs"].tolist()
+    refs = packed["ref_logprobs"].tolist() if "ref_logprobs" in packed else None
     for n, p, f, v in zip(
         packed["lengths"].tolist(),
         packed["prompt_index"].tolist(),
@@ -180,6 +185,7 @@ def _unpack(packed: dict[str, torch.Tensor]) -> list[Completion]:
         packed["version"].tolist(),
         strict=True,
     ):
-        out.append(Completion(p, tokens[at : at + n], logprobs[at : at + n], bool(f), None if v < 0 else v))
+        ref = refs[at : at + n] if refs is not None else None
+        out.append(Completion(p, tokens[at : at + n], logprobs[at : at + n], bool(f), None if v < 0 else v, ref))
         at += n
     return out

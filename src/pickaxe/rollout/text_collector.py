@@ -104,7 +104,10 @@ class TextCollector:
     :class:`~pickaxe.dist.llm_engines.EngineGroup` used through the ``Engine`` protocol; in pipelined and async mode
     a ``scheduler`` (:class:`~pickaxe.rollout.pipelined.RolloutScheduler`) samples the prompts and generates ahead,
     and its batches in flight are part of ``state_dict`` (exact resume). The engine's ``metrics()`` (weight sync,
-    worker restarts) and the scheduler's (``rollout/dropped_stale``) join the collector's.
+    worker restarts) and the scheduler's (``rollout/dropped_stale``) join the collector's. With
+    ``reference_on_workers`` (pipelined and async mode) the reference is sent to the workers once (again after a
+    ``load_state_dict``) and they score the reference log-probs of their completions right after generating them,
+    so that forward pass also runs while the learner updates; completions that come without them are scored here.
     """
 
     def __init__(
@@ -122,9 +125,12 @@ class TextCollector:
         precision: Autocast = "off",
         offload_reference: bool = False,
         scheduler: RolloutScheduler | None = None,
+        reference_on_workers: bool = False,
     ) -> None:
         self.env = env
         self.scheduler = scheduler
+        self.reference_on_workers = reference_on_workers and scheduler is not None and reference is not None
+        self._reference_sent = False
         self.engine = engine
         self.tokenizer = tokenizer
         self.prompts = prompts
@@ -148,7 +154,12 @@ class TextCollector:
         """One batch of ``prompts * sampling.n`` scored completions."""
         t0 = time.perf_counter()
         version = int(self.version_fn())
+        temperature = self.sampling.temperature if self.sampling.temperature > 0 else 1.0
         if self.scheduler is not None:
+            if self.reference_on_workers and not self._reference_sent:
+                assert self.reference is not None
+                self.engine.set_reference(self.reference, temperature, self.precision, self.ref_rows)  # type: ignore[attr-defined]
+                self._reference_sent = True
             examples, prompt_ids, completions = self.scheduler.next_batch()
         else:
             examples = self.env.sample(self.prompts)
@@ -184,8 +195,16 @@ class TextCollector:
         )
         data["policy_version"] = torch.tensor(versions, dtype=torch.long)
         batch = TensorDict(data, batch_size=[n]).to(self.device)
-        if self.reference is not None:
-            temperature = self.sampling.temperature if self.sampling.temperature > 0 else 1.0
+        if self.reference is not None and all(c.ref_logprobs is not None for c in completions):
+            ref = pack(
+                [prompt_ids[c.prompt_index] for c in completions],
+                [c.token_ids for c in completions],
+                self.pad_token_id,
+                [c.ref_logprobs or [] for c in completions],
+            )["logprob"]
+            mask = data["loss_mask"]  # 0 off the loss mask, as the learner's own scoring (failed samples included)
+            batch["ref_logprob"] = torch.where(mask, ref, torch.zeros_like(ref)).to(self.device)
+        elif self.reference is not None:
             batch["ref_logprob"] = self.reference_logprobs(batch, temperature)
         t3 = time.perf_counter()
         self.groups_seen += len(examples)
@@ -331,6 +350,7 @@ class TextCollector:
             self.engine.load_state_dict(state["engine"])
         if "reference" in state and self.reference is not None:
             self.reference.load_state_dict(state["reference"])
+            self._reference_sent = False  # the workers get the restored reference before the next batch
 
 
 def _fill_failed(total: list[float], valid: list[bool], group_of: list[int]) -> list[float]:

@@ -603,6 +603,9 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
             precision=cfg.algo.autocast,
             offload_reference=cfg.collector.offload_reference,
             scheduler=scheduler,
+            # the workers score the reference too, off the learner's path; not LoRA's shared reference (the policy
+            # with its adapters off) and not vLLM (no module in the worker to copy)
+            reference_on_workers=scheduler is not None and not is_lora(model) and e.name == "hf",
         )
     else:
         raise ConfigError(f"no LLM algorithm for config type {type(cfg.algo).__name__}")

@@ -53,6 +53,9 @@ class Completion:
     version: int | None = None
     """Policy version of the weights that generated it, when the engine says (engine workers do; an engine in the
     learner's process leaves None and the collector tags the batch with the version it synced)."""
+    ref_logprobs: list[float] | None = None
+    """The frozen reference's log-prob of each token, when the engine scored them (engine workers holding the
+    reference, in pipelined and async modes); None: the collector computes them."""
 
 
 @runtime_checkable
