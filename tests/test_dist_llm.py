@@ -321,14 +321,20 @@ def test_workers_that_do_not_fit_on_this_machine_fail_in_one_line(ray_local) -> 
 
 
 def test_bad_dist_flag_combinations_fail_in_one_line() -> None:
+    """Checked with the config (``cfg.check``, before any run folder exists), for every kind of LLM run."""
     cfg = _cfg(placement="separate", workers=8)
     with pytest.raises(ConfigError, match=r"--dist.workers 8 is more than --collector.prompts 4"):
-        build_llm_trainer(cfg)
+        cfg.check()
     cfg = _cfg(placement="separate")
     cfg.engine.name = "vllm"
     with pytest.raises(ConfigError, match=r"needs a GPU each: add --dist.worker-gpus 1"):
-        build_llm_trainer(cfg)
-    cfg = LLM_RECIPES["arith-sft"].make()
-    cfg.dist.placement = "separate"
-    with pytest.raises(ConfigError, match=r"SFTConfig has no rollouts: drop --dist.placement"):
-        build_llm_trainer(cfg)
+        cfg.check()
+    for recipe, name in (("arith-sft", "SFTConfig"), ("synthetic-dpo", "DPOConfig"), ("synthetic-rm", "RewardModel")):
+        cfg = LLM_RECIPES[recipe].make()
+        cfg.dist.placement = "separate"
+        with pytest.raises(ConfigError, match=rf"{name}\w* has no rollouts: drop --dist.placement"):
+            cfg.check()
+    cfg = LLM_RECIPES["synthetic-dpo"].make()
+    cfg.dist.learners = 2
+    with pytest.raises(ConfigError, match=r"DPOConfig does not split its update among learners"):
+        cfg.check()

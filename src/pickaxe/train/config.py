@@ -239,6 +239,11 @@ class TrainConfig(RunConfig):
             )
         check_env_id(self.env.id)
         self.dist.check(llm=False)
+        if self.dist.learners > 1 and isinstance(self.algo, DQNConfig):
+            raise ConfigError(
+                f"--dist.learners {self.dist.learners}: DQN does not split its update among learners; use "
+                "--dist.learners 1"
+            )
         if self.dist.workers > self.env.num_envs:
             raise ConfigError(
                 f"--dist.workers {self.dist.workers} is more than env.num_envs ({self.env.num_envs}): each worker "

@@ -323,26 +323,6 @@ def vllm_model_path(cfg: LLMTrainConfig, model: nn.Module, tokenizer: Any, run: 
     return path
 
 
-def check_dist(cfg: LLMTrainConfig) -> None:
-    """Checks of ``--dist.placement separate`` that need the LLM config: an algorithm with rollouts, a prompt per
-    worker, a GPU per vLLM worker. One-line ``ConfigError`` naming the fix."""
-    d = cfg.dist
-    if d.placement != "separate":
-        return
-    if not isinstance(cfg.algo, GRPOConfig | LLMPPOConfig):
-        raise ConfigError(
-            f"--dist.placement separate runs the rollout engine in workers; {type(cfg.algo).__name__} has no "
-            "rollouts: drop --dist.placement"
-        )
-    if d.workers > cfg.collector.prompts:
-        raise ConfigError(
-            f"--dist.workers {d.workers} is more than --collector.prompts {cfg.collector.prompts}: every worker needs "
-            "a prompt of each batch; lower --dist.workers or raise --collector.prompts"
-        )
-    if cfg.engine.name == "vllm" and d.worker_gpus == 0:
-        raise ConfigError("--engine.name vllm in engine workers needs a GPU each: add --dist.worker-gpus 1")
-
-
 def build_engine_group(
     cfg: LLMTrainConfig,
     model: nn.Module,
@@ -542,7 +522,6 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
     pipelined and async mode, run ahead of
     the learner through a :class:`~pickaxe.rollout.pipelined.RolloutScheduler`; held-out evaluation stays in this
     process on the learner's module (an ``HFEngine`` sharing it), so its numbers are colocated's."""
-    check_dist(cfg)
     model, tokenizer, seeds, device, resuming = start_policy(cfg, run, progress)
     env = build_env(cfg, seeds["env"], seeds["eval_env"], tokenizer, device)
     separate = cfg.dist.placement == "separate" and isinstance(cfg.algo, GRPOConfig | LLMPPOConfig)

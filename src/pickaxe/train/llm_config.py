@@ -261,7 +261,7 @@ class LLMTrainConfig(RunConfig):
         for module in ("transformers", "tokenizers"):
             if importlib.util.find_spec(module) is None:
                 raise PickaxeError(f"LLM recipes need {module}: pip install 'pickaxe[llm]'")
-        self.dist.check(llm=True)
+        self._check_dist()
         from pickaxe.envs.text.rewards import parse_reward_spec
         from pickaxe.envs.text.synthetic_preferences import GOLD_SCORES
 
@@ -300,3 +300,28 @@ class LLMTrainConfig(RunConfig):
                 "this run needs preference pairs: set --preferences.path FILE, or --data.gold to label the policy's "
                 "own samples"
             )
+
+    def _check_dist(self) -> None:
+        """``--dist.*`` against this run: rollout workers need an algorithm with rollouts, a prompt per worker and
+        a GPU per vLLM worker; data-parallel learners need an algorithm that splits its update."""
+        d = self.dist
+        d.check(llm=True)
+        if d.learners > 1 and isinstance(self.algo, RewardModelConfig | DPOConfig | BestOfNConfig):
+            raise ConfigError(
+                f"--dist.learners {d.learners}: {type(self.algo).__name__} does not split its update among learners; "
+                "use --dist.learners 1"
+            )
+        if d.placement != "separate":
+            return
+        if not isinstance(self.algo, GRPOConfig | LLMPPOConfig):
+            raise ConfigError(
+                f"--dist.placement separate runs the rollout engine in workers; {type(self.algo).__name__} has no "
+                "rollouts: drop --dist.placement"
+            )
+        if d.workers > self.collector.prompts:
+            raise ConfigError(
+                f"--dist.workers {d.workers} is more than --collector.prompts {self.collector.prompts}: every worker "
+                "needs a prompt of each batch; lower --dist.workers or raise --collector.prompts"
+            )
+        if self.engine.name == "vllm" and d.worker_gpus == 0:
+            raise ConfigError("--engine.name vllm in engine workers needs a GPU each: add --dist.worker-gpus 1")
