@@ -27,7 +27,15 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> Any:
         return ray
     kwargs: dict[str, Any] = {"include_dashboard": False, "configure_logging": False}
     if address is not None:
-        ray.init(address=address, **kwargs)
+        try:
+            ray.init(address=address, **kwargs)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            text = str(e).strip()
+            first = text.splitlines()[0].split(". ")[0].rstrip(".") if text else type(e).__name__
+            raise PickaxeError(
+                f"cannot join the Ray cluster at {address!r}: {first}; start it with `ray start --head` or leave the "
+                "address out to start Ray on this machine"
+            ) from None
         return ray
     # the workers import pickaxe from the same place as this process (a source checkout on PYTHONPATH included)
     env = {k: os.environ[k] for k in ("PYTHONPATH", "PICKAXE_FAULT") if k in os.environ}

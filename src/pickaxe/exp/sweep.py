@@ -207,6 +207,10 @@ def run_sweep(recipe: str, args: list[str]) -> int:
     )
     if opts.address is not None and opts.backend != "ray":
         raise ConfigError("--address is the Ray cluster of --backend ray; add --backend ray or drop --address")
+    if opts.address is not None:
+        from pickaxe.train.config import check_ray_address
+
+        check_ray_address(opts.address, "--address")  # seconds, not the minutes Ray waits for an absent cluster
     on_ray = opts.backend == "ray"
     workers = opts.workers or os.cpu_count() or 1
     points = expand_grid(axes, opts.seeds, opts.seed_offset)

@@ -143,6 +143,28 @@ class DistConfig:
 
         if importlib.util.find_spec("ray") is None:
             raise ConfigError("--dist.placement separate runs workers on Ray: pip install 'pickaxe[dist]'")
+        if self.address is not None:
+            check_ray_address(self.address, "--dist.address")
+
+
+def check_ray_address(address: str, flag: str) -> None:
+    """A ``host:port`` or ``ray://host:port`` Ray address must answer a TCP connection within 3 s (else joining
+    it would wait minutes before failing); ``auto`` is left to Ray. One-line ``ConfigError`` naming the fix."""
+    import socket
+
+    if address == "auto":
+        return
+    where = address.removeprefix("ray://")
+    host, sep, port = where.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ConfigError(f"{flag} {address!r} is not a Ray address: use auto, HOST:PORT or ray://HOST:PORT")
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+    except OSError as e:
+        raise ConfigError(
+            f"{flag} {address}: no Ray cluster answers there ({e.strerror or e}); start one with `ray start --head "
+            f"--port {port}` or leave {flag} out to start Ray on this machine"
+        ) from None
 
 
 def device_field() -> Any:

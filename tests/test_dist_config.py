@@ -1,0 +1,51 @@
+"""``--dist.*`` values are checked before a run folder exists: one line naming the fix, in seconds."""
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from pickaxe.cli import main
+from pickaxe.errors import ConfigError
+from pickaxe.train.config import DistConfig, check_ray_address
+
+
+def _closed_port() -> int:
+    """A local port nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_ray_address_fails_in_seconds_and_leaves_no_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression: joining an address where no Ray listens waited minutes (Ray retries) with a run folder made."""
+    port = _closed_port()
+    start = time.monotonic()
+    args = ["train", "cartpole-ppo", "--dist.placement", "separate", "--dist.address", f"127.0.0.1:{port}"]
+    assert main([*args, "--run-dir", str(tmp_path / "run")]) == 2
+    assert time.monotonic() - start < 20
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no Ray cluster answers there" in err[0] and "ray start --head" in err[0]
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("address", ["nonsense", "host:", ":80", "ray://host:port"])
+def test_a_malformed_ray_address_is_named(address: str) -> None:
+    with pytest.raises(ConfigError, match="is not a Ray address: use auto, HOST:PORT or ray://HOST:PORT"):
+        check_ray_address(address, "--dist.address")
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"mode": "pipelined"}, "--dist.mode pipelined needs rollout workers: add --dist.placement separate"),
+        ({"workers": 2}, "--dist.workers 2 needs rollout workers: add --dist.placement separate"),
+        ({"address": "auto"}, "--dist.address joins a Ray cluster for workers: add --dist.placement separate"),
+    ],
+)
+def test_worker_options_need_separate_placement(fields: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        DistConfig(**fields).check(llm=True)
