@@ -22,6 +22,7 @@ import tyro
 from pickaxe.argparsing import parse, wants_help
 from pickaxe.config_keys import ranged
 from pickaxe.errors import ConfigError, PickaxeError
+from pickaxe.subprocesses import NOT_CRASHES
 
 USAGE = """usage: pickaxe COMMAND ...   (pickaxe COMMAND --help for a command's options; pickaxe --version)
 
@@ -181,9 +182,8 @@ def _print_result(result: Any, run: Any, quiet: bool) -> None:
         print(json.dumps(summary))
 
 
-STOP_STATUSES = (0, 2, 130, 143, -2, -15)
-"""Child exit statuses that end ``--max-restarts`` supervision: done, user error / deliberate stop, interrupted
-(130 after checkpointing, or ended by SIGINT/SIGTERM before it could: 143, -2, -15)."""
+STOP_STATUSES = NOT_CRASHES
+"""Child exit statuses that end ``--max-restarts`` supervision (:data:`pickaxe.subprocesses.NOT_CRASHES`)."""
 
 
 def _supervise(train_args: list[str], run_dir: Path, max_restarts: int, no_progress: bool) -> int:

@@ -33,11 +33,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
+from pickaxe.subprocesses import NOT_CRASHES, parent_death_signal
+
 __all__ = ["NO_RETRY_STATUSES", "JobOutcome", "RayJobs", "capacity", "run_command"]
 
-NO_RETRY_STATUSES = (0, 2, 130, 143, -2, -15)
-"""Exit statuses that are not crashes (the same as ``pickaxe train --max-restarts``): done, user error, or
-stopped by SIGINT/SIGTERM (after checkpointing, 130, or before it could)."""
+NO_RETRY_STATUSES = NOT_CRASHES
+"""Exit statuses that are not crashes (the same as ``pickaxe train --max-restarts``)."""
 
 RAY_WORKER_VARIABLES = ("RAY_JOB_ID", "RAY_RAYLET_PID", "RAY_OVERRIDE_NODE_ID_FOR_TESTING")
 """What a Ray worker's environment holds for that worker only (Ray strips the same from submitted jobs): a
@@ -45,24 +46,6 @@ command that starts or joins Ray itself (a ``--dist.*`` run) must not inherit th
 
 KILL_GRACE_S = 60.0
 """Seconds a stopped command gets to checkpoint and exit before it is killed."""
-
-
-def _parent_death_signal(sig: int) -> Callable[[], None] | None:
-    """A ``preexec_fn`` that sends ``sig`` to the child when its parent dies (Linux ``PR_SET_PDEATHSIG``)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def setup() -> None:
-        prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the parent died before the line above took effect
-            os.kill(os.getpid(), sig)
-
-    return setup
 
 
 def _local_python(argv: Sequence[str]) -> list[str]:
@@ -107,7 +90,7 @@ def run_command(
         try:
             proc = subprocess.Popen(
                 argv, cwd=cwd, env=child_env, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_parent_death_signal(signal.SIGKILL),
+                start_new_session=True, preexec_fn=parent_death_signal(signal.SIGKILL),
             )  # fmt: skip
         except OSError as e:
             f.write(f"### cannot start the command: {e}\n".encode())

@@ -16,7 +16,6 @@ A worker stopped with Ctrl-C or SIGTERM stops its jobs and puts them back in the
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import select
 import shlex
@@ -33,6 +32,7 @@ from typing import IO
 from pickaxe.errors import PickaxeError
 from pickaxe.exp.processes import kill_group, process_start
 from pickaxe.exp.queue_store import HOST, TERMINAL, Job, JobQueue
+from pickaxe.subprocesses import parent_death_signal
 
 __all__ = ["Worker", "detect_gpus", "resume_command", "run_jobs"]
 
@@ -63,24 +63,6 @@ def resume_command(job: Job) -> list[str] | None:
     if job.attempts <= 1 or not job.run_dir or not (Path(job.run_dir) / "config.json").is_file():
         return None
     return [sys.executable, "-m", "pickaxe.cli", "resume", job.run_dir, "--no-progress"]
-
-
-def _child_setup_factory() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child get SIGKILL when this worker dies (Linux ``PR_SET_PDEATHSIG``)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def setup() -> None:
-        prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the worker died before the line above took effect
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return setup
 
 
 @dataclass
@@ -127,7 +109,7 @@ class Worker:
         self.echo = echo
         self.on_finish = on_finish
         self._running: dict[int, _Running] = {}
-        self._child_setup = _child_setup_factory()
+        self._child_setup = parent_death_signal(signal.SIGKILL)
 
     # --------------------------------------------------------------------------------------------- loop
     def run(self, until_empty: bool = True, jobs: Iterable[int] | None = None) -> dict[int, int]:
