@@ -198,8 +198,11 @@ def follow(algo: Any) -> int:
 
 def _follower_config(cfg: Any) -> Any:
     """The run's config as a learner other than rank 0 builds it: rollouts in its own process (no Ray workers; it
-    never collects) and no evaluation before training (it never evaluates)."""
+    never collects), no evaluation before training (it never evaluates) and no SFT warm start (rank 0 sends the
+    warm-started weights with the rest of its state before the first update)."""
     cfg = copy.deepcopy(cfg)
+    if hasattr(getattr(cfg, "warm_start", None), "updates"):
+        cfg.warm_start.updates = 0
     dist_cfg = getattr(cfg, "dist", None)
     if dist_cfg is not None:
         dist_cfg.placement, dist_cfg.workers, dist_cfg.mode, dist_cfg.address = "colocated", 1, "sync", None
