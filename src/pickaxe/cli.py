@@ -182,10 +182,6 @@ def _print_result(result: Any, run: Any, quiet: bool) -> None:
         print(json.dumps(summary))
 
 
-STOP_STATUSES = NOT_CRASHES
-"""Child exit statuses that end ``--max-restarts`` supervision (:data:`pickaxe.subprocesses.NOT_CRASHES`)."""
-
-
 def _supervise(train_args: list[str], run_dir: Path, max_restarts: int, no_progress: bool) -> int:
     """Run training in a child process; restart it from its newest good checkpoint when it crashes.
 
@@ -208,7 +204,7 @@ def _supervise(train_args: list[str], run_dir: Path, max_restarts: int, no_progr
                     break
                 except KeyboardInterrupt:
                     continue  # the child got the same Ctrl-C: it checkpoints and exits 130
-        if code in STOP_STATUSES:
+        if code in NOT_CRASHES:  # done, user error, or stopped after (or before) checkpointing
             return code
         if restarts >= max_restarts:
             print(

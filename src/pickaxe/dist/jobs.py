@@ -33,12 +33,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
-from pickaxe.subprocesses import NOT_CRASHES, parent_death_signal
+from pickaxe.subprocesses import parent_death_signal
 
-__all__ = ["NO_RETRY_STATUSES", "JobOutcome", "RayJobs", "capacity", "run_command"]
-
-NO_RETRY_STATUSES = NOT_CRASHES
-"""Exit statuses that are not crashes (the same as ``pickaxe train --max-restarts``)."""
+__all__ = ["JobOutcome", "RayJobs", "capacity", "run_command"]
 
 RAY_WORKER_VARIABLES = ("RAY_JOB_ID", "RAY_RAYLET_PID", "RAY_OVERRIDE_NODE_ID_FOR_TESTING")
 """What a Ray worker's environment holds for that worker only (Ray strips the same from submitted jobs): a
