@@ -197,6 +197,17 @@ def head_logprobs(
     return torch.cat(out)
 
 
+def layout_inputs(model: nn.Module, layout: TokenLayout) -> dict[str, Any]:
+    """The keyword arguments of ``model``'s forward pass over a layout's rows: token ids, position ids, the
+    attention input :func:`attention_inputs` gives for the model, no KV cache."""
+    return {
+        "input_ids": layout.input_ids,
+        "position_ids": layout.position_ids,
+        "attention_mask": attention_inputs(model, layout),
+        "use_cache": False,
+    }
+
+
 def attention_inputs(model: nn.Module, layout: TokenLayout) -> torch.Tensor | None:
     """The ``attention_mask`` to pass for ``layout``. For the SDPA kernel: a 4-D boolean mask built on the device,
     which ``transformers`` uses as given (a 2-D mask, or none, makes it inspect the mask or the position ids on the
@@ -220,12 +231,7 @@ def layout_logprobs(
     sampler's logits. Only the hidden states that predict scored tokens reach the output layer (see
     :func:`head_logprobs`); a model that cannot be split (:func:`split_lm`) computes full logits first."""
     parts = split_lm(model)
-    kwargs = {
-        "input_ids": layout.input_ids,
-        "position_ids": layout.position_ids,
-        "attention_mask": attention_inputs(model, layout),
-        "use_cache": False,
-    }
+    kwargs = layout_inputs(model, layout)
     with autocast(layout.input_ids.device, precision):
         if parts is None:
             logits = model(**kwargs).logits
@@ -303,13 +309,7 @@ def scalar_head(
 ) -> torch.Tensor:
     """``[N]`` float32 outputs of a one-output ``head`` on ``decoder``'s hidden states (a transformers base model:
     reward and value models) at flat positions ``index`` of a layout's rows, under the precision's autocast."""
-    kwargs = {
-        "input_ids": layout.input_ids,
-        "position_ids": layout.position_ids,
-        "attention_mask": attention_inputs(decoder, layout),
-        "use_cache": False,
-    }
     with autocast(layout.input_ids.device, precision):
-        hidden = decoder(**kwargs).last_hidden_state
+        hidden = decoder(**layout_inputs(decoder, layout)).last_hidden_state
         picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index)
         return head(picked).squeeze(-1).float()
