@@ -43,11 +43,13 @@ __all__ = [
     "RunGroup",
     "RunRecord",
     "compare",
+    "compare_runs",
     "flatten_config",
     "group_runs",
     "learning_curve",
     "load_runs",
     "main_compare",
+    "verdict",
 ]
 
 DEFAULT_METRIC = "eval/return_mean"
@@ -468,7 +470,35 @@ def compare(
     if isinstance(paths, str | Path):
         paths = [paths]
     console = console or Console()
-    runs = load_runs(paths)
+    result, kept_groups = compare_runs(load_runs(paths), metric, seed=seed, reps=reps, alpha=alpha, min_seeds=min_seeds)
+    _print(result, console)
+    if out_dir is not None:
+        out = Path(out_dir)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            png = _write_curves(kept_groups, metric, out / "curves.png", reps, alpha, seed)
+            if png is None:
+                result.notes.append("curves.png skipped: matplotlib is not installed (pip install matplotlib)")
+                console.print(f"[yellow]{escape(result.notes[-1])}[/]")
+            md, table = _write_md(result, out / "summary.md"), _write_csv(result, out / "summary.csv")
+            result.files = [md, table, _write_json(result, out / "summary.json")] + ([png] if png else [])
+        except OSError as e:
+            raise PickaxeError(f"cannot write the reports to {out}: {e}; choose another folder with --out") from None
+        console.print(escape(f"wrote {', '.join(p.name for p in result.files)} to {out}"))
+    return result
+
+
+def compare_runs(
+    runs: Sequence[RunRecord],
+    metric: str = DEFAULT_METRIC,
+    seed: int = 0,
+    reps: int = 2000,
+    alpha: float = 0.05,
+    min_seeds: int = MIN_SEEDS,
+) -> tuple[Comparison, list[RunGroup]]:
+    """The numbers of :func:`compare` for runs already loaded, printing and writing nothing (``pickaxe ui`` shows
+    them): the ``Comparison`` and the groups that have a value of ``metric``, in the same order as its
+    ``groups``. Raises ``PickaxeError`` when no run has a finite value of ``metric``."""
     groups = group_runs(runs)
     summaries: list[GroupSummary] = []
     kept_groups: list[RunGroup] = []
@@ -494,24 +524,15 @@ def compare(
     pairs = _pairs(summaries, best, reps, alpha, seed, min_seeds)
     winner = best.label if pairs and all(p.better == best.label for p in pairs) else None
     result = Comparison(metric, summaries, pairs, best.label, winner, alpha, reps, seed, notes, min_seeds=min_seeds)
-    _print(result, console)
-    if out_dir is not None:
-        out = Path(out_dir)
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            png = _write_curves(kept_groups, metric, out / "curves.png", reps, alpha, seed)
-            if png is None:
-                result.notes.append("curves.png skipped: matplotlib is not installed (pip install matplotlib)")
-                console.print(f"[yellow]{escape(result.notes[-1])}[/]")
-            md, table = _write_md(result, out / "summary.md"), _write_csv(result, out / "summary.csv")
-            result.files = [md, table, _write_json(result, out / "summary.json")] + ([png] if png else [])
-        except OSError as e:
-            raise PickaxeError(f"cannot write the reports to {out}: {e}; choose another folder with --out") from None
-        console.print(escape(f"wrote {', '.join(p.name for p in result.files)} to {out}"))
-    return result
+    return result, kept_groups
 
 
 # --------------------------------------------------------------------------------------------- reporting
+
+
+def verdict(result: Comparison) -> str:
+    """The one-line verdict ``pickaxe compare`` prints last."""
+    return _verdict(result)
 
 
 def _verdict(result: Comparison) -> str:

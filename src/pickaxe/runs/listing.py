@@ -41,20 +41,25 @@ class RunSummary:
 
 def list_runs(root: str | Path) -> list[RunSummary]:
     """Every run folder (a folder with ``config.json``) at or under ``root``, e.g. inside sweep folders, by path."""
+    return [summarize_run(p) for p in find_run_dirs(root)]
+
+
+def find_run_dirs(root: str | Path) -> list[Path]:
+    """The run folders ``list_runs`` lists (``root`` itself if it holds ``config.json``), sorted, without reading
+    them: cheap enough to call on every page load of ``pickaxe ui``."""
     root = Path(root)
     if not root.is_dir():
         raise PickaxeError(f"{root} is not a folder; `pickaxe runs DIR` lists the runs under DIR (default runs/)")
-    found: list[Path] = []
     if (root / "config.json").is_file():
-        found.append(root)
-    else:
-        for folder, dirs, files in os.walk(root):
-            if "config.json" in files and Path(folder) != root:
-                found.append(Path(folder))
-                dirs[:] = []  # a run's own subfolders hold no runs
-                continue
-            dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
-    return [summarize_run(p) for p in sorted(found)]
+        return [root]
+    found: list[Path] = []
+    for folder, dirs, files in os.walk(root):
+        if "config.json" in files and Path(folder) != root:
+            found.append(Path(folder))
+            dirs[:] = []  # a run's own subfolders hold no runs
+            continue
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
+    return sorted(found)
 
 
 def summarize_run(run_dir: str | Path) -> RunSummary:
