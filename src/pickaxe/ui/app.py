@@ -1,0 +1,112 @@
+"""The ``pickaxe ui`` application: the JSON API and the pages of runs, queue, checkpoints, playground and arena.
+
+``create_app(runs_dir, queue_db)`` builds it; ``serve`` runs it with uvicorn on 127.0.0.1 unless another host is
+asked for. Every error the API returns is JSON ``{"detail": "<one line>"}``; every asset a page needs is under
+``/static`` (nothing from a CDN).
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from pickaxe.errors import PickaxeError
+from pickaxe.exp.queue_store import default_db_path
+
+__all__ = ["LOOPBACK_HOSTS", "STATIC_DIR", "create_app", "serve"]
+
+STATIC_DIR = Path(__file__).parent / "static"
+"""The pages, scripts, styles and vendored libraries, served at ``/static``."""
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+"""Hosts only this machine can reach; any other gets the no-authentication warning."""
+
+PAGES = {"/": "runs.html", "/runs": "runs.html", "/queue": "queue.html", "/checkpoints": "checkpoints.html"}
+"""Page routes served by this module (the arena and playground routers serve their own)."""
+
+
+def create_app(runs_dir: str | Path, queue_db: str | Path | None = None) -> FastAPI:
+    """The app over the runs under ``runs_dir`` and the job queue ``queue_db`` (default: ``$PICKAXE_QUEUE`` or
+    ``~/.pickaxe/queue.db``, read when a page asks; a missing queue is an empty queue page, not an error).
+
+    Raises ``PickaxeError`` when ``runs_dir`` is not a folder.
+    """
+    from pickaxe.ui import arena, checkpoints, playground, queue, runs
+
+    root = Path(runs_dir).expanduser()
+    if not root.is_dir():
+        raise PickaxeError(f"{root} is not a folder; `pickaxe ui RUNS_DIR` serves the runs under RUNS_DIR")
+    app = FastAPI(title="pickaxe", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.runs_dir = root.resolve()
+    app.state.queue_db = Path(queue_db).expanduser() if queue_db is not None else default_db_path()
+
+    @app.exception_handler(RequestValidationError)
+    async def _one_line(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's default detail is a list of dicts; the pages show one line
+        parts = []
+        for err in exc.errors():
+            where = ".".join(str(x) for x in err.get("loc", ()) if x not in ("query", "body", "path"))
+            parts.append(f"{where}: {err.get('msg', 'invalid')}" if where else str(err.get("msg", "invalid")))
+        return JSONResponse({"detail": "bad request: " + "; ".join(parts)}, status_code=422)
+
+    for route, name in PAGES.items():
+        app.add_api_route(route, _page(name), methods=["GET"], include_in_schema=False)
+    for module in (runs, queue, checkpoints, arena, playground):
+        app.include_router(module.router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    return app
+
+
+def _page(name: str) -> Callable[[], Awaitable[FileResponse]]:
+    """The endpoint serving the page ``static/<name>`` (never cached: the pages change with the package)."""
+    path = STATIC_DIR / name
+
+    async def page() -> FileResponse:
+        return FileResponse(path, media_type="text/html", headers={"Cache-Control": "no-store"})
+
+    page.__name__ = f"page_{path.stem}"
+    return page
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise one ``PickaxeError`` line when ``port`` is out of range or already taken on ``host``."""
+    if not 1 <= port <= 65535:
+        raise PickaxeError(f"--port must be between 1 and 65535, got {port}")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise PickaxeError(
+                f"cannot listen on {host}:{port} ({e.strerror or e}); choose another port with --port"
+            ) from None
+
+
+def serve(
+    runs_dir: str | Path,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    queue_db: str | Path | None = None,
+    log_level: str = "warning",
+) -> None:
+    """Serve the app with uvicorn until Ctrl-C. A host other than loopback gets a one-line warning on stderr:
+    the app has no authentication, and its queue page can cancel jobs."""
+    import uvicorn
+
+    app = create_app(runs_dir, queue_db)
+    check_port(host, port)
+    if host not in LOOPBACK_HOSTS:
+        print(
+            f"pickaxe ui: warning: serving on {host}, reachable from other machines; the app has no authentication",
+            file=sys.stderr,
+        )
+    shown = f"[{host}]" if ":" in host else host
+    print(f"pickaxe ui: http://{shown}:{port}/ (runs under {app.state.runs_dir}; Ctrl-C stops)", file=sys.stderr)
+    uvicorn.run(app, host=host, port=port, log_level=log_level)
