@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from statistics import NormalDist
 
 import numpy as np
 
@@ -22,6 +23,7 @@ __all__ = [
     "mean",
     "probability_of_improvement",
     "probability_of_improvement_ci",
+    "samples_to_separate",
     "stratified_bootstrap_ci",
 ]
 
@@ -195,3 +197,58 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def samples_to_separate(
+    a: np.ndarray | list, b: np.ndarray | list, paired: bool, confidence: float = 0.95
+) -> int | None:
+    """How many more samples each of two checkpoints needs before the CI of their mean difference excludes 0.
+
+    ``a`` and ``b`` are per-sample values (one per held-out prompt or episode). Normal approximation, with
+    ``z`` the two-sided ``confidence`` quantile (1.96 for 0.95), ``D = |mean(a) - mean(b)|`` and sample variances
+    ``s^2`` (``ddof=1``):
+
+    - ``paired`` (the same prompts and eval seeds for both: ``a[i]`` and ``b[i]`` share sample ``i``): with the
+      differences ``a - b`` of variance ``s_d^2``, the CI excludes 0 once ``z * s_d / sqrt(n) < D``, i.e. at
+      ``N = floor(z^2 s_d^2 / D^2) + 1`` samples; the answer is ``N - n``.
+    - unpaired: once ``z * sqrt(s_a^2 / (n_a + m) + s_b^2 / (n_b + m)) < D``; the answer is the smallest such
+      ``m`` (for ``n_a = n_b = n``: ``floor(z^2 (s_a^2 + s_b^2) / D^2) + 1 - n``).
+
+    0 when the CI already excludes 0; None when the means are equal (no number of samples separates them).
+    Assumes the observed means and variances stay as they are with more samples.
+    """
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    x, y = np.asarray(a, dtype=np.float64).reshape(-1), np.asarray(b, dtype=np.float64).reshape(-1)
+    if len(x) < 2 or len(y) < 2:
+        raise ValueError(f"need at least 2 samples of each checkpoint, got {len(x)} and {len(y)}")
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ValueError("samples hold NaN or infinity; drop or replace them first")
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    if paired:
+        if len(x) != len(y):
+            raise ValueError(f"paired samples must be as many for both checkpoints, got {len(x)} and {len(y)}")
+        diff = x - y
+        gap = abs(float(diff.mean()))
+        if gap == 0:
+            return None
+        needed = math.floor(z * z * float(diff.var(ddof=1)) / gap**2) + 1
+        return max(0, needed - len(x))
+    gap = abs(float(x.mean() - y.mean()))
+    if gap == 0:
+        return None
+    va, vb, na, nb = float(x.var(ddof=1)), float(y.var(ddof=1)), len(x), len(y)
+
+    def separated(m: int) -> bool:
+        return z * math.sqrt(va / (na + m) + vb / (nb + m)) < gap
+
+    if separated(0):
+        return 0
+    high = 1
+    while not separated(high):
+        high *= 2
+    low = high // 2  # not separated at low (or low == 0), separated at high
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if separated(mid) else (mid, high)
+    return high
