@@ -344,6 +344,12 @@ MAX_VOTER_CHARS = 64
 BUSY_TIMEOUT_S = 30.0
 
 
+def label_order(label: str) -> tuple[int, int, str]:
+    """Sort key of checkpoint labels: ``step N`` by N, then the words (``final``, ``latest``) by name."""
+    digits = label.removeprefix("step ")
+    return (0, int(digits), "") if digits.isdigit() else (1, 0, label)
+
+
 def check_voter(voter: Any) -> str:
     """``voter`` as stored: a non-empty string of at most :data:`MAX_VOTER_CHARS` printable characters."""
     if not isinstance(voter, str) or not voter.strip():
@@ -443,10 +449,14 @@ class ArenaStore:
     def labels(self, arena: str) -> list[str]:
         """The checkpoint labels with responses in ``arena``."""
         with self._connect() as db:
-            return [
-                r[0]
-                for r in db.execute("SELECT DISTINCT label FROM responses WHERE arena = ? ORDER BY label", (arena,))
-            ]
+            rows = db.execute("SELECT DISTINCT label FROM responses WHERE arena = ?", (arena,)).fetchall()
+        return sorted((r[0] for r in rows), key=label_order)
+
+    def prompts(self, arena: str) -> dict[int, str]:
+        """The prompts of ``arena`` by prompt id."""
+        with self._connect() as db:
+            rows = db.execute("SELECT DISTINCT prompt_id, prompt FROM responses WHERE arena = ?", (arena,)).fetchall()
+        return {int(i): p for i, p in rows}
 
     def prompt_count(self, arena: str) -> int:
         """How many prompts ``arena`` has responses for."""

@@ -1,0 +1,290 @@
+"""Generation from any checkpoint of an LLM run: what the playground of ``pickaxe ui`` and ``pickaxe arena`` use.
+
+:func:`load_run_policy` rebuilds a run's model from its ``config.json`` as training built it and loads the chosen
+weights, verified, through :func:`pickaxe.runs.model.load_model` (the final model, a kept checkpoint or a kept
+policy); :func:`generate` completes prompts with the HF engine (greedy by default) and returns the text, the token
+ids and, on request, each token's log-prob; :func:`prepare_arena` stores every checkpoint's response to every
+prompt in an :class:`~pickaxe.eval.arena.ArenaStore` ahead of time.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from pickaxe.errors import ConfigError, PickaxeError
+from pickaxe.eval.arena import ArenaStore
+from pickaxe.models.lora import merge_lora
+from pickaxe.models.tokenizer import render_prompt
+from pickaxe.rollout.engines.base import SamplingParams
+from pickaxe.rollout.engines.hf import HFEngine
+from pickaxe.rollout.text_collector import completion_text
+from pickaxe.runs.checkpoint import CheckpointManager
+from pickaxe.runs.model import MODEL_DIGEST_FILE, MODEL_FILE, checkpoint_choice, load_model
+from pickaxe.runs.run import Run
+from pickaxe.train.build import config_from_dict
+from pickaxe.train.llm_config import LLMTrainConfig
+from pickaxe.utils import resolve_device
+
+__all__ = [
+    "Generation",
+    "RunPolicy",
+    "available_checkpoints",
+    "checkpoint_label",
+    "generate",
+    "load_run_policy",
+    "prepare_arena",
+]
+
+NO_POLICY_ALGOS = ("rm", "bon")
+"""LLM run algorithms without a policy of their own: a reward model; best-of-n (it samples its start policy)."""
+
+
+@dataclass
+class RunPolicy:
+    """An LLM run's policy at one checkpoint, ready to generate: the model (eval mode, LoRA merged), its tokenizer,
+    the run's config, and which weights were loaded (``checkpoint`` as ``checkpoint_choice`` returns it)."""
+
+    run_dir: Path
+    checkpoint: str | int
+    model: nn.Module
+    tokenizer: Any
+    config: LLMTrainConfig
+
+    @property
+    def label(self) -> str:
+        """How the arena and the playground name these weights (``final`` or ``step N``)."""
+        return checkpoint_label(self.checkpoint)
+
+    @property
+    def max_positions(self) -> int | None:
+        """The longest prompt + completion the model takes (None: not recorded)."""
+        value = getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
+        return int(value) if value else None
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One completion: the ``text`` a reward function would see (before EOS, special tokens dropped), the generated
+    ``token_ids`` (EOS included when it ended), each token as text (``tokens``), each token's log-prob when asked
+    (``logprobs``: under the sampling distribution; for greedy decoding the unscaled model distribution), and
+    whether it ended with EOS (``finished``) rather than at ``max_new_tokens``."""
+
+    prompt: str
+    text: str
+    token_ids: list[int]
+    tokens: list[str]
+    logprobs: list[float] | None
+    finished: bool
+
+
+def checkpoint_label(checkpoint: str | int) -> str:
+    """``final`` for the final model, ``step N`` for the weights of env step N, else the word (``latest``)."""
+    return f"step {checkpoint}" if isinstance(checkpoint, int) else str(checkpoint)
+
+
+def _llm_config(run_dir: Path) -> LLMTrainConfig:
+    data = Run.open(run_dir).config()
+    cfg = config_from_dict(data)
+    if not isinstance(cfg, LLMTrainConfig):
+        raise PickaxeError(f"{run_dir} is a classic RL run; only LLM runs generate text (pick an LLM run)")
+    if data.get("algo_name") in NO_POLICY_ALGOS:
+        raise PickaxeError(
+            f"{run_dir} is a {data.get('algo_name')} run, which trains no policy of its own; pick an SFT, GRPO, PPO, "
+            "RLOO or DPO run"
+        )
+    return cfg
+
+
+def available_checkpoints(run_dir: str | Path) -> list[str | int]:
+    """The weights of an LLM run that :func:`load_run_policy` can load, oldest first: the env steps of the kept
+    policies (``RUN/policies/``) and checkpoints, then ``"final"`` when the run has its final model."""
+    run_dir = Path(run_dir)
+    steps = {info.step for info in CheckpointManager(run_dir).list()}
+    try:
+        from pickaxe.runs.policies import list_policies
+    except ImportError:  # an older pickaxe without kept policies
+        pass
+    else:
+        steps |= {info.step for info in list_policies(run_dir)}
+    out: list[str | int] = sorted(steps)
+    if (run_dir / MODEL_FILE).is_file():
+        out.append("final")
+    return out
+
+
+def final_step(run_dir: str | Path) -> int | None:
+    """The env step recorded with the final model (None when unknown)."""
+    try:
+        step = json.loads((Path(run_dir) / MODEL_DIGEST_FILE).read_text()).get("step")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) else None
+
+
+def load_run_policy(
+    run_dir: str | Path, checkpoint: str | int = "final", device: str | torch.device = "cpu"
+) -> RunPolicy:
+    """LLM run ``run_dir``'s policy at ``checkpoint`` (``"final"``, ``"latest"``, ``"best"`` or an env step, as
+    for ``pickaxe eval``), on ``device``, in eval mode with LoRA adapters merged. Problems (not an LLM run, no such
+    checkpoint, damaged weights) raise a one-line ``PickaxeError``."""
+    from pickaxe.train.llm import build_model, derive_llm_seeds
+
+    run_path = Path(run_dir)
+    cfg = _llm_config(run_path)
+    which = checkpoint_choice(checkpoint)
+    try:
+        dev = resolve_device(device)
+    except RuntimeError:  # torch's error for a malformed device string
+        raise ConfigError(f"--device {device!r} is not a device; use cpu, cuda, cuda:N or auto") from None
+    model, tokenizer = build_model(cfg, dev, derive_llm_seeds(cfg.seed)["model"])
+    load_model(run_path, {"policy": model}, dev, checkpoint=which)
+    model = merge_lora(model, copy_model=False).eval().requires_grad_(False)
+    return RunPolicy(run_path, which, model, tokenizer, cfg)
+
+
+def generate(
+    policy: RunPolicy,
+    prompts: Sequence[str],
+    max_new_tokens: int | None = None,
+    temperature: float = 0.0,
+    seed: int = 0,
+    logprobs: bool = False,
+) -> list[Generation]:
+    """Complete each of ``prompts`` once with ``policy`` (rendered as training rendered them: the chat template
+    when the tokenizer has one). ``max_new_tokens``: default the run's ``engine.max_new_tokens``; ``temperature``
+    0 is greedy; sampling is seeded by ``seed``, so the same call gives the same text. A prompt that is empty or
+    leaves no room for ``max_new_tokens`` within the model's positions raises a one-line ``ValueError``."""
+    if max_new_tokens is None:
+        max_new_tokens = policy.config.engine.max_new_tokens
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    tok = policy.tokenizer
+    ids = [render_prompt(tok, p) for p in prompts]
+    limit = policy.max_positions
+    for p, i in zip(prompts, ids, strict=True):
+        if not i:
+            raise ValueError("the prompt is empty; type some text")
+        if limit is not None and len(i) + max_new_tokens > limit:
+            raise ValueError(
+                f"the prompt is {len(i)} tokens and {max_new_tokens} new tokens would pass the model's {limit} "
+                f"positions; shorten the prompt (starts {p[:30]!r}) or ask for fewer new tokens"
+            )
+    if not ids:
+        return []
+    engine = HFEngine(policy.model, tok.eos_token_id, tok.pad_token_id, max_batch=64, seed=seed)
+    completions = engine.generate(ids, SamplingParams(max_new_tokens, temperature=temperature))
+    out = []
+    for prompt, c in zip(prompts, completions, strict=True):
+        pieces = [tok.decode([t], skip_special_tokens=False) for t in c.token_ids]
+        out.append(
+            Generation(
+                prompt=prompt,
+                text=completion_text(tok, c.token_ids, tok.eos_token_id),
+                token_ids=list(c.token_ids),
+                tokens=pieces,
+                logprobs=[float(x) for x in c.logprobs] if logprobs else None,
+                finished=c.finished,
+            )
+        )
+    return out
+
+
+def heldout_prompts(cfg: LLMTrainConfig, n: int) -> list[str]:
+    """The first ``n`` held-out prompts of a run's task or prompt file (the ones its evaluation uses)."""
+    from pickaxe.train.llm import build_env, derive_llm_seeds
+
+    cfg = copy.deepcopy(cfg)
+    cfg.eval.prompts = max(n, 1)
+    seeds = derive_llm_seeds(cfg.seed)
+    env = build_env(cfg, seeds["env"], seeds["eval_env"])  # no tokenizer: no reward model is loaded
+    return [ex.prompt for ex in env.eval_examples(n)]
+
+
+def resolve_checkpoints(run_dir: str | Path, checkpoints: Sequence[str | int] | str) -> list[str | int]:
+    """``"all"`` (every kept step, and the final model unless its step is among them) or a list of checkpoint
+    choices (``final``, ``latest``, ``best``, env steps), deduplicated in order."""
+    if isinstance(checkpoints, str):
+        checkpoints = [checkpoints]
+    if list(checkpoints) == ["all"]:
+        found = available_checkpoints(run_dir)
+        final = final_step(run_dir)
+        return [c for c in found if not (c == "final" and final in found)]
+    out: list[str | int] = []
+    for c in checkpoints:
+        which = checkpoint_choice(c)
+        if which not in out:
+            out.append(which)
+    return out
+
+
+def prepare_arena(
+    store: ArenaStore,
+    name: str,
+    run_dir: str | Path,
+    checkpoints: Sequence[str | int] | str = "all",
+    prompts: Sequence[str] | None = None,
+    n_prompts: int = 32,
+    max_new_tokens: int | None = None,
+    temperature: float = 0.0,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    progress: Callable[[str], None] | None = None,
+) -> int:
+    """Generate every checkpoint's response to every prompt ahead of time and store them as arena ``name``;
+    returns how many responses were generated. ``prompts``: default the first ``n_prompts`` held-out prompts of the
+    run's task. Responses already stored for the same prompt and checkpoint are kept, so a rerun only generates
+    what is missing (e.g. the checkpoints written since). Needs at least two checkpoints (counting those stored)."""
+    run_path = Path(run_dir)
+    cfg = _llm_config(run_path)
+    chosen = resolve_checkpoints(run_path, checkpoints)
+    stored = store.labels(name) if name in store.arenas() else []
+    if len({*stored, *(checkpoint_label(c) for c in chosen)}) < 2:
+        have = ", ".join(checkpoint_label(c) for c in available_checkpoints(run_path)) or "none"
+        raise PickaxeError(f"an arena compares at least two checkpoints, got {len(chosen)}; {run_path} has: {have}")
+    texts = list(prompts) if prompts is not None else heldout_prompts(cfg, n_prompts)
+    if not texts:
+        raise PickaxeError("an arena needs at least one prompt")
+    if max_new_tokens is None:
+        max_new_tokens = cfg.engine.max_new_tokens
+    settings = {"max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed}
+    known = store.prompts(name) if name in store.arenas() else {}
+    clash = [i for i, p in enumerate(texts) if i in known and known[i] != p]
+    if clash:
+        raise PickaxeError(
+            f"arena {name!r} in {store.path} already holds other prompts (prompt {clash[0]} differs); pick another "
+            "--name or --db"
+        )
+    source = store.source(name) if name in store.arenas() else {}
+    if source and source.get("settings") not in (None, settings):
+        raise PickaxeError(
+            f"arena {name!r} in {store.path} was generated with {source['settings']}, not {settings}; pick another "
+            "--name, or the same settings"
+        )
+    labels = sorted({*source.get("checkpoints", []), *(checkpoint_label(c) for c in chosen)})
+    store.add_arena(name, {"run": str(run_path.resolve()), "settings": settings, "checkpoints": labels})
+    made = 0
+    for which in chosen:
+        label = checkpoint_label(which)
+        todo = [i for i in range(len(texts)) if not store.has_response(name, i, label)]
+        if not todo:
+            if progress:
+                progress(f"{label}: {len(texts)} responses already stored")
+            continue
+        policy = load_run_policy(run_path, which, device)
+        out = generate(policy, [texts[i] for i in todo], max_new_tokens, temperature, seed)
+        store.add_responses(name, [(i, texts[i], label, g.text) for i, g in zip(todo, out, strict=True)])
+        made += len(out)
+        if progress:
+            progress(f"{label}: {len(out)} responses generated")
+        del policy
+    return made
