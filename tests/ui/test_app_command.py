@@ -1,0 +1,71 @@
+"""``pickaxe ui``'s command line: user errors are one line and exit status 2; a non-loopback host warns."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from pickaxe.ui import app as app_module
+from pickaxe.ui.command import main
+
+
+def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err, err
+    return err
+
+
+def test_a_missing_runs_folder_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tmp_path / "missing")]) == 2
+    assert _error_line(capsys) == (
+        f"pickaxe: error: {tmp_path / 'missing'} is not a folder; `pickaxe ui RUNS_DIR` serves the runs under RUNS_DIR"
+    )
+
+
+@pytest.mark.parametrize("port", ["0", "70000", "-1"])
+def test_a_bad_port_is_one_line(tmp_path: Path, port: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tmp_path), "--port", port]) == 2
+    assert _error_line(capsys).startswith("pickaxe: error: --port must be between 1 and 65535")
+
+
+def test_a_port_in_use_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert main([str(tmp_path), "--port", str(port)]) == 2
+    err = _error_line(capsys)
+    assert err.startswith(f"pickaxe: error: cannot listen on 127.0.0.1:{port} (")
+    assert err.endswith("); choose another port with --port")
+
+
+def test_an_unknown_option_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tmp_path), "--prot", "8000"]) == 2
+    assert (
+        _error_line(capsys)
+        == "pickaxe: error: unknown option --prot for pickaxe ui; did you mean --port? (pickaxe ui --help)"
+    )
+
+
+def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--port" in out and "--host" in out and "--queue-db" in out
+
+
+@pytest.mark.parametrize(("host", "warns"), [("127.0.0.1", False), ("0.0.0.0", True)])
+def test_serving_beyond_loopback_warns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], host: str, warns: bool
+) -> None:
+    served: dict = {}
+    monkeypatch.setattr("uvicorn.run", lambda app, **kw: served.update(kw, app=app))
+    monkeypatch.setattr(app_module, "check_port", lambda h, p: None)
+    assert main([str(tmp_path), "--host", host, "--port", "8123", "--queue-db", str(tmp_path / "q.db")]) == 0
+    assert (served["host"], served["port"]) == (host, 8123)
+    assert served["app"].state.queue_db == tmp_path / "q.db"
+    err = capsys.readouterr().err
+    warning = f"pickaxe ui: warning: serving on {host}, reachable from other machines; the app has no authentication"
+    assert (warning in err) is warns
+    assert f"pickaxe ui: http://{host}:8123/" in err
