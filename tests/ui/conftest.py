@@ -29,6 +29,54 @@ CHROMIUM_ARGS = [
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 
 
+CHECKPOINT_EVAL: dict[str, Any] = {
+    "run": "runs/llm",
+    "kind": "llm",
+    "settings": {"prompts": 64, "samples": 4, "seed": 0},
+    "metrics": ["eval/accuracy", "eval/reward/gold"],
+    "rows": [
+        {
+            "step": 64,
+            "source": "policy",
+            "sha256": "a" * 64,
+            "metrics": {
+                "eval/accuracy": {"mean": 0.25, "low": 0.16, "high": 0.37, "n": 64},
+                "eval/reward/gold": {"mean": 0.8, "low": 0.75, "high": 0.85, "n": 64},
+            },
+        },
+        {
+            "step": 128,
+            "source": "final",
+            "sha256": "b" * 64,
+            "metrics": {
+                "eval/accuracy": {"mean": 0.5, "low": 0.38, "high": 0.62, "n": 64},
+                "eval/reward/gold": {"mean": 0.7, "low": 0.64, "high": 0.76, "n": 64},
+            },
+        },
+    ],
+    "best": {
+        "step": 64,
+        "metric": "eval/reward/gold",
+        "rule": "undominated",
+        "mean": 0.8,
+        "low": 0.75,
+        "high": 0.85,
+        "reason": "no later checkpoint's CI lies above it",
+    },
+    "alarms": [
+        {
+            "name": "proxy_up_gold_down",
+            "step": 128,
+            "message": "proxy reward up while gold fell below its CI",
+            "values": {"gold": 0.7},
+        }
+    ],
+    "pairs": [{"a": 64, "b": 128, "metric": "eval/reward/gold", "difference": 0.1, "more_samples": 0}],
+}
+"""An ``eval/checkpoints.json`` in the schema ``pickaxe eval RUN --checkpoints`` writes (two checkpoints of an LLM
+run, the best by the default rule, one alarm and one pair)."""
+
+
 def write_run(
     path: Path,
     *,
@@ -68,6 +116,12 @@ def write_run(
     last = max(evals) if evals else 0
     write_status(path, state, step=last, total_steps=total_steps)
     return path
+
+
+@pytest.fixture
+def checkpoint_eval() -> dict[str, Any]:
+    """A fresh copy of :data:`CHECKPOINT_EVAL`."""
+    return json.loads(json.dumps(CHECKPOINT_EVAL))
 
 
 @pytest.fixture

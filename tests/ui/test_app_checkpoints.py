@@ -12,55 +12,10 @@ from fastapi.testclient import TestClient
 
 from pickaxe.ui.app import create_app
 
-CHECKPOINTS_JSON: dict[str, Any] = {
-    "run": "runs/llm",
-    "kind": "llm",
-    "settings": {"prompts": 64, "samples": 4, "seed": 0},
-    "metrics": ["eval/accuracy", "eval/reward/gold"],
-    "rows": [
-        {
-            "step": 64,
-            "source": "policy",
-            "sha256": "a" * 64,
-            "metrics": {
-                "eval/accuracy": {"mean": 0.25, "low": 0.16, "high": 0.37, "n": 64},
-                "eval/reward/gold": {"mean": 0.8, "low": 0.75, "high": 0.85, "n": 64},
-            },
-        },
-        {
-            "step": 128,
-            "source": "final",
-            "sha256": "b" * 64,
-            "metrics": {
-                "eval/accuracy": {"mean": 0.5, "low": 0.38, "high": 0.62, "n": 64},
-                "eval/reward/gold": {"mean": 0.7, "low": 0.64, "high": 0.76, "n": 64},
-            },
-        },
-    ],
-    "best": {
-        "step": 64,
-        "metric": "eval/reward/gold",
-        "rule": "undominated",
-        "mean": 0.8,
-        "low": 0.75,
-        "high": 0.85,
-        "reason": "no later checkpoint's CI lies above it",
-    },
-    "alarms": [
-        {
-            "name": "proxy_up_gold_down",
-            "step": 128,
-            "message": "proxy reward up while gold fell below its CI",
-            "values": {"gold": 0.7},
-        }
-    ],
-    "pairs": [{"a": 64, "b": 128, "metric": "eval/reward/gold", "difference": 0.1, "more_samples": 0}],
-}
 
-
-def write_checkpoints(run: Path, content: Any = None) -> None:
+def write_checkpoints(run: Path, content: Any) -> None:
     (run / "eval").mkdir(exist_ok=True)
-    text = content if isinstance(content, str) else json.dumps(content or CHECKPOINTS_JSON)
+    text = content if isinstance(content, str) else json.dumps(content)
     (run / "eval" / "checkpoints.json").write_text(text)
 
 
@@ -84,9 +39,9 @@ def test_a_run_without_checkpoint_eval_names_the_command(client: TestClient, run
     assert data["alarms"] == [] and data["selection"] is None
 
 
-def test_checkpoint_eval_alarms_and_selection(client: TestClient, runs_root: Path) -> None:
+def test_checkpoint_eval_alarms_and_selection(client: TestClient, runs_root: Path, checkpoint_eval: dict) -> None:
     run = runs_root / "llm"
-    write_checkpoints(run)
+    write_checkpoints(run, checkpoint_eval)
     with open(run / "metrics.jsonl", "a") as f:
         f.write(json.dumps({"step": 128, "eval/accuracy": 0.5, "alarm/proxy_up_gold_down": 1.0}) + "\n")
         f.write(json.dumps({"step": 192, "eval/accuracy": 0.4, "alarm/length_drift": 1.0}) + "\n")
@@ -97,7 +52,7 @@ def test_checkpoint_eval_alarms_and_selection(client: TestClient, runs_root: Pat
     (run / "selection.json").write_text(json.dumps({"step": 64, "metric": "eval/accuracy", "rule": "latest"}))
     data = client.get("/api/checkpoints", params={"run": "llm"}).json()
     assert data["command"] is None and data["errors"] == []
-    assert data["evaluation"] == CHECKPOINTS_JSON
+    assert data["evaluation"] == checkpoint_eval
     assert data["alarms"] == [
         {
             "name": "proxy_up_gold_down",
