@@ -22,12 +22,11 @@ MODEL_DIGEST_FILE = "model.json"
 """Size and sha256 of ``model.safetensors``, written after it; ``load_model`` verifies them."""
 
 
-def save_model(run_dir: Path, networks: dict[str, nn.Module], step: int | None = None) -> Path:
-    """Write the networks' weights to ``model.safetensors`` (keys ``<network>.<param>``), then its size and
-    sha256 to ``model.json``; ``load_model`` verifies them. Both files are fsynced and renamed into place.
+def flat_weights(networks: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
+    """The networks' weights as one flat dict ``<network>.<param>`` on the CPU, as safetensors stores them.
 
-    Tensors that share memory (tied input/output embeddings) are written once per name, as copies:
-    safetensors refuses shared tensors, and loading gives each name the same values again.
+    Tensors that share memory (tied input/output embeddings) appear once per name, as copies: safetensors refuses
+    shared tensors, and loading gives each name the same values again.
     """
     tensors: dict[str, torch.Tensor] = {}
     seen: set[int] = set()
@@ -37,9 +36,27 @@ def save_model(run_dir: Path, networks: dict[str, nn.Module], step: int | None =
             t = t.detach().cpu().contiguous()
             tensors[f"{name}.{key}"] = t.clone() if ptr in seen else t
             seen.add(ptr)
+    return tensors
+
+
+def load_flat_weights(networks: dict[str, nn.Module], tensors: dict[str, torch.Tensor], source: Path) -> None:
+    """Load :func:`flat_weights` output into ``networks`` (each network takes the keys under its name); weights that
+    do not fit are a one-line ``PickaxeError`` naming ``source``."""
+    for name, net in networks.items():
+        prefix = f"{name}."
+        _load_into(net, {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}, source)
+
+
+def save_model(run_dir: Path, networks: dict[str, nn.Module], step: int | None = None) -> Path:
+    """Write the networks' weights to ``model.safetensors`` (keys ``<network>.<param>``), then its size and
+    sha256 to ``model.json``; ``load_model`` verifies them. Both files are fsynced and renamed into place.
+
+    Tensors that share memory (tied input/output embeddings) are written once per name, as copies:
+    safetensors refuses shared tensors, and loading gives each name the same values again.
+    """
     path = run_dir / MODEL_FILE
     tmp = path.with_suffix(".tmp")
-    save_file(tensors, str(tmp))
+    save_file(flat_weights(networks), str(tmp))
     fsync_file(tmp)
     digest = file_digest(tmp)
     # a kill between the two renames leaves a model without a digest (loaded with a warning), never a
@@ -66,19 +83,28 @@ def load_model(
     ``checkpoint``: ``"final"`` (``model.safetensors``, checked against the size and sha256 in ``model.json``;
     a model without ``model.json``, from an older pickaxe, loads with a warning), ``"latest"`` (the newest good
     checkpoint), ``"best"`` (the checkpoint with the highest recorded eval metric; ties: the newest) or an env
-    step (the checkpoint of that step). Checkpoints are verified by their manifests. Problems raise a
+    step (the checkpoint of that step, else the policy kept at that step's evaluation, ``RUN/policies``). Checkpoints
+    are verified by their manifests, kept policies by their ``model.json``. Problems raise a
     ``PickaxeError`` whose one line names the file and the fix.
     """
     run_dir = Path(run_dir)
     which = checkpoint_choice(checkpoint)
     if which == "final":
-        tensors = _load_final(run_dir, device)
-        for name, net in networks.items():
-            prefix = f"{name}."
-            _load_into(
-                net, {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}, run_dir / MODEL_FILE
-            )
+        load_flat_weights(networks, _load_final(run_dir, device), run_dir / MODEL_FILE)
         return
+    if isinstance(which, int) and not any(i.step == which for i in CheckpointManager(run_dir).list()):
+        from pickaxe.runs.policies import list_policies, load_policy  # policies import this module
+
+        kept = list_policies(run_dir)
+        if any(p.step == which for p in kept):
+            load_policy(run_dir, networks, which, device)
+            return
+        if kept:
+            checkpoints = ", ".join(str(i.step) for i in CheckpointManager(run_dir).list()) or "none"
+            raise PickaxeError(
+                f"{run_dir} has no checkpoint at env step {which}; kept checkpoints: {checkpoints}; kept policies: "
+                f"{', '.join(str(p.step) for p in kept)}"
+            )
     state, info = _load_checkpoint_state(run_dir, which, device)
     algo = state.get("algo") if isinstance(state, dict) else None
     for name, net in networks.items():
