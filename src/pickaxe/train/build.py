@@ -23,6 +23,7 @@ from pickaxe.models.q_network import QNetwork
 from pickaxe.rollout.collector import Collector
 from pickaxe.runs.folder import disk_error
 from pickaxe.runs.model import load_model
+from pickaxe.runs.policies import acting_networks
 from pickaxe.runs.run import Run, default_run_dir
 from pickaxe.train.config import TrainConfig
 from pickaxe.train.evaluate import evaluate
@@ -102,6 +103,7 @@ def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = Fal
         config=cfg.trainer,
         progress=progress,
         torch_threads=cfg.torch_threads,
+        select=getattr(cfg, "select", None),
     )
 
 
@@ -276,7 +278,7 @@ def evaluate_run(
     envs = make(cfg.env.id, n, derive_seeds(cfg.seed)["eval_env"], **cfg.env.kwargs)
     try:
         algo = build_algorithm(cfg, envs)
-        load_model(run_dir, algo.networks(), device, checkpoint=checkpoint)
+        load_model(run_dir, acting_networks(algo.networks()), device, checkpoint=checkpoint)
         return evaluate(algo.policy, envs, episodes, device)
     finally:
         envs.close()

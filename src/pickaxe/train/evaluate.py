@@ -1,6 +1,8 @@
-"""Evaluation: the deterministic policy on separate eval envs."""
+"""Evaluation: the deterministic policy on separate eval envs, and the 95% CIs of evaluation means."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
@@ -8,6 +10,8 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from pickaxe.envs.make import SeededVectorEnv
+from pickaxe.eval.stats import mean as stats_mean
+from pickaxe.eval.stats import stratified_bootstrap_ci
 from pickaxe.models.policy import Policy
 
 
@@ -57,3 +61,50 @@ def evaluate(
                 reset_obs, _ = envs.reset(options={"reset_mask": done})
                 obs = np.where(done.reshape(-1, *[1] * (np.ndim(obs) - 1)), reset_obs, obs)
     return np.array(returns), np.array(lengths)
+
+
+BOOTSTRAP_REPS = 2000
+"""Bootstrap resamples of the evaluation CIs (seed 0: a CI is a pure function of the values)."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A mean over ``n`` samples with its 95% CI (``low``, ``high``; NaN when no sample is finite)."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+
+
+def mean_ci(values: np.ndarray) -> tuple[float, float]:
+    """95% percentile-bootstrap CI of the mean of ``values`` (non-finite ones dropped), ``BOOTSTRAP_REPS``
+    resamples with seed 0, so it is a pure function of the values; ``(nan, nan)`` when none is finite."""
+    finite = np.asarray(values, dtype=np.float64)
+    finite = finite[np.isfinite(finite)]
+    if finite.size == 0:
+        return float("nan"), float("nan")
+    return stratified_bootstrap_ci(finite, statistic=stats_mean, reps=BOOTSTRAP_REPS, seed=0)
+
+
+def mean_estimate(values: np.ndarray) -> Estimate:
+    """The mean of ``values`` ignoring NaNs (``np.nanmean``; NaN when all are) with :func:`mean_ci`."""
+    a = np.asarray(values, dtype=np.float64)
+    finite = int(np.isfinite(a).sum())
+    mean = float(np.nanmean(a)) if finite else float("nan")
+    low, high = mean_ci(a)
+    return Estimate(mean, low, high, finite)
+
+
+def ratio_estimate(numerator: np.ndarray, denominator: np.ndarray) -> Estimate:
+    """``sum(numerator) / sum(denominator)`` (e.g. a per-token mean from per-completion sums and token counts) with
+    a 95% percentile-bootstrap CI that resamples the pairs (seed 0)."""
+    num, den = np.asarray(numerator, dtype=np.float64), np.asarray(denominator, dtype=np.float64)
+    n = len(num)
+    if n == 0 or den.sum() <= 0:
+        return Estimate(float("nan"), float("nan"), float("nan"), n)
+    idx = np.random.default_rng(0).integers(0, n, size=(BOOTSTRAP_REPS, n))
+    totals = den[idx].sum(1)
+    ratios = num[idx].sum(1) / np.where(totals > 0, totals, np.nan)
+    low, high = np.nanquantile(ratios, [0.025, 0.975])
+    return Estimate(float(num.sum() / den.sum()), float(low), float(high), n)

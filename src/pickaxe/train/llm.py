@@ -14,6 +14,7 @@ import json
 import os
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ from pickaxe.rollout.pairs import RewardModelScorer
 from pickaxe.rollout.text_collector import DemoCollector, TextCollector, completion_text, encode_prompts, pack
 from pickaxe.runs.model import load_collector_state, load_model, weights_source
 from pickaxe.runs.run import Run
+from pickaxe.train.evaluate import Estimate, mean_estimate, ratio_estimate
 from pickaxe.train.llm_config import LLMEvalConfig, LLMTrainConfig
 from pickaxe.train.trainer import FitResult, Trainer
 from pickaxe.utils import resolve_device, seed_everything, set_torch_threads
@@ -57,10 +59,13 @@ class TextEvaluator:
     """Scores the current policy on the env's held-out prompts: greedy accuracy (the first reward function is the
     correctness check; correct means >= 1) with its 95% Wilson interval, the mean greedy reward, each reward term's
     greedy mean (``eval/reward/<name>``), and with ``samples`` > 0 the unbiased sampled pass@1 and pass@k, each
-    term's mean over the samples (``eval/sampled/<name>``) and, given the frozen ``reference``, the KL of the
-    policy to it estimated on those samples (``eval/kl``: mean over completions of the summed log-ratio, an
-    unbiased estimate of the sequence KL). Sampling is re-seeded every call, so an evaluation is a pure function of
-    the weights."""
+    term's mean over the samples (``eval/sampled/<name>``), the sampled length, the per-token entropy estimate
+    (``eval/entropy``: mean of -log pi(y_t) over the sampled tokens) and, given the frozen ``reference``, the KL of
+    the policy to it estimated on those samples (``eval/kl``: mean over completions of the summed log-ratio, an
+    unbiased estimate of the sequence KL). Every mean but the accuracy has a 95% bootstrap CI (``_ci_low``,
+    ``_ci_high``; fixed seed). Sampling is re-seeded every call, so an evaluation is a pure function of the
+    weights. :meth:`samples` gives the per-prompt and per-completion values the metrics are computed from
+    (``pickaxe eval --checkpoints`` caches them)."""
 
     def __init__(
         self,
@@ -92,21 +97,29 @@ class TextEvaluator:
         correct = np.nan_to_num(next(iter(terms.values())), nan=0.0) >= 1.0
         return correct, np.asarray(scores.total, dtype=np.float64), terms
 
-    def _kl(self, model: nn.Module, completions: list[Completion], temperature: float) -> float:
-        """Mean over ``completions`` of sum_t log pi(y_t) - log pi_ref(y_t) (policy and reference at
-        ``temperature``)."""
-        assert self.reference is not None
+    def _logprobs(self, model: nn.Module, completions: list[Completion], temperature: float) -> dict[str, np.ndarray]:
+        """Per completion: the summed -log pi(y_t) of its tokens and their count (policy at ``temperature``) and,
+        given a reference, sum_t log pi(y_t) - log pi_ref(y_t) (float32, as the KL is averaged)."""
         data = pack([self.prompt_ids[c.prompt_index] for c in completions], [c.token_ids for c in completions],
                     int(self.tokenizer.pad_token_id))  # fmt: skip
         device = next(model.parameters()).device
         ids, attn, mask = (data[k].to(device) for k in ("input_ids", "attention_mask", "loss_mask"))
+        out: dict[str, np.ndarray] = {}
         with torch.no_grad():
             logp = completion_logprobs(model, ids, attn, mask, temperature, rows=64)
-            ref = completion_logprobs(self.reference, ids, attn, mask, temperature, rows=64)
-        return float(((logp - ref) * mask).sum(1).mean())
+            out["sampled/neg_logp"] = (-(logp * mask).sum(1)).double().cpu().numpy()
+            out["sampled/tokens"] = mask.sum(1).double().cpu().numpy()
+            if self.reference is not None:
+                ref = completion_logprobs(self.reference, ids, attn, mask, temperature, rows=64)
+                out["sampled/kl"] = ((logp - ref) * mask).sum(1).float().cpu().numpy()
+        return out
 
-    def __call__(self, algo: Algorithm) -> dict[str, float]:
-        """Evaluate ``algo``'s model (synced into the engine first)."""
+    def samples(self, algo: Algorithm) -> dict[str, np.ndarray]:
+        """Evaluate ``algo``'s model (synced into the engine first); the per-sample values, in prompt order:
+        ``greedy/correct``, ``greedy/reward``, ``greedy/length`` and ``greedy/term/<name>`` (one per prompt), with
+        ``samples`` > 0 ``sampled/correct``, ``sampled/reward``, ``sampled/length``, ``sampled/term/<name>``,
+        ``sampled/neg_logp``, ``sampled/tokens`` and with a reference ``sampled/kl`` (one per completion, prompt-
+        major) and ``sampled/pass@<k>`` (one per prompt)."""
         cfg = self.config
         model = getattr(algo, "model", None)
         if model is not None:
@@ -121,36 +134,75 @@ class TextEvaluator:
         try:
             greedy = self.engine.generate(self.prompt_ids, SamplingParams(self.max_new_tokens, temperature=0.0))
             correct, reward, terms = self._score(greedy)
-            n, hits = len(correct), int(correct.sum())
-            low, high = wilson_interval(hits, n)
             out = {
-                "eval/accuracy": hits / max(n, 1),
-                "eval/accuracy_ci_low": low,
-                "eval/accuracy_ci_high": high,
-                "eval/return_mean": float(np.nanmean(reward)),
-                "eval/completion_length": float(np.mean([len(c.token_ids) for c in greedy])),
-                "eval/prompts": float(n),
+                "greedy/correct": correct.astype(np.float64),
+                "greedy/reward": reward,
+                "greedy/length": np.array([len(c.token_ids) for c in greedy], dtype=np.float64),
+                **{f"greedy/term/{k}": v for k, v in terms.items()},
             }
-            if len(terms) > 1:
-                out.update({f"eval/reward/{k}": float(np.nanmean(v)) for k, v in terms.items()})
             if cfg.samples > 0:
+                n = len(correct)
                 params = SamplingParams(self.max_new_tokens, temperature=cfg.temperature, n=cfg.samples)
                 sampled = self.engine.generate(self.prompt_ids, params)
                 sampled_correct, sampled_reward, sampled_terms = self._score(sampled)
+                out["sampled/correct"] = sampled_correct.astype(np.float64)
+                out["sampled/reward"] = sampled_reward
+                out["sampled/length"] = np.array([len(c.token_ids) for c in sampled], dtype=np.float64)
+                out.update({f"sampled/term/{k}": v for k, v in sampled_terms.items()})
                 per_prompt = sampled_correct.reshape(n, cfg.samples).sum(1)
                 for k in sorted({1, min(cfg.pass_k, cfg.samples)}):
-                    out[f"eval/pass@{k}"] = float(np.mean([pass_at_k(cfg.samples, int(c), k) for c in per_prompt]))
-                if len(terms) > 1:
-                    out["eval/sampled_return_mean"] = float(np.nanmean(sampled_reward))
-                    out.update({f"eval/sampled/{k}": float(np.nanmean(v)) for k, v in sampled_terms.items()})
-                if self.reference is not None and model is not None:
-                    out["eval/kl"] = self._kl(model, sampled, cfg.temperature)
+                    out[f"sampled/pass@{k}"] = np.array([pass_at_k(cfg.samples, int(c), k) for c in per_prompt])
+                if model is not None:
+                    out.update(self._logprobs(model, sampled, cfg.temperature))
         finally:
             if generator is not None:
                 generator.set_state(saved)
             if model is not None:
                 model.train(was_training)
         return out
+
+    def __call__(self, algo: Algorithm) -> dict[str, float]:
+        """Evaluate ``algo``'s model: the metrics of :func:`text_estimates` over :meth:`samples`, each mean with its
+        ``_ci_low``/``_ci_high``, and ``eval/prompts``."""
+        values = self.samples(algo)
+        out: dict[str, float] = {}
+        for name, e in text_estimates(values).items():
+            out.update({name: e.mean, f"{name}_ci_low": e.low, f"{name}_ci_high": e.high})
+        out["eval/prompts"] = float(len(values["greedy/correct"]))
+        return out
+
+
+def text_estimates(values: dict[str, np.ndarray]) -> dict[str, Estimate]:
+    """The held-out metrics of :meth:`TextEvaluator.samples` output, each with its 95% CI and sample count:
+    ``eval/accuracy`` (Wilson), ``eval/return_mean``, ``eval/completion_length``, ``eval/reward/<term>`` (with more
+    than one term), and from the samples ``eval/pass@<k>``, ``eval/sampled_return_mean`` and ``eval/sampled/<term>``
+    (more than one term), ``eval/sampled_length``, ``eval/entropy`` and ``eval/kl`` (bootstrap over prompts or
+    completions, fixed seed)."""
+    correct = values["greedy/correct"]
+    n, hits = len(correct), int(correct.sum())
+    low, high = wilson_interval(hits, n)
+    out = {
+        "eval/accuracy": Estimate(hits / max(n, 1), low, high, n),
+        "eval/return_mean": mean_estimate(values["greedy/reward"]),
+        "eval/completion_length": mean_estimate(values["greedy/length"]),
+    }
+    terms = [k.removeprefix("greedy/term/") for k in values if k.startswith("greedy/term/")]
+    if len(terms) > 1:
+        out.update({f"eval/reward/{k}": mean_estimate(values[f"greedy/term/{k}"]) for k in terms})
+    if "sampled/correct" in values:
+        passes = sorted((k for k in values if k.startswith("sampled/pass@")), key=lambda k: int(k.split("@")[1]))
+        out.update({f"eval/{k.removeprefix('sampled/')}": mean_estimate(values[k]) for k in passes})
+        if len(terms) > 1:
+            out["eval/sampled_return_mean"] = mean_estimate(values["sampled/reward"])
+            out.update({f"eval/sampled/{k}": mean_estimate(values[f"sampled/term/{k}"]) for k in terms})
+        out["eval/sampled_length"] = mean_estimate(values["sampled/length"])
+        if "sampled/neg_logp" in values:
+            out["eval/entropy"] = ratio_estimate(values["sampled/neg_logp"], values["sampled/tokens"])
+        if "sampled/kl" in values:
+            kl = values["sampled/kl"]
+            # averaged in float32 by torch, as the KL always was: the logged numbers stay what they were
+            out["eval/kl"] = replace(mean_estimate(kl), mean=float(torch.from_numpy(np.ascontiguousarray(kl)).mean()))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- building
@@ -434,17 +486,21 @@ class LLMTrainer(Trainer):
         """The Trainer of an LLM run: ``export`` (a model and its tokenizer) is written to ``RUN_DIR/export`` when the
         run finishes, and a fresh run evaluates its starting point first (``eval.before``, logged at step 0)."""
         trainer = cls(algo, collector, run=run, config=cfg.trainer, progress=progress,
-                      torch_threads=cfg.torch_threads, evaluator=evaluator)  # fmt: skip
+                      torch_threads=cfg.torch_threads, evaluator=evaluator, select=getattr(cfg, "select", None),
+                      alarms=getattr(cfg, "alarms", None))  # fmt: skip
         trainer.export_model = export
         if cfg.eval.before and not resuming:
             trainer.log_before(evaluator(algo))
         return trainer
 
     def log_before(self, record: dict[str, float]) -> None:
-        """Record the evaluation of the starting point (logged at step 0 and shown in the summary)."""
+        """Record the evaluation of the starting point (logged at step 0, its policy kept, shown in the summary)."""
         self.before = record
+        logged = {**record, "eval/phase_before": 1.0}
+        logged.update(self.observe_alarms(logged))
         if self.run is not None:
-            self.run.log({**record, "eval/phase_before": 1.0}, 0)
+            self.run.log(logged, 0)
+        self.keep_evaluated(logged)
         if self.progress and "eval/accuracy_ci_low" in record:
             Console().print(
                 f"held-out accuracy before training: {record['eval/accuracy']:.3f} "

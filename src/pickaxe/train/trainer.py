@@ -8,11 +8,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -23,10 +24,13 @@ from pickaxe.errors import CheckpointError, NonFiniteError, PickaxeError
 from pickaxe.faults import fault_point
 from pickaxe.rollout.collector import Collector
 from pickaxe.runs.checkpoint import CheckpointInfo, CheckpointManager
+from pickaxe.runs.model import MODEL_DIGEST_FILE, _read_json, _write_json_synced
 from pickaxe.runs.monitor import SystemMonitor
+from pickaxe.runs.policies import list_policies, prune_policies, save_policy
 from pickaxe.runs.run import Run
+from pickaxe.runs.tracking import read_metrics
 from pickaxe.train.config import TrainerConfig
-from pickaxe.train.evaluate import evaluate
+from pickaxe.train.evaluate import evaluate, mean_ci
 from pickaxe.train.overrides import Override, OverrideLog, mutable_keys
 from pickaxe.utils import get_rng_state, seed_everything, set_rng_state, set_torch_threads
 
@@ -67,6 +71,9 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 METRIC = "eval/return_mean"
 """The eval metric that decides ``best_eval_return``, ``target_return`` and the best checkpoints."""
+SELECTION_FILE = "selection.json"
+"""The run's best checkpoint by its ``select`` rule, rewritten after every evaluation (``pickaxe eval --checkpoints
+best`` reads it)."""
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 """Signals that make ``fit`` checkpoint at the next iteration boundary and stop (a second one aborts)."""
 
@@ -76,18 +83,28 @@ Evaluator = Callable[[Algorithm], dict[str, float]]
 
 
 class EnvEvaluator:
-    """Deterministic-policy evaluation on separate eval envs (``eval/return_mean``, ``_std``, ``length_mean``)."""
+    """Deterministic-policy evaluation on separate eval envs (``eval/return_mean`` with its 95% bootstrap CI over
+    episodes, ``_std``, ``length_mean``)."""
 
     def __init__(self, envs: gym.vector.VectorEnv, episodes: int = 10, device: str | torch.device = "cpu") -> None:
         self.envs = envs
         self.episodes = episodes
         self.device = device
 
+    def samples(self, algo: Algorithm) -> dict[str, np.ndarray]:
+        """Per-episode ``return`` and ``length`` of ``algo.policy`` with ``deterministic=True``."""
+        returns, lengths = evaluate(algo.policy, self.envs, self.episodes, self.device)
+        return {"return": returns, "length": lengths}
+
     def __call__(self, algo: Algorithm) -> dict[str, float]:
         """Evaluate ``algo.policy`` with ``deterministic=True``."""
-        returns, lengths = evaluate(algo.policy, self.envs, self.episodes, self.device)
+        values = self.samples(algo)
+        returns, lengths = values["return"], values["length"]
+        low, high = mean_ci(returns)
         return {
             "eval/return_mean": float(returns.mean()),
+            "eval/return_mean_ci_low": low,
+            "eval/return_mean_ci_high": high,
             "eval/return_std": float(returns.std()),
             "eval/length_mean": float(lengths.mean()),
         }
@@ -100,6 +117,11 @@ class Trainer:
     collected batch counts as one env step. Evaluation uses ``evaluator`` or, given ``eval_envs``, an
     ``EnvEvaluator`` on them. With a ``run``, checkpoints go to ``run.path / "checkpoints"`` and
     ``resume()`` continues from the newest good one exactly where it left off.
+
+    After every evaluation of a run: the acting weights are kept in ``RUN/policies`` (``trainer.keep_policies``),
+    ``alarms`` (an ``AlarmConfig``) watches the eval records for reward hacking (a fired alarm is ``alarm/NAME = 1``
+    in the record and an event), and ``select`` (a ``SelectConfig``) picks the best evaluated step that has kept
+    weights into ``RUN/selection.json``.
     """
 
     def __init__(
@@ -112,6 +134,8 @@ class Trainer:
         progress: bool = False,
         torch_threads: int = 1,
         evaluator: Evaluator | None = None,
+        select: Any = None,
+        alarms: Any = None,
     ) -> None:
         self.algo = algo
         self.collector = collector
@@ -135,6 +159,13 @@ class Trainer:
         self._eval_metric: tuple[int, float] | None = None  # (step, value) of the newest evaluation
         self.result = FitResult(steps=0, wall_s=0.0)
         self.monitor = SystemMonitor()
+        self.select = select
+        self.alarms = None
+        if alarms is not None and getattr(alarms, "enabled", True):
+            from pickaxe.eval.alarms import AlarmMonitor
+
+            self.alarms = AlarmMonitor(alarms)
+        self._evals: list[dict[str, Any]] = []  # the eval metrics of every evaluated step so far, for `select`
         set_torch_threads(torch_threads)
 
     def evaluate(self) -> dict[str, float]:
@@ -171,6 +202,7 @@ class Trainer:
         if self.run is not None:
             self.run.save_model(self.algo.networks(), step=self.step)
             self.save_checkpoint(self._metric_now())
+            self.write_selection()
             self.run.flush()
             self._set_status("finished", step=self.step)
         if self.progress:
@@ -278,6 +310,7 @@ class Trainer:
             while self._next_eval <= self.step:
                 self._next_eval += cfg.eval_every if cfg.eval_every > 0 else total
             record.update(self.evaluate())
+            record.update(self.observe_alarms(record))
             record["time/eval_s"] = time.perf_counter() - t2
         elapsed = time.perf_counter() - start
         record["time/elapsed_s"] = elapsed
@@ -305,11 +338,57 @@ class Trainer:
         wanted = due or (metric is not None and (cfg.save_at_eval or (improved and cfg.keep_best > 0)))
         # the last iteration and a stop at the target are followed at once by the final checkpoint
         final = self.step >= total or (result.solved_step is not None and cfg.stop_at_target)
+        t3 = time.perf_counter()
         if self.run is not None and wanted and not final:
-            t3 = time.perf_counter()
             self.save_checkpoint(metric)
-            self._checkpoint_s += time.perf_counter() - t3
+        if evaluated:
+            self.keep_evaluated(record)
+        self._checkpoint_s += time.perf_counter() - t3
         return record
+
+    # ------------------------------------------------------------------- after an evaluation
+    def observe_alarms(self, record: dict[str, Any]) -> dict[str, float]:
+        """Feed an evaluation's record (at the current step) to the alarm monitor; each alarm that fires is
+        reported (terminal and ``events.jsonl``) and returned as ``{"alarm/NAME": 1.0}`` for the record."""
+        if self.alarms is None:
+            return {}
+        fired = self.alarms.observe(self.step, record)
+        for alarm in fired:
+            self._event(alarm.message, alarm=alarm.name, values=dict(alarm.values))
+        return {f"alarm/{alarm.name}": 1.0 for alarm in fired}
+
+    def keep_evaluated(self, record: dict[str, Any]) -> None:
+        """After an evaluation at the current step was logged: keep the acting weights with the eval metrics
+        (``trainer.keep_policies``) and rewrite ``selection.json``. Needs a Run (else nothing happens)."""
+        if self.run is None:
+            return
+        evals = {k: v for k, v in record.items() if k.startswith(("eval/", "alarm/"))}
+        if getattr(self.config, "keep_policies", True):
+            save_policy(self.run.path, self.algo.networks(), self.step, evals)
+        self._evals = [r for r in self._evals if r["step"] != self.step] + [{"step": self.step, **evals}]
+        self.write_selection()
+
+    def write_selection(self) -> None:
+        """Write ``RUN/selection.json``: the ``select`` rule's best over the evaluated steps whose weights are kept
+        (a policy, a checkpoint or the final model); nothing without a Run, a ``select`` config or a candidate."""
+        if self.run is None or self.select is None:
+            return
+        from pickaxe.eval.selection import candidates_from_records, resolve_metric, select_best
+
+        kept = {p.step for p in list_policies(self.run.path)}
+        kept |= {i.step for i in self.checkpoints.list()} if self.checkpoints is not None else set()
+        final_step = _read_json(self.run.path / MODEL_DIGEST_FILE).get("step")
+        if isinstance(final_step, int):
+            kept.add(final_step)
+        records = [r for r in self._evals if r["step"] in kept]
+        metric = resolve_metric(self.select, {k for r in records for k in r})
+        if metric is None:
+            return
+        selection = select_best(candidates_from_records(records, metric), self.select, metric)
+        if selection is None:
+            return
+        doc = {**asdict(selection), "mode": self.select.mode, "candidates": len(records)}
+        _write_json_synced(self.run.path / SELECTION_FILE, doc)
 
     def _metric_now(self) -> float | None:
         """The eval metric of the current step, if this step was evaluated (a checkpoint here carries it)."""
@@ -409,6 +488,7 @@ class Trainer:
             "algo": self.algo.state_dict(),
             "collector": self.collector.state_dict(),
             "rng": get_rng_state(),
+            **({"alarms": self.alarms.state_dict()} if self.alarms is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -424,6 +504,8 @@ class Trainer:
         self._next_eval, self._next_log, self._next_save, self._rollbacks = counters
         self.result.eval_return, self.result.best_eval_return = t["eval_return"], t["best_eval_return"]
         self.result.solved_step = t["solved_step"]
+        if self.alarms is not None and "alarms" in state:
+            self.alarms.load_state_dict(state["alarms"])
         set_rng_state(state["rng"])
 
     def save_checkpoint(self, metric: float | None = None) -> Path | None:
@@ -467,16 +549,29 @@ class Trainer:
                     f"train it again (its config is {self.run.path / 'config.json'})"
                 )
             self.run.rewind(0)
+            prune_policies(self.run.path, 0)
+            self._reload_evals()
             return None
         _, info = self.checkpoints.load(accept=self._accept, on_skip=self._event)
         self._applied, self._saved, self._eval_metric = [], None, None
         if self.overrides is not None:  # changes made before the checkpoint are part of its config
             self._apply(self.overrides.before(self.step), announce=False)
         self.run.rewind(self.step)
+        prune_policies(self.run.path, self.step)  # they belong to the future this resume abandons
+        self._reload_evals()
         support = info.meta.get("env_state", "deterministic")
         how = "exact" if support == "exact" else "deterministic (env state not capturable: episodes restart)"
         self._event(f"resumed from {info.path.name} at step {self.step}; resume is {how}")
         return info
+
+    def _reload_evals(self) -> None:
+        """The eval records of the run up to its (rewound) step, as ``keep_evaluated`` collected them."""
+        assert self.run is not None
+        self._evals = []
+        for r in read_metrics(self.run.path):
+            evals = {k: v for k, v in r.items() if k.startswith(("eval/", "alarm/"))}
+            if evals:
+                self._evals = [e for e in self._evals if e["step"] != r["step"]] + [{"step": r["step"], **evals}]
 
     def _event(self, message: str, **fields: Any) -> None:
         """Record ``message`` in ``events.jsonl`` and print it once on stderr (without a Run: print only)."""
