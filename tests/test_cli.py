@@ -41,8 +41,12 @@ def test_train_then_eval_round_trip(tmp_path: Path, capsys) -> None:
     out = json.loads(capsys.readouterr().out.strip())
     assert out["episodes"] == 10 and out["checkpoint"] == "final"
     assert out["return_mean"] == pytest.approx(evals[-1])
+    # --checkpoint is --checkpoints with one value: a table, and the report with the run's settings but 3 episodes
     assert main(["eval", str(run_dir), "--episodes", "3", "--checkpoint", "latest"]) == 0
-    assert json.loads(capsys.readouterr().out.strip())["episodes"] == 3
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:3] == ["step", "source", "eval/return_mean"] and table[1].split()[:2] == ["6144", "*"]
+    report = json.loads((run_dir / "eval" / "checkpoints.json").read_text())
+    assert report["settings"]["episodes"] == 3 and [r["step"] for r in report["rows"]] == [6144]
 
 
 def test_recipes_lists_one_line_each(capsys) -> None:

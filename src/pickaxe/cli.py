@@ -285,49 +285,76 @@ class EvalArgs:
     """Evaluate a run's deterministic policy on fresh eval envs (LLM runs: its held-out prompts).
 
     By default with the run's own evaluation settings: ``trainer.eval_episodes`` episodes, or the LLM run's
-    ``eval.prompts`` prompts."""
+    ``eval.prompts`` prompts. Without --checkpoints the final model is scored and one JSON line printed; with
+    --checkpoints (or --checkpoint) every named checkpoint is scored with 95% CIs into a table,
+    RUN_DIR/eval/checkpoints.json, .csv and plots/, cached per checkpoint digest."""
 
     run_dir: tyro.conf.Positional[str]
     """The run folder."""
-    checkpoint: str = "final"
-    """Which weights: final (model.safetensors), best, latest, or a checkpoint's env step."""
+    checkpoints: tuple[str, ...] = ()
+    """Which kept weights: all, best (the run's selection rule), latest, final, or env steps (several allowed)."""
+    checkpoint: str | None = None
+    """The same as --checkpoints with one value (kept for older scripts)."""
     episodes: int | None = ranged(None, ge=1)
     """Episodes (LLM runs: prompts) to evaluate; default: the run's own evaluation size."""
+    samples: int | None = ranged(None, ge=0)
+    """LLM runs: sampled completions per prompt (pass@k, sampled rewards, KL, entropy); default: the run's."""
+    pass_k: int | None = ranged(None, ge=1)
+    """LLM runs: the k of pass@k; default: the run's."""
     device: str | None = None
     """Device to evaluate on (default: the run's)."""
+    no_cache: Annotated[bool, tyro.conf.FlagCreatePairsOff] = False
+    """Evaluate again even when RUN_DIR/eval/cache holds the results of the same weights and settings."""
 
 
 def _eval(args: list[str]) -> int:
     _needs_run_dir(args, "eval")
     opts = parse(EvalArgs, args, "pickaxe eval")
-    if opts.checkpoint not in ("final", "best", "latest") and not opts.checkpoint.isdigit():
-        raise ConfigError(f"--checkpoint must be final, best, latest or an env step, got {opts.checkpoint!r}")
-    checkpoint: str | int = int(opts.checkpoint) if opts.checkpoint.isdigit() else opts.checkpoint
+    from pickaxe.exp.checkpoint_eval import parse_choices
     from pickaxe.recipes.args import load_run_config
     from pickaxe.train.config import TrainConfig
 
+    choices = None
+    if opts.checkpoints or opts.checkpoint is not None:
+        choices = parse_choices(opts.checkpoints, "--checkpoints") if opts.checkpoints else []
+        if opts.checkpoint is not None:
+            choices += parse_choices([opts.checkpoint], "--checkpoint")
     run_dir = Path(opts.run_dir)
     cfg = load_run_config(run_dir)
     if opts.device is not None:
         cfg.device = opts.device
+    if isinstance(cfg, TrainConfig):
+        if opts.samples is not None or opts.pass_k is not None:
+            raise ConfigError(
+                f"{run_dir} is a classic run: --samples and --pass-k are for LLM runs (classic runs take --episodes)"
+            )
+    else:
+        cfg.eval.samples = cfg.eval.samples if opts.samples is None else opts.samples
+        cfg.eval.pass_k = cfg.eval.pass_k if opts.pass_k is None else opts.pass_k
+        if cfg.eval.pass_k > max(cfg.eval.samples, 1) and (opts.samples is not None or opts.pass_k is not None):
+            raise ConfigError(f"--pass-k {cfg.eval.pass_k} needs at least as many --samples, got {cfg.eval.samples}")
+    if choices is not None:
+        from pickaxe.exp.checkpoint_eval import main as checkpoints_main
+
+        return checkpoints_main(run_dir, cfg, choices, opts.episodes, cache=not opts.no_cache)
     try:
         if not isinstance(cfg, TrainConfig):  # an LLM run: held-out prompts instead of episodes
             from pickaxe.train.llm import evaluate_llm_run
 
-            metrics = evaluate_llm_run(cfg, run_dir, prompts=opts.episodes, checkpoint=checkpoint)
-            print(json.dumps({"run_dir": str(run_dir), "checkpoint": opts.checkpoint, **metrics}))
+            metrics = evaluate_llm_run(cfg, run_dir, prompts=opts.episodes)
+            print(json.dumps({"run_dir": str(run_dir), "checkpoint": "final", **metrics}))
             return 0
         import numpy as np
 
         from pickaxe.train.build import evaluate_run
 
         episodes = opts.episodes or cfg.trainer.eval_episodes
-        returns, lengths = evaluate_run(cfg, run_dir, episodes, checkpoint=checkpoint)
+        returns, lengths = evaluate_run(cfg, run_dir, episodes)
     except FileNotFoundError as e:
         raise PickaxeError(str(e)) from None
     out = {
         "run_dir": str(run_dir),
-        "checkpoint": opts.checkpoint,
+        "checkpoint": "final",
         "episodes": episodes,
         "return_mean": float(np.mean(returns)),
         "return_std": float(np.std(returns)),

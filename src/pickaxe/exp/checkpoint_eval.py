@@ -1,0 +1,614 @@
+"""``pickaxe eval RUN_DIR --checkpoints all|best|latest|final|STEP...``: evaluate a run's kept weights side by side.
+
+The candidates are the run's kept policies (``RUN/policies``), full checkpoints and final model, one per env step
+(a policy is preferred: the same weights, the smallest file). Each chosen checkpoint is evaluated with the run's
+own evaluation code: classic runs on N episodes (mean and IQM of the return with 95% stratified-bootstrap CIs),
+LLM runs on the held-out prompts through the run's ``TextEvaluator`` (accuracy with its Wilson CI, pass@k, every
+reward term greedy and sampled, KL to the reference, length, entropy, each with a 95% CI). The per-sample values
+of a checkpoint are cached in ``RUN/eval/cache/<sha256[:16]>-<settings hash>.json``, keyed by the weights' digest
+and the evaluation settings, so a rerun loads no model.
+
+Outputs: a table on stdout, ``RUN/eval/checkpoints.json`` (rows, the best checkpoint by the run's selection rule,
+the reward-hacking alarms over the results, and for the top two checkpoints how many more samples would separate
+them), ``RUN/eval/checkpoints.csv`` and ``RUN/eval/plots/<metric>.png`` (``/`` in the name as ``_``).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pickaxe.errors import PickaxeError
+from pickaxe.eval.alarms import AlarmConfig, detect_alarms
+from pickaxe.eval.selection import SelectConfig, candidates_from_records, resolve_metric, select_best
+from pickaxe.eval.stats import iqm, probability_of_improvement, samples_to_separate, stratified_bootstrap_ci
+from pickaxe.runs.checkpoint import MANIFEST, TENSORS, CheckpointManager
+from pickaxe.runs.model import MODEL_DIGEST_FILE, MODEL_FILE, _read_json, _write_json_synced
+from pickaxe.runs.policies import list_policies
+from pickaxe.runs.tracking import read_metrics
+from pickaxe.train.evaluate import BOOTSTRAP_REPS, Estimate, mean_ci
+from pickaxe.train.trainer import SELECTION_FILE
+
+CACHE_VERSION = 1
+"""Bumped when the cached per-sample values change meaning (old cache files are then ignored)."""
+KEYWORDS = ("all", "best", "latest", "final")
+
+
+@dataclass(frozen=True)
+class CheckpointRef:
+    """A candidate: the weights of one env step, where they are kept and their sha256."""
+
+    step: int
+    source: str  # "policy" | "checkpoint" | "final"
+    sha256: str
+
+
+@dataclass
+class Report:
+    """What ``pickaxe eval --checkpoints`` found (``to_dict`` is ``checkpoints.json``)."""
+
+    run: str
+    kind: str
+    settings: dict[str, Any]
+    metrics: list[str]
+    rows: list[dict[str, Any]]
+    best: dict[str, Any] | None
+    alarms: list[dict[str, Any]]
+    pairs: list[dict[str, Any]]
+    plots: dict[str, str] = field(default_factory=dict)
+    cached: int = 0
+    """Rows served from the cache (not written to the file)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``checkpoints.json`` document."""
+        doc = asdict(self)
+        doc.pop("cached")
+        return doc
+
+
+def parse_choices(values: Sequence[str], flag: str = "--checkpoints") -> list[str | int]:
+    """``all``/``best``/``latest``/``final`` or env steps (digits, optionally ``step-``-prefixed); anything else is a
+    one-line ``PickaxeError``."""
+    out: list[str | int] = []
+    for v in values:
+        text = str(v).strip()
+        digits = text.removeprefix("step-")
+        if text in KEYWORDS:
+            out.append(text)
+        elif digits.isdigit():
+            out.append(int(digits))
+        else:
+            raise PickaxeError(f"{flag} must be final, best, latest or an env step (or all), got {text!r}")
+    if not out:
+        raise PickaxeError(f"{flag} needs at least one of all, best, latest, final or an env step")
+    return out
+
+
+def list_candidates(run_dir: Path) -> list[CheckpointRef]:
+    """Every kept set of weights of the run, one per env step (policy, else final model, else checkpoint)."""
+    refs: dict[int, CheckpointRef] = {}
+    for info in CheckpointManager(run_dir).list():
+        entry = _read_json(info.path / MANIFEST).get("files", {}).get(TENSORS, {})
+        if isinstance(entry, dict) and isinstance(entry.get("sha256"), str):
+            refs[info.step] = CheckpointRef(info.step, "checkpoint", entry["sha256"])
+    final = _read_json(run_dir / MODEL_DIGEST_FILE)
+    if (run_dir / MODEL_FILE).is_file() and isinstance(final.get("step"), int) and isinstance(final.get("sha256"), str):
+        refs[final["step"]] = CheckpointRef(final["step"], "final", final["sha256"])
+    for p in list_policies(run_dir):
+        if p.sha256 is not None:
+            refs[p.step] = CheckpointRef(p.step, "policy", p.sha256)
+    return [refs[s] for s in sorted(refs)]
+
+
+def select_config(run_dir: Path, cfg: Any) -> SelectConfig:
+    """The run's selection rule: ``selection.json``'s metric, mode and rule, else the config's ``select``."""
+    recorded = _read_json(run_dir / SELECTION_FILE)
+    base = getattr(cfg, "select", None) or SelectConfig()
+    if not recorded:
+        return base
+    try:
+        return SelectConfig(
+            metric=recorded.get("metric", base.metric),
+            mode=recorded.get("mode", base.mode),
+            rule=recorded.get("rule", base.rule),
+        )
+    except Exception:  # a hand-edited selection.json: the config's rule
+        return base
+
+
+def _eval_records(run_dir: Path) -> list[dict[str, Any]]:
+    if not (run_dir / "metrics.jsonl").is_file():
+        return []
+    return [r for r in read_metrics(run_dir) if "step" in r and any(k.startswith("eval/") for k in r)]
+
+
+def _results_records(run_dir: Path) -> list[dict[str, Any]]:
+    """The rows of an earlier ``pickaxe eval --checkpoints`` as metric records (``M``, ``M_ci_low``, ...)."""
+    doc = _read_json(run_dir / "eval" / "checkpoints.json")
+    rows = doc.get("rows") if isinstance(doc.get("rows"), list) else []
+    return [_row_record(r) for r in rows if isinstance(r, dict) and isinstance(r.get("metrics"), dict)]
+
+
+def _row_record(row: dict[str, Any]) -> dict[str, Any]:
+    record: dict[str, Any] = {"step": row["step"]}
+    for name, e in row["metrics"].items():
+        record.update({name: e.get("mean"), f"{name}_ci_low": e.get("low"), f"{name}_ci_high": e.get("high")})
+    return record
+
+
+def best_step(run_dir: Path, cfg: Any, refs: Sequence[CheckpointRef]) -> int:
+    """The step ``best`` means: the run's selection rule over an earlier ``--checkpoints`` evaluation's results when
+    there are some, else over the run's logged evaluations (steps with kept weights only)."""
+    select = select_config(run_dir, cfg)
+    kept = {r.step for r in refs}
+    for records in (_results_records(run_dir), _eval_records(run_dir)):
+        records = [r for r in records if r["step"] in kept]
+        metric = resolve_metric(select, {k for r in records for k in r})
+        if metric is None:
+            continue
+        chosen = select_best(candidates_from_records(records, metric), select, metric)
+        if chosen is not None:
+            return chosen.step
+    raise PickaxeError(
+        f"{run_dir} has no evaluated step with kept weights, so none is best; name a step or use --checkpoints latest"
+    )
+
+
+def choose(run_dir: Path, cfg: Any, refs: Sequence[CheckpointRef], choices: Sequence[str | int]) -> list[CheckpointRef]:
+    """The candidates ``choices`` name, by step, each once."""
+    by_step = {r.step: r for r in refs}
+    if not refs:
+        raise PickaxeError(f"{run_dir} keeps no weights (no policies, checkpoints or final model); train it first")
+    steps: list[int] = []
+    for c in choices:
+        if c == "all":
+            steps += list(by_step)
+        elif c == "latest":
+            steps.append(refs[-1].step)
+        elif c == "final":
+            final = _read_json(run_dir / MODEL_DIGEST_FILE).get("step")
+            if not (run_dir / MODEL_FILE).is_file() or final not in by_step:
+                raise PickaxeError(f"{run_dir} has no final model (did the run finish?); use --checkpoints latest")
+            steps.append(final)
+        elif c == "best":
+            steps.append(best_step(run_dir, cfg, refs))
+        elif c not in by_step:
+            kept = ", ".join(str(s) for s in by_step)
+            raise PickaxeError(f"{run_dir} keeps no weights at env step {c}; kept steps: {kept}")
+        else:
+            steps.append(int(c))
+    return [by_step[s] for s in sorted(set(steps))]
+
+
+# ------------------------------------------------------------------------------------------- evaluation
+class _Checkpoints:
+    """Loads a run's weights and evaluates them; built on the first cache miss."""
+
+    kind: str
+    settings: dict[str, Any]
+
+    def samples(self, ref: CheckpointRef) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def estimates(self, values: dict[str, np.ndarray]) -> dict[str, Estimate]:
+        raise NotImplementedError
+
+    def units(self, values: dict[str, np.ndarray], metric: str) -> np.ndarray | None:
+        """One value per prompt or episode of ``metric`` (what a paired comparison pairs), or None."""
+        raise NotImplementedError
+
+
+def _load(run_dir: Path, networks: dict[str, Any], ref: CheckpointRef, device: Any) -> None:
+    from pickaxe.runs.model import load_model
+    from pickaxe.runs.policies import load_policy
+
+    if ref.source == "policy":
+        load_policy(run_dir, networks, ref.step, device)
+    else:
+        load_model(run_dir, networks, device, checkpoint="final" if ref.source == "final" else ref.step)
+
+
+class _Classic(_Checkpoints):
+    kind = "classic"
+
+    def __init__(self, run_dir: Path, cfg: Any, episodes: int | None) -> None:
+        self.run_dir, self.cfg = run_dir, cfg
+        self.episodes = episodes or cfg.trainer.eval_episodes
+        self.settings = {"episodes": self.episodes, "device": cfg.device}
+        self._built: tuple[Any, Any, Any] | None = None
+
+    def _build(self) -> tuple[Any, Any, Any]:
+        if self._built is None:
+            from pickaxe.envs.make import make
+            from pickaxe.train.build import build_algorithm, derive_seeds
+            from pickaxe.utils import resolve_device, set_torch_threads
+
+            cfg = self.cfg
+            set_torch_threads(cfg.torch_threads)
+            n = max(1, min(self.episodes, cfg.env.eval_envs or 1))  # as evaluate_run: the run's own eval envs
+            envs = make(cfg.env.id, n, derive_seeds(cfg.seed)["eval_env"], **cfg.env.kwargs)
+            self._built = (envs, build_algorithm(cfg, envs), resolve_device(cfg.device))
+        return self._built
+
+    def samples(self, ref: CheckpointRef) -> dict[str, np.ndarray]:
+        from pickaxe.runs.policies import acting_networks
+        from pickaxe.train.evaluate import evaluate
+
+        envs, algo, device = self._build()
+        _load(self.run_dir, acting_networks(algo.networks()), ref, device)
+        returns, lengths = evaluate(algo.policy, envs, self.episodes, device)
+        return {"return": returns.astype(np.float64), "length": lengths.astype(np.float64)}
+
+    def estimates(self, values: dict[str, np.ndarray]) -> dict[str, Estimate]:
+        r, length, n = values["return"], values["length"], len(values["return"])
+        return {  # the mean and its CI as the run's EnvEvaluator logs them
+            "eval/return_mean": Estimate(float(r.mean()), *mean_ci(r), n),
+            "eval/return_iqm": Estimate(iqm(r), *stratified_bootstrap_ci(r, iqm, BOOTSTRAP_REPS, seed=0), n),
+            "eval/length_mean": Estimate(float(length.mean()), *mean_ci(length), n),
+        }
+
+    def units(self, values: dict[str, np.ndarray], metric: str) -> np.ndarray | None:
+        return {"eval/return_mean": values["return"], "eval/length_mean": values["length"]}.get(metric)
+
+    def close(self) -> None:
+        if self._built is not None:
+            self._built[0].close()
+
+
+class _LLM(_Checkpoints):
+    kind = "llm"
+
+    def __init__(self, run_dir: Path, cfg: Any, prompts: int | None) -> None:
+        from pickaxe.algos.configs import DPOConfig, GRPOConfig, LLMPPOConfig, SFTConfig
+        from pickaxe.train.llm import derive_llm_seeds
+
+        if not isinstance(cfg.algo, GRPOConfig | LLMPPOConfig | SFTConfig | DPOConfig):
+            raise PickaxeError(
+                f"{run_dir} trains {type(cfg.algo).__name__}, which has no policy to evaluate on held-out prompts; "
+                "pickaxe eval --checkpoints takes policy runs (SFT, GRPO, PPO, DPO)"
+            )
+        self.run_dir, self.cfg = run_dir, cfg
+        if prompts is not None:
+            cfg.eval.prompts = prompts
+        e = cfg.eval
+        self.settings = {
+            "prompts": e.prompts,
+            "samples": e.samples,
+            "pass_k": e.pass_k,
+            "temperature": e.temperature,
+            "max_new_tokens": cfg.engine.max_new_tokens,
+            "seed": derive_llm_seeds(cfg.seed)["eval"],
+            "device": cfg.device,
+        }
+        self._built: tuple[Any, Any, Any, Any] | None = None
+
+    def _build(self) -> tuple[Any, Any, Any, Any]:
+        if self._built is None:
+            from pickaxe.algos.configs import SFTConfig
+            from pickaxe.algos.sft import SFT
+            from pickaxe.rollout.engines.hf import HFEngine
+            from pickaxe.train.llm import TextEvaluator, _run_reference, build_env, build_model, derive_llm_seeds
+            from pickaxe.utils import resolve_device, set_torch_threads
+
+            cfg = self.cfg
+            set_torch_threads(cfg.torch_threads)
+            seeds = derive_llm_seeds(cfg.seed)
+            device = resolve_device(cfg.device)
+            model, tokenizer = build_model(cfg, device, seeds["model"])
+            env = build_env(cfg, seeds["env"], seeds["eval_env"], tokenizer, device)
+            engine = HFEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, cfg.engine.max_batch,
+                              seeds["engine"])  # fmt: skip
+            reference = _run_reference(cfg, self.run_dir, model, device)
+            evaluator = TextEvaluator(env, engine, tokenizer, cfg.eval, cfg.engine.max_new_tokens, seeds["eval"],
+                                      reference)  # fmt: skip
+            self._built = (model, SFT(model, SFTConfig()), evaluator, device)
+        return self._built
+
+    def samples(self, ref: CheckpointRef) -> dict[str, np.ndarray]:
+        model, algo, evaluator, device = self._build()
+        _load(self.run_dir, {"policy": model}, ref, device)
+        return evaluator.samples(algo)
+
+    def estimates(self, values: dict[str, np.ndarray]) -> dict[str, Estimate]:
+        from pickaxe.train.llm import text_estimates
+
+        return text_estimates(values)
+
+    def units(self, values: dict[str, np.ndarray], metric: str) -> np.ndarray | None:
+        n = len(values["greedy/correct"])
+        name = metric.removeprefix("eval/")
+        greedy = {"accuracy": "greedy/correct", "return_mean": "greedy/reward", "completion_length": "greedy/length"}
+        sampled = {"sampled_return_mean": "sampled/reward", "sampled_length": "sampled/length", "kl": "sampled/kl"}
+        if name in greedy:
+            return values[greedy[name]]
+        if name.startswith("reward/"):
+            return values.get(f"greedy/term/{name.removeprefix('reward/')}")
+        if name.startswith("pass@"):
+            return values.get(f"sampled/{name}")
+        key = sampled.get(name) or (
+            f"sampled/term/{name.removeprefix('sampled/')}" if name.startswith("sampled/") else ""
+        )
+        if key not in values:
+            return None
+        per = np.asarray(values[key], dtype=np.float64).reshape(n, -1)
+        with np.errstate(all="ignore"):
+            return np.nanmean(per, axis=1)  # one value per prompt: its samples averaged
+
+    def close(self) -> None:
+        return None
+
+
+# ------------------------------------------------------------------------------------------------ cache
+def settings_hash(kind: str, settings: dict[str, Any], config: dict[str, Any]) -> str:
+    """The digest of what decides an evaluation's numbers besides the weights."""
+    doc = {"version": CACHE_VERSION, "kind": kind, "settings": settings, "config": config}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _cache_path(run_dir: Path, ref: CheckpointRef, digest: str) -> Path:
+    return run_dir / "eval" / "cache" / f"{ref.sha256[:16]}-{digest[:16]}.json"
+
+
+def _read_cache(path: Path, ref: CheckpointRef) -> dict[str, np.ndarray] | None:
+    doc = _read_json(path)
+    values = doc.get("samples")
+    if doc.get("sha256") != ref.sha256 or not isinstance(values, dict):
+        return None
+    try:
+        return {k: np.array([np.nan if x is None else x for x in v], dtype=np.float64) for k, v in values.items()}
+    except (TypeError, ValueError):
+        return None
+
+
+def _write_cache(path: Path, ref: CheckpointRef, settings: dict[str, Any], values: dict[str, np.ndarray]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "sha256": ref.sha256,
+        "step": ref.step,
+        "source": ref.source,
+        "settings": settings,
+        "samples": {k: [_num(x) for x in np.asarray(v, dtype=np.float64).tolist()] for k, v in values.items()},
+    }
+    _write_json_synced(path, doc)
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
+
+
+# ----------------------------------------------------------------------------------------------- report
+def evaluate_checkpoints(
+    run_dir: str | Path,
+    cfg: Any,
+    choices: Sequence[str | int],
+    episodes: int | None = None,
+    cache: bool = True,
+    on_progress: Callable[[str], None] | None = None,
+) -> Report:
+    """Evaluate the chosen checkpoints of the run in ``run_dir`` (config ``cfg``, as ``load_run_config`` reads it;
+    ``episodes``: episodes or, for LLM runs, held-out prompts; default the run's own) and write
+    ``RUN/eval/checkpoints.json``, ``.csv`` and the plots. ``cache=False`` re-evaluates (and rewrites the cache)."""
+    from pickaxe.train.config import TrainConfig
+
+    run_dir = Path(run_dir)
+    refs = list_candidates(run_dir)
+    chosen = choose(run_dir, cfg, refs, choices)
+    evaluator: _Checkpoints = (
+        _Classic(run_dir, cfg, episodes) if isinstance(cfg, TrainConfig) else _LLM(run_dir, cfg, episodes)
+    )
+    digest = settings_hash(evaluator.kind, evaluator.settings, cfg.to_dict())
+    rows, units, cached = [], {}, 0
+    try:
+        for ref in chosen:
+            path = _cache_path(run_dir, ref, digest)
+            values = _read_cache(path, ref) if cache else None
+            if values is None:
+                if on_progress is not None:
+                    on_progress(f"evaluating step {ref.step} ({ref.source})")
+                values = evaluator.samples(ref)
+                _write_cache(path, ref, evaluator.settings, values)
+            else:
+                cached += 1
+            estimates = evaluator.estimates(values)
+            metrics = {k: {"mean": _num(e.mean), "low": _num(e.low), "high": _num(e.high), "n": e.n}
+                       for k, e in estimates.items()}  # fmt: skip
+            rows.append({"step": ref.step, "source": ref.source, "sha256": ref.sha256, "metrics": metrics})
+            units[ref.step] = values
+    finally:
+        close = getattr(evaluator, "close", None)
+        if close is not None:
+            close()
+    names = list(dict.fromkeys(k for r in rows for k in r["metrics"]))
+    records = [_row_record(r) for r in rows]
+    select = select_config(run_dir, cfg)
+    metric = resolve_metric(select, names)
+    best = None
+    if metric is not None:
+        chosen_best = select_best(candidates_from_records(records, metric), select, metric)
+        best = {**asdict(chosen_best), "mode": select.mode} if chosen_best is not None else None
+    alarms: list[dict[str, Any]] = []
+    alarm_cfg = getattr(cfg, "alarms", None)
+    if alarm_cfg is not None or evaluator.kind == "llm":
+        alarms = [a.to_dict() for a in detect_alarms(records, alarm_cfg or AlarmConfig())]
+    pairs = _pairs(records, units, evaluator, metric, select)
+    report = Report(str(run_dir), evaluator.kind, {**evaluator.settings, "cache_key": digest[:16]}, names, rows,
+                    best, alarms, pairs, cached=cached)  # fmt: skip
+    _write_outputs(run_dir, report)
+    return report
+
+
+def _pairs(
+    records: list[dict[str, Any]],
+    values: dict[int, dict[str, np.ndarray]],
+    evaluator: _Checkpoints,
+    metric: str | None,
+    select: SelectConfig,
+) -> list[dict[str, Any]]:
+    """The top two checkpoints by ``metric``: their difference, the probability that a sample of the first beats one
+    of the second, and how many more samples (paired) would separate them."""
+    if metric is None:
+        return []
+    sign = 1.0 if select.mode == "max" else -1.0
+    ranked = sorted((c for c in candidates_from_records(records, metric)), key=lambda c: (-sign * c.mean, c.step))
+    if len(ranked) < 2:
+        return []
+    a, b = ranked[0], ranked[1]
+    ua, ub = evaluator.units(values[a.step], metric), evaluator.units(values[b.step], metric)
+    pair: dict[str, Any] = {"a": a.step, "b": b.step, "metric": metric, "difference": a.mean - b.mean}
+    more = poi = None
+    if ua is not None and ub is not None and len(ua) == len(ub):
+        ok = np.isfinite(ua) & np.isfinite(ub)
+        if ok.sum() >= 2:
+            more = samples_to_separate(ua[ok], ub[ok], paired=True)
+            poi = probability_of_improvement(sign * ua[ok], sign * ub[ok])
+    pair.update({"more_samples": more, "probability_of_improvement": poi, "paired": True})
+    return [pair]
+
+
+def _write_outputs(run_dir: Path, report: Report) -> None:
+    out = run_dir / "eval"
+    out.mkdir(parents=True, exist_ok=True)
+    report.plots = _plots(out / "plots", report)
+    _write_json_synced(out / "checkpoints.json", report.to_dict())
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(
+        ["step", "source", "sha256", *[f"{m}{s}" for m in report.metrics for s in ("", "_ci_low", "_ci_high")]]
+    )
+    for row in report.rows:
+        cells = []
+        for m in report.metrics:
+            e = row["metrics"].get(m, {})
+            cells += [e.get("mean"), e.get("low"), e.get("high")]
+        writer.writerow([row["step"], row["source"], row["sha256"], *["" if c is None else repr(c) for c in cells]])
+    tmp = out / ".checkpoints.csv.tmp"
+    tmp.write_text(buf.getvalue(), encoding="utf-8")
+    tmp.replace(out / "checkpoints.csv")
+
+
+def plot_name(metric: str) -> str:
+    """The file name of ``metric``'s plot (``eval/sampled/gold`` -> ``eval_sampled_gold.png``)."""
+    return metric.replace("/", "_") + ".png"
+
+
+def _plots(folder: Path, report: Report) -> dict[str, str]:
+    """One PNG per metric: mean and 95% CI band over steps, the best step starred, alarm steps marked. Skipped
+    (empty) without matplotlib; unchanged results keep their plots."""
+    try:  # the Agg canvas directly: no pyplot, no global backend switch
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        return {}
+    folder.mkdir(parents=True, exist_ok=True)
+    content = json.dumps([report.rows, report.best, report.alarms], sort_keys=True).encode()
+    stamp = folder / ".digest"
+    digest = hashlib.sha256(content).hexdigest()
+    names = {m: f"plots/{plot_name(m)}" for m in report.metrics}
+    if stamp.is_file() and stamp.read_text() == digest and all((folder.parent / p).is_file() for p in names.values()):
+        return names
+    best = report.best["step"] if report.best else None
+    for metric in report.metrics:
+        pts = [
+            (r["step"], r["metrics"][metric])
+            for r in report.rows
+            if r["metrics"].get(metric, {}).get("mean") is not None
+        ]
+        if not pts:
+            continue
+        steps = np.array([s for s, _ in pts], dtype=np.float64)
+        mean = np.array([e["mean"] for _, e in pts], dtype=np.float64)
+        low = np.array([np.nan if e["low"] is None else e["low"] for _, e in pts], dtype=np.float64)
+        high = np.array([np.nan if e["high"] is None else e["high"] for _, e in pts], dtype=np.float64)
+        fig = Figure(figsize=(7, 4), layout="constrained")
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot()
+        ax.plot(steps, mean, marker="o", label=metric)
+        ax.fill_between(steps, low, high, alpha=0.2, linewidth=0, label="95% CI")
+        if best is not None and best in set(steps.astype(int).tolist()):
+            i = int(np.flatnonzero(steps == best)[0])
+            ax.plot([best], [mean[i]], marker="*", markersize=16, color="goldenrod", linestyle="none", label="best")
+        for k, alarm in enumerate(report.alarms):
+            ax.axvline(alarm["step"], color="crimson", linestyle=":", label="alarm" if k == 0 else None)
+        ax.set_xlabel("env steps")
+        ax.set_ylabel(metric)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+        fig.savefig(folder / plot_name(metric), dpi=100)
+    stamp.write_text(digest)
+    return names
+
+
+HEADLINE = (
+    "eval/accuracy",
+    "eval/pass@1",
+    "eval/reward/gold",
+    "eval/sampled/gold",
+    "eval/sampled/proxy",
+    "eval/kl",
+    "eval/sampled_length",
+    "eval/entropy",
+    "eval/return_mean",
+    "eval/return_iqm",
+)
+"""The metrics the table shows (the selection metric too); every metric is in the JSON and CSV files."""
+
+
+def format_report(report: Report) -> str:
+    """The table and summary lines ``pickaxe eval --checkpoints`` prints."""
+    shown = [m for m in HEADLINE if m in report.metrics]
+    if report.best and report.best["metric"] not in shown and report.best["metric"] in report.metrics:
+        shown.insert(0, report.best["metric"])
+    header = ["step", "source", *shown]
+    best = report.best["step"] if report.best else None
+    lines = []
+    for r in report.rows:
+        cells = [f"{r['step']}{' *' if r['step'] == best else ''}", r["source"]]
+        for m in shown:
+            e = r["metrics"].get(m)
+            cells.append("-" if not e or e["mean"] is None else _fmt(e))
+        lines.append(cells)
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *lines, strict=True)]
+    out = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *lines]]
+    if report.best:
+        out.append(f"best (* , rule {report.best['rule']}): {report.best['reason']}")
+    for a in report.alarms:
+        out.append(f"alarm {a['name']} at step {a['step']}: {a['message']}")
+    for p in report.pairs:
+        more = p["more_samples"]
+        unit = "prompts" if report.kind == "llm" else "episodes"
+        how = (
+            "already separated" if more == 0 else "never (equal means)" if more is None else f"~{more} more {unit} each"
+        )
+        out.append(
+            f"top two by {p['metric']}: step {p['a']} vs {p['b']}, difference {p['difference']:.4g}; to separate: {how}"
+        )
+    out.append(f"wrote {Path(report.run) / 'eval' / 'checkpoints.json'} (+ .csv, plots/); {report.cached} of "
+               f"{len(report.rows)} from the cache")  # fmt: skip
+    return "\n".join(out)
+
+
+def _fmt(e: dict[str, Any]) -> str:
+    if e["low"] is None or e["high"] is None:
+        return f"{e['mean']:.4g}"
+    return f"{e['mean']:.4g} [{e['low']:.4g}, {e['high']:.4g}]"
+
+
+def main(run_dir: str | Path, cfg: Any, choices: Sequence[str | int], episodes: int | None, cache: bool) -> int:
+    """What ``pickaxe eval RUN_DIR --checkpoints ...`` does: evaluate, write the files, print the table."""
+    report = evaluate_checkpoints(run_dir, cfg, choices, episodes, cache,
+                                  on_progress=lambda m: print(f"pickaxe: {m}", file=sys.stderr))  # fmt: skip
+    print(format_report(report))
+    return 0
+
+
+__all__ = ["CheckpointRef", "Report", "evaluate_checkpoints", "format_report", "list_candidates"]
