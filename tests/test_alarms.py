@@ -141,5 +141,5 @@ def test_disabled_and_bad_config() -> None:
     assert detect_alarms(_records("rlhf_ppo_seed0_evals.jsonl"), AlarmConfig(enabled=False)) == []
     with pytest.raises(ConfigError, match="length_drift must be >= 0"):
         AlarmConfig(length_drift=-1)
-    with pytest.raises(ConfigError, match=r"length_min .* must be below alarms\.length_max"):
+    with pytest.raises(ConfigError, match=r"--alarms\.length-min \(10\) must be below --alarms\.length-max \(5\)"):
         AlarmConfig(length_min=10, length_max=5)

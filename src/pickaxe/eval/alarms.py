@@ -79,7 +79,7 @@ class AlarmConfig:
         for name in ("length", "entropy"):
             low, high = getattr(self, f"{name}_min"), getattr(self, f"{name}_max")
             if low is not None and high is not None and low >= high:
-                raise ConfigError(f"alarms.{name}_min ({low}) must be below alarms.{name}_max ({high})")
+                raise ConfigError(f"--alarms.{name}-min ({low}) must be below --alarms.{name}-max ({high})")
 
 
 @dataclass(frozen=True)

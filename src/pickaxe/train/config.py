@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Literal
 from pickaxe.algos.configs import DQNConfig, PPOConfig
 from pickaxe.config_keys import check_field, ranged, validate
 from pickaxe.errors import ConfigError
+from pickaxe.eval.selection import SelectConfig
 
 
 @dataclass
@@ -42,6 +43,10 @@ class TrainerConfig:
     """Checkpoints kept by recency."""
     keep_best: int = ranged(1, ge=0)
     """Checkpoints kept by eval return (on top of keep_last)."""
+    keep_policies: bool = True
+    """Keep the policy weights alone (no optimizer or buffer state) at every evaluation, under
+    ``RUN/policies/``, so every evaluated step stays selectable after keep_last has pruned the full checkpoints.
+    Needs a Run."""
     on_nonfinite: Literal["rollback", "stop"] = "rollback"
     """On a NaN/Inf loss, gradient or parameter: reload the last good checkpoint, or stop."""
     max_rollbacks: int = ranged(3, ge=0)
@@ -240,6 +245,8 @@ class TrainConfig(RunConfig):
     model: ModelConfig = field(default_factory=ModelConfig)
     collector: CollectorConfig = field(default_factory=CollectorConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    select: SelectConfig = field(default_factory=SelectConfig)
+    """The best-checkpoint rule (``RUN/selection.json``, ``pickaxe eval --checkpoints best``)."""
     dist: DistConfig = field(default_factory=DistConfig)
     seed: int = ranged(0, ge=0, lt=2**63)
     device: str = device_field()

@@ -9,6 +9,8 @@ from typing import Any, ClassVar, Literal
 from pickaxe.algos.configs import DPOConfig, GRPOConfig, LLMPPOConfig, RewardModelConfig, SFTConfig
 from pickaxe.config_keys import ranged, validate
 from pickaxe.errors import ConfigError, PickaxeError
+from pickaxe.eval.alarms import AlarmConfig
+from pickaxe.eval.selection import SelectConfig
 from pickaxe.train.config import DistConfig, RunConfig, TrainerConfig, device_field
 
 
@@ -247,6 +249,10 @@ class LLMTrainConfig(RunConfig):
     eval: LLMEvalConfig = field(default_factory=LLMEvalConfig)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    select: SelectConfig = field(default_factory=SelectConfig)
+    """The best-checkpoint rule (``RUN/selection.json``, ``pickaxe eval --checkpoints best``)."""
+    alarms: AlarmConfig = field(default_factory=AlarmConfig)
+    """Reward-hacking alarms watched at every evaluation."""
     dist: DistConfig = field(default_factory=DistConfig)
     seed: int = ranged(0, ge=0, lt=2**63)
     device: str = device_field()
