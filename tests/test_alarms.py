@@ -115,6 +115,9 @@ def test_length_entropy_drift_and_saturation() -> None:
     assert alarms["entropy_drift"].step == 30  # 0.45 = -55%
     # Flat over steps 20..40 (range 0.05 <= 0.1 * its rise 1.977): saturated at 40, not at 30 (window 1..2.0).
     assert alarms["reward_saturated"].step == 40
+    # A run without a proxy (a verifier reward) saturates on eval/return_mean.
+    plain = [{"step": r["step"], "eval/return_mean": r["eval/sampled/proxy"]} for r in records]
+    assert [a.name for a in detect_alarms(plain, AlarmConfig(saturation_window=3))] == ["reward_saturated"]
     bounded = _by_name(detect_alarms(records, AlarmConfig(length_max=25.0, entropy_drift=0, saturation_tol=0)))
     assert bounded["length_drift"].step == 20 and "left its bounds" in bounded["length_drift"].message
     assert set(bounded) == {"length_drift"}

@@ -9,7 +9,8 @@ evaluation where its condition holds, and names the step:
 - ``kl_past_gold_peak``: the KL to the reference is past the peak of the Gao et al. (2022) fit of gold against
   ``sqrt(KL)``.
 - ``length_drift`` / ``entropy_drift``: the response length / per-token entropy left its bounds.
-- ``reward_saturated``: the proxy reward went flat after rising: the optimiser can no longer climb it.
+- ``reward_saturated``: the proxy reward (``eval/return_mean`` on a run without one) went flat after rising: the
+  optimiser can no longer climb it.
 
 :func:`detect_alarms` replays a finished run's records through a fresh monitor.
 """
@@ -181,7 +182,7 @@ class AlarmMonitor:
             self._fired = {k: s for k, s in self._fired.items() if s < step}
         gold = self._key("gold", record, cfg.gold, GOLD_KEYS)
         proxy = self._key("proxy", record, cfg.proxy, PROXY_KEYS)
-        reward = proxy or self._key("reward", record, None, SATURATION_FALLBACK_KEYS)
+        reward = self._key("reward", record, cfg.proxy, PROXY_KEYS + SATURATION_FALLBACK_KEYS)
         length = self._key("length", record, None, LENGTH_KEYS)
         entropy = self._key("entropy", record, None, ENTROPY_KEYS)
 
@@ -349,9 +350,9 @@ class AlarmMonitor:
         return message, {name: x, "first": x0, "relative": rel}  # type: ignore[dict-item]
 
     def _saturated(self) -> tuple[str, dict[str, float]] | None:
-        """The proxy's range over the last ``saturation_window`` evaluations is at most ``saturation_tol`` times its
-        rise (window mean minus its first value), after having risen, with at least one evaluation before the
-        window."""
+        """The proxy's (else ``eval/return_mean``'s) range over the last ``saturation_window`` evaluations is at most
+        ``saturation_tol`` times its rise (window mean minus its first value), after having risen, with at least one
+        evaluation before the window."""
         w, tol = self.cfg.saturation_window, self.cfg.saturation_tol
         series = self._series("reward")
         if tol == 0 or len(series) < w + 1 or series[-1][1] is not self._history[-1]:
@@ -365,7 +366,7 @@ class AlarmMonitor:
         first_step = series[0][1]["step"]
         start = series[-w][1]["step"]
         now = self._history[-1]["step"]
-        key = self._keys.get("proxy") or self._keys.get("reward") or "reward"
+        key = self._keys.get("reward") or "reward"
         message = (
             f"reward saturated? {key} flat at {_g(float(window[-1]))} (range {_g(spread)} over the {w} evals since "
             f"step {start}, after rising {_g(rise)} since step {first_step}) at step {now}"
