@@ -141,6 +141,7 @@ def test_arena_page_votes_change_the_leaderboard(
     assert r.status == 404
     page.reload()
     page.wait_for_function("document.querySelector('#board').dataset.votes === '4'")
+    page.wait_for_selector(".arena-votes button:not([disabled])")
     assert page.js_errors == [] and page.outside_requests == []
     screenshot(page, "arena")
 
