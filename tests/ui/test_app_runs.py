@@ -57,6 +57,14 @@ def test_summaries_are_cached_until_a_file_changes(client: TestClient, runs_root
     assert (llm["final_eval"], llm["best_eval"], llm["step"]) == (0.75, 0.75, 128)
 
 
+def test_warming_the_cache_reads_each_run_once(client: TestClient) -> None:
+    from pickaxe.ui.runs import warm_cache
+
+    assert warm_cache(client.app) == 4
+    client.get("/api/runs")
+    assert client.app.state.summary_cache.misses == 4  # the page load found every summary ready
+
+
 def test_compare_gives_the_numbers_of_pickaxe_compare(client: TestClient, runs_root: Path) -> None:
     r = client.get("/api/runs/compare", params={"run": SWEEP})
     assert r.status_code == 200, r.text

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -46,6 +47,7 @@ def create_app(runs_dir: str | Path, queue_db: str | Path | None = None) -> Fast
     app = FastAPI(title="pickaxe", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.runs_dir = root.resolve()
     app.state.queue_db = Path(queue_db).expanduser() if queue_db is not None else default_db_path()
+    app.state.summary_cache = runs.SummaryCache()
 
     @app.exception_handler(RequestValidationError)
     async def _one_line(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -107,6 +109,10 @@ def serve(
             f"pickaxe ui: warning: serving on {host}, reachable from other machines; the app has no authentication",
             file=sys.stderr,
         )
+    from pickaxe.ui.runs import warm_cache
+
+    # the first page load would otherwise parse every metrics.jsonl; a crash here only leaves the cache cold
+    threading.Thread(target=warm_cache, args=(app,), name="pickaxe-ui-warm", daemon=True).start()
     shown = f"[{host}]" if ":" in host else host
     print(f"pickaxe ui: http://{shown}:{port}/ (runs under {app.state.runs_dir}; Ctrl-C stops)", file=sys.stderr)
     uvicorn.run(app, host=host, port=port, log_level=log_level)

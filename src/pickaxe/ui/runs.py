@@ -27,7 +27,7 @@ from pickaxe.exp.compare import (
 from pickaxe.runs.listing import RunSummary, find_run_dirs, summarize_run
 from pickaxe.runs.status import run_state
 
-__all__ = ["SummaryCache", "clean", "eval_metrics", "resolve_run", "router", "run_id"]
+__all__ = ["SummaryCache", "clean", "eval_metrics", "resolve_run", "router", "run_id", "warm_cache"]
 
 router = APIRouter()
 """Routes of the Runs page's API; ``create_app`` includes them."""
@@ -110,10 +110,19 @@ class SummaryCache:
 
 
 def _cache(request: Request) -> SummaryCache:
-    state = request.app.state
-    if not hasattr(state, "summary_cache"):
-        state.summary_cache = SummaryCache()
-    return state.summary_cache
+    return request.app.state.summary_cache
+
+
+def warm_cache(app: Any) -> int:
+    """Read every run's summary into the app's cache (``serve`` runs this in a thread at start-up, so the first
+    page load does not wait for every ``metrics.jsonl`` to be parsed); returns the number of runs."""
+    try:
+        dirs = find_run_dirs(app.state.runs_dir)
+    except PickaxeError:  # the folder went away: the page will say so
+        return 0
+    for d in dirs:
+        app.state.summary_cache.summary(d)
+    return len(dirs)
 
 
 def _number(x: Any) -> float | None:

@@ -158,9 +158,13 @@ async function loadCompare() {
   }
 }
 
+let pending = null;
+
 function update() {
   renderTable();
-  loadCompare();
+  // ticking several boxes in a row asks the server once, for the last selection
+  clearTimeout(pending);
+  pending = setTimeout(loadCompare, 150);
 }
 
 document.getElementById("filter").addEventListener("input", renderTable);
