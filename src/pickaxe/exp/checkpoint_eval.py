@@ -235,7 +235,7 @@ class _Classic(_Checkpoints):
 
             cfg = self.cfg
             set_torch_threads(cfg.torch_threads)
-            n = max(1, min(self.episodes, cfg.env.eval_envs or 1))  # as evaluate_run: the run's own eval envs
+            n = cfg.env.eval_envs or 1  # as evaluate_run: the run's own eval envs
             envs = make(cfg.env.id, n, derive_seeds(cfg.seed)["eval_env"], **cfg.env.kwargs)
             self._built = (envs, build_algorithm(cfg, envs), resolve_device(cfg.device))
         return self._built

@@ -274,7 +274,7 @@ def evaluate_run(
     """
     set_torch_threads(cfg.torch_threads)
     device = resolve_device(cfg.device)
-    n = max(1, min(episodes, cfg.env.eval_envs or 1))
+    n = cfg.env.eval_envs or 1  # the run's own eval envs: the same episodes as its evaluations for the same count
     envs = make(cfg.env.id, n, derive_seeds(cfg.seed)["eval_env"], **cfg.env.kwargs)
     try:
         algo = build_algorithm(cfg, envs)
