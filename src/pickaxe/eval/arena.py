@@ -160,16 +160,17 @@ def bradley_terry(votes: Iterable[Vote | Sequence[str]], prior: float = DEFAULT_
 def _bootstrap_thetas(
     players: list[str], left: np.ndarray, right: np.ndarray, score: np.ndarray, n: int, seed: int, prior: float
 ) -> np.ndarray:
-    """θ (n, players) fitted to ``n`` resamples of the votes (each: as many votes drawn with replacement)."""
+    """θ (n, players) fitted to ``n`` resamples of the votes, each as many votes drawn with replacement. Drawn as
+    multinomial counts over the distinct (left, right, outcome) cells, which is the same distribution, so the cost
+    does not grow with the number of votes."""
     rng = np.random.default_rng(seed)
-    m = len(left)
+    cells, counts = np.unique(np.stack([left, right, score]), axis=1, return_counts=True)
+    cl, cr, cs = cells[0].astype(np.int64), cells[1].astype(np.int64), cells[2]
     out = []
     for start in range(0, n, 250):  # chunks keep the (B, k, k) stacks small
         b = min(250, n - start)
-        idx = rng.integers(0, m, size=(b, m))
-        weights = np.zeros((b, m))
-        np.add.at(weights, (np.repeat(np.arange(b), m), idx.ravel()), 1.0)
-        out.append(_fit(_win_matrices(len(players), left, right, score, weights), prior))
+        weights = rng.multinomial(len(left), counts / counts.sum(), size=b).astype(np.float64)
+        out.append(_fit(_win_matrices(len(players), cl, cr, cs, weights), prior))
     return np.concatenate(out)
 
 
