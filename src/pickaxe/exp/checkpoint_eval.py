@@ -36,7 +36,7 @@ from pickaxe.runs.checkpoint import MANIFEST, TENSORS, CheckpointManager
 from pickaxe.runs.model import MODEL_DIGEST_FILE, MODEL_FILE, _read_json, _write_json_synced
 from pickaxe.runs.policies import list_policies
 from pickaxe.runs.tracking import read_metrics
-from pickaxe.train.evaluate import BOOTSTRAP_REPS, Estimate, mean_ci
+from pickaxe.train.evaluate import BOOTSTRAP_REPS, Estimate, mean_ci, text_estimates
 from pickaxe.train.trainer import SELECTION_FILE
 
 CACHE_VERSION = 1
@@ -270,7 +270,6 @@ class _LLM(_Checkpoints):
 
     def __init__(self, run_dir: Path, cfg: Any, prompts: int | None) -> None:
         from pickaxe.algos.configs import DPOConfig, GRPOConfig, LLMPPOConfig, SFTConfig
-        from pickaxe.train.llm import derive_llm_seeds
 
         if not isinstance(cfg.algo, GRPOConfig | LLMPPOConfig | SFTConfig | DPOConfig):
             raise PickaxeError(
@@ -287,7 +286,7 @@ class _LLM(_Checkpoints):
             "pass_k": e.pass_k,
             "temperature": e.temperature,
             "max_new_tokens": cfg.engine.max_new_tokens,
-            "seed": derive_llm_seeds(cfg.seed)["eval"],
+            "seed": cfg.seed,
             "device": cfg.device,
         }
         self._built: tuple[Any, Any, Any, Any] | None = None
@@ -320,8 +319,6 @@ class _LLM(_Checkpoints):
         return evaluator.samples(algo)
 
     def estimates(self, values: dict[str, np.ndarray]) -> dict[str, Estimate]:
-        from pickaxe.train.llm import text_estimates
-
         return text_estimates(values)
 
     def units(self, values: dict[str, np.ndarray], metric: str) -> np.ndarray | None:
@@ -504,18 +501,18 @@ def plot_name(metric: str) -> str:
 def _plots(folder: Path, report: Report) -> dict[str, str]:
     """One PNG per metric: mean and 95% CI band over steps, the best step starred, alarm steps marked. Skipped
     (empty) without matplotlib; unchanged results keep their plots."""
-    try:  # the Agg canvas directly: no pyplot, no global backend switch
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        return {}
-    folder.mkdir(parents=True, exist_ok=True)
     content = json.dumps([report.rows, report.best, report.alarms], sort_keys=True).encode()
     stamp = folder / ".digest"
     digest = hashlib.sha256(content).hexdigest()
     names = {m: f"plots/{plot_name(m)}" for m in report.metrics}
     if stamp.is_file() and stamp.read_text() == digest and all((folder.parent / p).is_file() for p in names.values()):
         return names
+    try:  # the Agg canvas directly: no pyplot, no global backend switch
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        return {}
+    folder.mkdir(parents=True, exist_ok=True)
     best = report.best["step"] if report.best else None
     for metric in report.metrics:
         pts = [

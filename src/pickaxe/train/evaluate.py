@@ -1,8 +1,9 @@
-"""Evaluation: the deterministic policy on separate eval envs, and the 95% CIs of evaluation means."""
+"""Evaluation: the deterministic policy on separate eval envs, the 95% CIs of evaluation means, and the held-out
+metrics of an LLM policy from its per-sample values (``text_estimates``, without importing transformers)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import gymnasium as gym
 import numpy as np
@@ -11,7 +12,7 @@ from gymnasium.vector import AutoresetMode
 
 from pickaxe.envs.make import SeededVectorEnv
 from pickaxe.eval.stats import mean as stats_mean
-from pickaxe.eval.stats import stratified_bootstrap_ci
+from pickaxe.eval.stats import stratified_bootstrap_ci, wilson_interval
 from pickaxe.models.policy import Policy
 
 
@@ -108,3 +109,36 @@ def ratio_estimate(numerator: np.ndarray, denominator: np.ndarray) -> Estimate:
     ratios = num[idx].sum(1) / np.where(totals > 0, totals, np.nan)
     low, high = np.nanquantile(ratios, [0.025, 0.975])
     return Estimate(float(num.sum() / den.sum()), float(low), float(high), n)
+
+
+def text_estimates(values: dict[str, np.ndarray]) -> dict[str, Estimate]:
+    """The held-out metrics of ``TextEvaluator.samples`` output (:mod:`pickaxe.train.llm`), each with its 95% CI and
+    sample count: ``eval/accuracy`` (Wilson), ``eval/return_mean``, ``eval/completion_length``, ``eval/reward/<term>``
+    (with more than one term), and from the samples ``eval/pass@<k>``, ``eval/sampled_return_mean`` and
+    ``eval/sampled/<term>`` (more than one term), ``eval/sampled_length``, ``eval/entropy`` and ``eval/kl`` (bootstrap
+    over prompts or completions, fixed seed)."""
+    correct = values["greedy/correct"]
+    n, hits = len(correct), int(correct.sum())
+    low, high = wilson_interval(hits, n)
+    out = {
+        "eval/accuracy": Estimate(hits / max(n, 1), low, high, n),
+        "eval/return_mean": mean_estimate(values["greedy/reward"]),
+        "eval/completion_length": mean_estimate(values["greedy/length"]),
+    }
+    terms = [k.removeprefix("greedy/term/") for k in values if k.startswith("greedy/term/")]
+    if len(terms) > 1:
+        out.update({f"eval/reward/{k}": mean_estimate(values[f"greedy/term/{k}"]) for k in terms})
+    if "sampled/correct" in values:
+        passes = sorted((k for k in values if k.startswith("sampled/pass@")), key=lambda k: int(k.split("@")[1]))
+        out.update({f"eval/{k.removeprefix('sampled/')}": mean_estimate(values[k]) for k in passes})
+        if len(terms) > 1:
+            out["eval/sampled_return_mean"] = mean_estimate(values["sampled/reward"])
+            out.update({f"eval/sampled/{k}": mean_estimate(values[f"sampled/term/{k}"]) for k in terms})
+        out["eval/sampled_length"] = mean_estimate(values["sampled/length"])
+        if "sampled/neg_logp" in values:
+            out["eval/entropy"] = ratio_estimate(values["sampled/neg_logp"], values["sampled/tokens"])
+        if "sampled/kl" in values:
+            kl = values["sampled/kl"]
+            # averaged in float32 by torch, as the KL always was: the logged numbers stay what they were
+            out["eval/kl"] = replace(mean_estimate(kl), mean=float(torch.from_numpy(np.ascontiguousarray(kl)).mean()))
+    return out

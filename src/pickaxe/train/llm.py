@@ -14,7 +14,6 @@ import json
 import os
 import time
 import warnings
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from pickaxe.envs.text.rewards import parse_reward_spec
 from pickaxe.envs.text.synthetic_preferences import GOLD_SCORES
 from pickaxe.envs.text.tasks import make_task
 from pickaxe.errors import ConfigError, PickaxeError
-from pickaxe.eval.stats import pass_at_k, wilson_interval
+from pickaxe.eval.stats import pass_at_k
 from pickaxe.models.export import export_model, read_export_source
 from pickaxe.models.lm import completion_logprobs, load_lm, num_parameters, tiny_lm
 from pickaxe.models.lora import apply_lora_config, is_lora, merge_lora, shared_reference
@@ -47,7 +46,7 @@ from pickaxe.rollout.pairs import RewardModelScorer
 from pickaxe.rollout.text_collector import DemoCollector, TextCollector, completion_text, encode_prompts, pack
 from pickaxe.runs.model import load_collector_state, load_model, weights_source
 from pickaxe.runs.run import Run
-from pickaxe.train.evaluate import Estimate, mean_estimate, ratio_estimate
+from pickaxe.train.evaluate import text_estimates
 from pickaxe.train.llm_config import LLMEvalConfig, LLMTrainConfig
 from pickaxe.train.trainer import FitResult, Trainer
 from pickaxe.utils import resolve_device, seed_everything, set_torch_threads
@@ -170,39 +169,6 @@ class TextEvaluator:
             out.update({name: e.mean, f"{name}_ci_low": e.low, f"{name}_ci_high": e.high})
         out["eval/prompts"] = float(len(values["greedy/correct"]))
         return out
-
-
-def text_estimates(values: dict[str, np.ndarray]) -> dict[str, Estimate]:
-    """The held-out metrics of :meth:`TextEvaluator.samples` output, each with its 95% CI and sample count:
-    ``eval/accuracy`` (Wilson), ``eval/return_mean``, ``eval/completion_length``, ``eval/reward/<term>`` (with more
-    than one term), and from the samples ``eval/pass@<k>``, ``eval/sampled_return_mean`` and ``eval/sampled/<term>``
-    (more than one term), ``eval/sampled_length``, ``eval/entropy`` and ``eval/kl`` (bootstrap over prompts or
-    completions, fixed seed)."""
-    correct = values["greedy/correct"]
-    n, hits = len(correct), int(correct.sum())
-    low, high = wilson_interval(hits, n)
-    out = {
-        "eval/accuracy": Estimate(hits / max(n, 1), low, high, n),
-        "eval/return_mean": mean_estimate(values["greedy/reward"]),
-        "eval/completion_length": mean_estimate(values["greedy/length"]),
-    }
-    terms = [k.removeprefix("greedy/term/") for k in values if k.startswith("greedy/term/")]
-    if len(terms) > 1:
-        out.update({f"eval/reward/{k}": mean_estimate(values[f"greedy/term/{k}"]) for k in terms})
-    if "sampled/correct" in values:
-        passes = sorted((k for k in values if k.startswith("sampled/pass@")), key=lambda k: int(k.split("@")[1]))
-        out.update({f"eval/{k.removeprefix('sampled/')}": mean_estimate(values[k]) for k in passes})
-        if len(terms) > 1:
-            out["eval/sampled_return_mean"] = mean_estimate(values["sampled/reward"])
-            out.update({f"eval/sampled/{k}": mean_estimate(values[f"sampled/term/{k}"]) for k in terms})
-        out["eval/sampled_length"] = mean_estimate(values["sampled/length"])
-        if "sampled/neg_logp" in values:
-            out["eval/entropy"] = ratio_estimate(values["sampled/neg_logp"], values["sampled/tokens"])
-        if "sampled/kl" in values:
-            kl = values["sampled/kl"]
-            # averaged in float32 by torch, as the KL always was: the logged numbers stay what they were
-            out["eval/kl"] = replace(mean_estimate(kl), mean=float(torch.from_numpy(np.ascontiguousarray(kl)).mean()))
-    return out
 
 
 # ---------------------------------------------------------------------------------------------- building

@@ -1,0 +1,153 @@
+"""``pickaxe eval RUN --checkpoints``: every kept step in the table and the files, CIs around the means, the logged
+numbers again, the selection rule behind ``best``, a rerun served from the cache, and bad input as one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pickaxe.cli import main
+from pickaxe.exp import checkpoint_eval
+from pickaxe.runs.run import read_metrics
+from pickaxe.train.build import train
+from test_policies import classic_cfg, llm_cfg
+
+
+@pytest.fixture(scope="module")
+def classic_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("ckpt_eval") / "classic"
+    train(classic_cfg(), run_dir=run_dir)
+    return run_dir
+
+
+def _report(run_dir: Path) -> dict[str, Any]:
+    return json.loads((run_dir / "eval" / "checkpoints.json").read_text())
+
+
+def _count_builds(monkeypatch: pytest.MonkeyPatch, cls: type) -> list[int]:
+    calls: list[int] = []
+    build = cls._build
+
+    def counted(self: Any) -> Any:
+        if self._built is None:  # the model and envs are built once per command
+            calls.append(1)
+        return build(self)
+
+    monkeypatch.setattr(cls, "_build", counted)
+    return calls
+
+
+def _error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pickaxe: error: ") and "\n" not in err
+    return err
+
+
+def test_all_checkpoints_table_files_and_cache(
+    classic_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(classic_run, run_dir)
+    builds = _count_builds(monkeypatch, checkpoint_eval._Classic)
+    assert main(["eval", str(run_dir), "--checkpoints", "all"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:4] == ["step", "source", "eval/return_mean", "eval/return_iqm"]
+    assert [ln.split()[0] for ln in lines[1:5]] == ["1024", "2048", "3072", "4096"]
+    report = _report(run_dir)
+    assert report["kind"] == "classic" and report["settings"]["episodes"] == 6
+    assert [(r["step"], r["source"]) for r in report["rows"]] == [(s, "policy") for s in (1024, 2048, 3072, 4096)]
+    logged = {r["step"]: r for r in read_metrics(run_dir) if "eval/return_mean" in r}
+    for row in report["rows"]:
+        for name, e in row["metrics"].items():
+            assert e["low"] <= e["mean"] <= e["high"], (row["step"], name)
+        mean = row["metrics"]["eval/return_mean"]
+        record = logged[row["step"]]  # the same episodes as the run's evaluation: the same numbers, CI included
+        assert (mean["mean"], mean["low"], mean["high"], mean["n"]) == (
+            record["eval/return_mean"], record["eval/return_mean_ci_low"], record["eval/return_mean_ci_high"], 6,
+        )  # fmt: skip
+    selection = json.loads((run_dir / "selection.json").read_text())
+    assert report["best"]["step"] == selection["step"] and report["best"]["rule"] == "undominated"
+    means = sorted((r["metrics"]["eval/return_mean"]["mean"], r["step"]) for r in report["rows"])
+    pair = report["pairs"][0]
+    assert {pair["a"], pair["b"]} == {means[-1][1], means[-2][1]} and pair["metric"] == "eval/return_mean"
+    assert pair["more_samples"] is None or pair["more_samples"] >= 0
+    csv_lines = (run_dir / "eval" / "checkpoints.csv").read_text().splitlines()
+    assert len(csv_lines) == 5 and csv_lines[0].startswith("step,source,sha256,eval/return_mean,")
+    assert (run_dir / "eval" / "plots" / "eval_return_mean.png").stat().st_size > 1000
+    assert len(builds) == 1
+    # a rerun is served from the cache: no environment or network is built
+    assert main(["eval", str(run_dir), "--checkpoints", "all"]) == 0
+    assert "4 of 4 from the cache" in capsys.readouterr().out and len(builds) == 1
+    assert _report(run_dir)["rows"] == report["rows"]
+    assert main(["eval", str(run_dir), "--checkpoints", "2048", "--no-cache"]) == 0
+    assert "0 of 1 from the cache" in capsys.readouterr().out and len(builds) == 2
+
+
+def test_best_follows_the_runs_selection_rule(
+    classic_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(classic_run, run_dir, ignore=shutil.ignore_patterns("eval"))
+    selection = json.loads((run_dir / "selection.json").read_text())
+    assert main(["eval", str(run_dir), "--checkpoints", "best"]) == 0
+    capsys.readouterr()
+    assert [r["step"] for r in _report(run_dir)["rows"]] == [selection["step"]]
+    # another rule recorded in selection.json: best follows it (here the lowest mean return)
+    shutil.rmtree(run_dir / "eval")
+    (run_dir / "selection.json").write_text(json.dumps({**selection, "rule": "max-mean", "mode": "min"}))
+    logged = {r["step"]: r["eval/return_mean"] for r in read_metrics(run_dir) if "eval/return_mean" in r}
+    lowest = min(logged, key=lambda s: (logged[s], s))
+    assert main(["eval", str(run_dir), "--checkpoint", "best"]) == 0  # the older flag: the same choice
+    capsys.readouterr()
+    assert [r["step"] for r in _report(run_dir)["rows"]] == [lowest]
+
+
+def test_bad_input_is_one_line_and_exit_2(
+    classic_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = str(classic_run)
+    assert "keeps no weights at env step 999; kept steps: 1024, 2048, 3072, 4096" in _error(
+        capsys, ["eval", run, "--checkpoints", "999"]
+    )
+    assert "is not a run directory" in _error(capsys, ["eval", str(tmp_path), "--checkpoints", "all"])
+    assert "--samples and --pass-k are for LLM runs" in _error(
+        capsys, ["eval", run, "--checkpoints", "all", "--pass-k", "2"]
+    )
+    assert "--checkpoints must be final, best, latest or an env step" in _error(
+        capsys, ["eval", run, "--checkpoints", "newest"]
+    )
+    assert not (classic_run / "eval").exists()
+
+
+def test_llm_checkpoints_with_cis_and_cache(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = tmp_path / "llm"
+    train(llm_cfg(), run_dir=run_dir)
+    builds = _count_builds(monkeypatch, checkpoint_eval._LLM)
+    assert main(["eval", str(run_dir), "--checkpoints", "all"]) == 0
+    capsys.readouterr()
+    report = _report(run_dir)
+    assert report["kind"] == "llm" and [r["step"] for r in report["rows"]] == [0, 16, 32]
+    logged = {r["step"]: r for r in read_metrics(run_dir) if "eval/accuracy" in r}
+    for row in report["rows"]:
+        m = row["metrics"]
+        assert {"eval/accuracy", "eval/pass@1", "eval/pass@2", "eval/kl", "eval/entropy", "eval/sampled_length"} <= set(
+            m
+        )
+        for name, e in m.items():
+            assert e["low"] <= e["mean"] <= e["high"], (row["step"], name)
+        for name in ("eval/accuracy", "eval/pass@2", "eval/kl", "eval/entropy", "eval/completion_length"):
+            assert m[name]["mean"] == logged[row["step"]][name]  # the run's own evaluator, one code path
+        assert m["eval/accuracy"]["n"] == 12 and m["eval/sampled_length"]["n"] == 48
+    assert report["best"]["metric"] == "eval/accuracy" and len(builds) == 1
+    assert main(["eval", str(run_dir), "--checkpoints", "all"]) == 0
+    assert "3 of 3 from the cache" in capsys.readouterr().out and len(builds) == 1
+    assert main(["eval", str(run_dir), "--checkpoints", "latest", "--samples", "2", "--pass-k", "2"]) == 0
+    capsys.readouterr()
+    assert _report(run_dir)["settings"]["samples"] == 2 and len(builds) == 2  # other settings: evaluated afresh
