@@ -213,7 +213,7 @@ def page(browser: Any) -> Iterator[Any]:
 
     pg.route("**/*", route)
     pg.on("pageerror", lambda e: pg.js_errors.append(str(e)))
-    pg.set_default_timeout(5000)
+    pg.set_default_timeout(15000)  # generous: the CI box is shared; waits end as soon as met
     yield pg
     context.close()
 

@@ -54,7 +54,15 @@ def test_runs_page_overlays_selected_runs(
         == f"{first['value']:.4g} [{first['low']:.4g}, {first['high']:.4g}]"
     )
     assert page.locator("#verdict").text_content() == api["verdict"]
-    assert page.locator("table.varying-table th").all_text_contents() == ["run", "seed", "algo.lr"]
+    varying = page.locator("table.varying-table")
+    assert varying.locator("th").all_text_contents() == ["key", *SWEEP]
+    assert varying.locator("tbody tr td:first-child").all_text_contents() == ["group", "seed", "algo.lr"]
+    assert varying.locator("tbody tr").nth(2).locator("td").all_text_contents() == [
+        "algo.lr",
+        "0.0003",
+        "0.0003",
+        "0.001",
+    ]
     assert "run=sweep" in page.url  # the selection is in the URL, so the view can be shared
     screenshot(page, "runs")
     _check_clean(page)

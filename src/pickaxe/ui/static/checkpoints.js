@@ -60,6 +60,7 @@ function renderEvaluation(data) {
       {label: "B", num: true, value: (p) => PX.fmt(p.b)},
       {label: "metric", value: (p) => p.metric},
       {label: "difference", num: true, value: (p) => PX.fmt(p.difference)},
+      {label: "P(A > B)", num: true, value: (p) => PX.fmt(p.probability_of_improvement)},
       {label: "more samples", num: true, value: (p) => (p.more_samples === null || p.more_samples === undefined ?
         "never (equal means)" : p.more_samples === 0 ? "0 (separated)" : PX.fmt(p.more_samples))},
     ], ev.pairs));
@@ -88,8 +89,14 @@ function renderAlarms(alarms) {
   ], alarms, {className: "alarms-table"}));
 }
 
+// the selected metric first, then the gold / proxy / KL curves that tell over-optimisation apart, then the rest
+function order(names, first) {
+  const rank = (n) => (n === first ? 0 : /gold/.test(n) ? 1 : /proxy/.test(n) ? 2 : /kl/.test(n) ? 3 : 4);
+  return names.slice().sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
+}
+
 function renderTraining(data) {
-  const names = Object.keys(data.training);
+  const names = order(Object.keys(data.training), data.selection ? data.selection.metric : null);
   document.getElementById("training").hidden = !names.length;
   const sel = data.selection;
   document.getElementById("selection").textContent = sel && sel.step !== undefined ?

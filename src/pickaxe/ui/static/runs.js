@@ -67,11 +67,21 @@ async function loadRuns() {
   }
 }
 
+const LONG_LABEL = 100;
+
+/** A group's name on the page: compare's label, or "group N" when that label is too long to read (the config keys
+ * table below shows what differs). */
+function namer(data) {
+  const names = new Map(data.groups.map((g, i) => [g.label, g.label.length <= LONG_LABEL ? g.label : `group ${i + 1}`]));
+  return (label) => (label === null || label === undefined ? "-" : names.get(label) || label);
+}
+
 function groupsTable(data) {
+  const name = namer(data);
   const conf = `${Math.round(data.confidence * 100)}% CI`;
   const est = (e) => PX.ci(e.value, e.low, e.high);
   return PX.table([
-    {label: "group", value: (g) => g.label + (g.label === data.best ? " *" : "")},
+    {label: "group", value: (g) => PX.el("span", {title: g.label, text: name(g.label) + (g.label === data.best ? " *" : "")})},
     {label: "runs", num: true, value: (g) => g.n_runs},
     {label: `final IQM [${conf}]`, num: true, value: (g) => est(g.final.iqm)},
     {label: "final mean", num: true, value: (g) => est(g.final.mean)},
@@ -90,6 +100,7 @@ function renderCompare(data) {
   }
   const series = [];
   let i = 0;
+  const name = namer(data);
   const colorOf = new Map(data.groups.map((g, j) => [g.label, PX.color(j)]));
   for (const r of data.runs) {
     const grouped = data.groups.find((g) => g.label === r.group && g.curve);
@@ -99,7 +110,7 @@ function renderCompare(data) {
   }
   for (const g of data.groups) {
     if (!g.curve) continue;
-    series.push({label: `${g.label}: IQM of ${g.n_runs} seeds`, x: g.curve.step, y: g.curve.iqm,
+    series.push({label: `${name(g.label)}: IQM of ${g.n_runs} seeds`, x: g.curve.step, y: g.curve.iqm,
       low: g.curve.low, high: g.curve.high, color: colorOf.get(g.label), width: 3});
   }
   const width = Math.max(480, Math.min(1100, document.querySelector("main").clientWidth - 40));
@@ -112,28 +123,36 @@ function renderCompare(data) {
   if (data.comparisons.length) {
     pairs.appendChild(PX.el("div", {className: "px-note", text: "P(a run of A ends above a run of B)"}));
     pairs.appendChild(PX.table([
-      {label: "A", value: (p) => p.a},
-      {label: "B", value: (p) => p.b},
+      {label: "A", value: (p) => name(p.a)},
+      {label: "B", value: (p) => name(p.b)},
       {label: "P(A > B)", num: true, value: (p) => PX.ci(p.probability_a_better.value,
         p.probability_a_better.low, p.probability_a_better.high, 3)},
-      {label: "better", value: (p) => p.better || "can't tell"},
+      {label: "better", value: (p) => (p.better ? name(p.better) : "can't tell")},
     ], data.comparisons));
   }
-  document.getElementById("verdict").textContent = data.verdict;
+  // compare's sentences name the groups by label: use the page's names for labels too long to read
+  const shorten = (t) => data.groups.reduce((acc, g) => acc.split(g.label).join(name(g.label)), t);
+  document.getElementById("verdict").textContent = shorten(data.verdict);
   const notes = document.getElementById("notes");
   notes.textContent = "";
-  for (const n of data.notes) notes.appendChild(PX.el("div", {className: "px-note", text: `note: ${n}`}));
+  for (const n of data.notes) notes.appendChild(PX.el("div", {className: "px-note", text: `note: ${shorten(n)}`}));
+  // one row per config key that differs between the groups, one column per selected run (keys can be many)
   const varying = document.getElementById("varying");
   varying.textContent = "";
   const groupOf = new Map(data.groups.map((g) => [g.label, g]));
-  const columns = [{label: "run", value: (r) => r.id}, {label: "seed", value: (r) => JSON.stringify(r.seed)}]
-    .concat(data.varying.map((k) => ({label: k, value: (r) => {
+  const text = (v) => (v === undefined ? "-" : typeof v === "string" ? v : JSON.stringify(v));
+  const keyRows = [{key: "group", cell: (r) => name(r.group)}, {key: "seed", cell: (r) => JSON.stringify(r.seed)}].concat(data.varying.map((k) => ({key: k,
+    cell: (r) => {
       const g = groupOf.get(r.group);
-      const v = g ? g.varying[k] : undefined;
-      return v === undefined ? "-" : typeof v === "string" ? v : JSON.stringify(v);
+      return text(g ? g.varying[k] : undefined);
     }})));
-  varying.appendChild(data.varying.length ? PX.table(columns, data.runs, {className: "varying-table"}) :
-    PX.el("div", {className: "px-note", text: "none: the selected runs share one config (they differ by seed only)"}));
+  const columns = [{label: "key", value: (row) => row.key}].concat(data.runs.map((r) => ({label: r.id,
+    value: (row) => row.cell(r)})));
+  varying.appendChild(PX.table(columns, keyRows, {className: "varying-table"}));
+  if (!data.varying.length) {
+    varying.appendChild(PX.el("div", {className: "px-note",
+      text: "no other key differs: the selected runs share one config (they differ by seed only)"}));
+  }
 }
 
 async function loadCompare() {
