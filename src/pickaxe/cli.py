@@ -32,8 +32,8 @@ commands:
                                        train a recipe (pickaxe train RECIPE --help lists every key)
   resume RUN_DIR [--restart] [--no-progress] [--track T] [--prometheus-port P]
                                        continue a run from its newest good checkpoint to its original budget
-  eval RUN_DIR [--checkpoint final|best|latest|STEP] [--episodes N] [--device D]
-                                       evaluate a run's model with the run's own evaluation settings
+  eval RUN_DIR [--checkpoints all|best|latest|final|STEP...] [--episodes N] [--device D]
+                                       score a run's model, or every kept checkpoint with 95% CIs, alarms, best
   export RUN_DIR [--out DIR] [--checkpoint final|best|latest|STEP] [--overwrite] [--device D]
                                        an LLM run's policy as a transformers folder for the next stage
   set RUN_DIR KEY=VALUE ...            change a mutable hyper-parameter of a running run (e.g. algo.lr=1e-4)
@@ -46,7 +46,10 @@ commands:
                                        IQM, bootstrap CIs, probability of improvement, curves
   queue add|list|cancel|retry ...      the persistent job queue
   worker [--slots N] [--until-empty]   run queued jobs
-  recipes                              list the recipes"""
+  recipes                              list the recipes
+  ui [RUNS_DIR] [--port P] [--host H]  the local web app: runs, queue, checkpoints, playground, arena
+  arena RUN_DIR [--checkpoints STEP...|all] [--prompts N]
+                                       generate the blind arena's responses of an LLM run's checkpoints"""
 
 COMMANDS = (
     "train",
@@ -61,6 +64,8 @@ COMMANDS = (
     "queue",
     "worker",
     "recipes",
+    "ui",
+    "arena",
 )
 
 
@@ -98,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         "queue": _queue,
         "worker": _worker,
         "recipes": _recipes,
+        "ui": _ui,
+        "arena": _arena,
     }
     try:
         handler = handlers.get(command)
@@ -494,6 +501,19 @@ def _recipes(args: list[str]) -> int:
     for recipe in RECIPES.values():
         print(f"{recipe.name:<{width}}  {recipe.description}")
     return 0
+
+
+# ------------------------------------------------------------------------------------------------- ui, arena
+def _ui(args: list[str]) -> int:
+    from pickaxe.ui.command import main as ui_main
+
+    return ui_main(args)
+
+
+def _arena(args: list[str]) -> int:
+    from pickaxe.ui.arena_command import main as arena_main
+
+    return arena_main(args)
 
 
 if __name__ == "__main__":
