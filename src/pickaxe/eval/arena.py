@@ -20,6 +20,7 @@ import json
 import math
 import secrets
 import sqlite3
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -160,17 +161,20 @@ def bradley_terry(votes: Iterable[Vote | Sequence[str]], prior: float = DEFAULT_
 def _bootstrap_thetas(
     players: list[str], left: np.ndarray, right: np.ndarray, score: np.ndarray, n: int, seed: int, prior: float
 ) -> np.ndarray:
-    """θ (n, players) fitted to ``n`` resamples of the votes, each as many votes drawn with replacement. Drawn as
-    multinomial counts over the distinct (left, right, outcome) cells, which is the same distribution, so the cost
-    does not grow with the number of votes."""
+    """θ (n, players) fitted to ``n`` resamples of the votes, each as many votes drawn with replacement. A resample
+    is kept as counts over the distinct (left, right, outcome) cells, so the fits cost the same at any vote count."""
     rng = np.random.default_rng(seed)
-    cells, counts = np.unique(np.stack([left, right, score]), axis=1, return_counts=True)
+    cells, cell_of = np.unique(np.stack([left, right, score]), axis=1, return_inverse=True)
+    cell_of = cell_of.ravel()
     cl, cr, cs = cells[0].astype(np.int64), cells[1].astype(np.int64), cells[2]
+    c, m = cells.shape[1], len(left)
     out = []
-    for start in range(0, n, 250):  # chunks keep the (B, k, k) stacks small
-        b = min(250, n - start)
-        weights = rng.multinomial(len(left), counts / counts.sum(), size=b).astype(np.float64)
-        out.append(_fit(_win_matrices(len(players), cl, cr, cs, weights), prior))
+    chunk = max(1, min(n, 2_000_000 // max(m, 1)))  # at most ~2M drawn votes (16 MB) at once
+    for start in range(0, n, chunk):
+        b = min(chunk, n - start)
+        drawn = cell_of[rng.integers(0, m, size=(b, m))]
+        weights = np.bincount((drawn + c * np.arange(b)[:, None]).ravel(), minlength=b * c).reshape(b, c)
+        out.append(_fit(_win_matrices(len(players), cl, cr, cs, weights.astype(np.float64)), prior))
     return np.concatenate(out)
 
 
@@ -365,38 +369,50 @@ class ArenaStore:
 
     Safe with several writer threads and processes: WAL journal (readers never block the writer), a connection
     per operation with a 30 s busy timeout, and every write one short ``BEGIN IMMEDIATE`` transaction, so the
-    check of a match and the vote that depends on it cannot interleave with another writer. ``synchronous=FULL``:
-    a vote that was answered "stored" survives a power cut.
+    check of a match and the vote that depends on it cannot interleave with another writer. Votes are committed with
+    ``synchronous=FULL``: a vote that was answered "stored" survives a power cut (issued matches are not fsynced:
+    losing one costs nothing).
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._write_lock = threading.Lock()
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
             with self._write(db):
                 for statement in _SCHEMA:
                     db.execute(statement)
+        # held open for the store's life: when the last connection to a WAL file closes, SQLite checkpoints and
+        # removes the WAL (an fsync per operation here); with this one open, only the automatic checkpoints run
+        self._keeper = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+        self._keeper.execute("PRAGMA schema_version").fetchone()  # a read opens the WAL; the connection now holds it
 
     @contextlib.contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
+    def _connect(self, durable: bool = True) -> Iterator[sqlite3.Connection]:
         db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         try:
-            db.execute("PRAGMA synchronous=FULL")
+            db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
             yield db
         finally:
             db.close()
 
-    @staticmethod
     @contextlib.contextmanager
-    def _write(db: sqlite3.Connection) -> Iterator[None]:
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
+    def _write(self, db: sqlite3.Connection) -> Iterator[None]:
+        # threads of this process queue on a lock (woken at once) rather than on SQLite's busy handler, which
+        # sleeps in growing steps; other processes still meet the busy timeout
+        with self._write_lock:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close the store's held connection (operations open their own; the store stays usable)."""
+        self._keeper.close()
 
     def journal_mode(self) -> str:
         """The file's journal mode (``wal``)."""
@@ -473,7 +489,7 @@ class ArenaStore:
         has no such prompt."""
         voter = check_voter(voter)
         rng = secrets.SystemRandom()
-        with self._connect() as db:
+        with self._connect(durable=False) as db:  # an issued match lost to a power cut is simply never voted on
             rows = db.execute(
                 "SELECT prompt_id, label FROM responses WHERE arena = ? ORDER BY prompt_id, label", (arena,)
             ).fetchall()
@@ -558,4 +574,8 @@ class ArenaStore:
 
     def leaderboard(self, arena: str, n_boot: int = 1000, seed: int = 0) -> list[Rating]:
         """:func:`leaderboard` of ``arena``'s votes, listing every checkpoint with responses."""
-        return leaderboard(self.votes(arena), self.labels(arena), n_boot, seed)
+        return self.leaderboard_of(arena, self.votes(arena), n_boot, seed)
+
+    def leaderboard_of(self, arena: str, votes: Sequence[Vote], n_boot: int = 1000, seed: int = 0) -> list[Rating]:
+        """:func:`leaderboard` of ``votes`` (read from ``arena`` before), listing every checkpoint with responses."""
+        return leaderboard(votes, self.labels(arena), n_boot, seed)

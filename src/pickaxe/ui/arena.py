@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,10 @@ BOOTSTRAP = 1000
 
 _lock = threading.Lock()
 _stores: dict[Path, ArenaStore] = {}
-_boards: dict[tuple[Path, str, int], dict[str, Any]] = {}
+_boards: dict[tuple[Path, str], dict[str, Any]] = {}
+_fitting: dict[tuple[Path, str], threading.Lock] = {}
+_discovered: dict[Path, tuple[float, list[Path]]] = {}
+DISCOVERY_TTL_S = 2.0
 
 
 def _store(path: Path) -> ArenaStore:
@@ -56,9 +60,18 @@ def _store(path: Path) -> ArenaStore:
 
 
 def _arena_files(root: Path) -> list[Path]:
-    """The arena files of RUNS_DIR and of every run folder under it."""
+    """The arena files (resolved) of RUNS_DIR and of every run folder under it; the folder walk is reused for
+    :data:`DISCOVERY_TTL_S` seconds, so a vote does not walk every run folder."""
+    now = time.monotonic()
+    with _lock:
+        hit = _discovered.get(root)
+    if hit is not None and now - hit[0] < DISCOVERY_TTL_S:
+        return hit[1]
     folders = [root] if (root / "config.json").is_file() else [root, *find_run_dirs(root)]
-    return [f / DEFAULT_DB for f in folders if (f / DEFAULT_DB).is_file()]
+    found = [(f / DEFAULT_DB).resolve() for f in folders if (f / DEFAULT_DB).is_file()]
+    with _lock:
+        _discovered[root] = (now, found)
+    return found
 
 
 def _arena_id(root: Path, path: Path, name: str) -> str:
@@ -74,7 +87,7 @@ def _find(request: Request, arena: Any) -> tuple[ArenaStore, str]:
     folder, sep, name = arena.rpartition(":")
     if sep:
         path = (root / folder / DEFAULT_DB).resolve()
-        if path.is_relative_to(root) and path in {p.resolve() for p in _arena_files(root)}:
+        if path.is_relative_to(root) and path in _arena_files(root):
             store = _store(path)
             if name in store.arenas():
                 return store, name
@@ -114,7 +127,7 @@ def list_arenas(request: Request) -> dict[str, Any]:
     root: Path = request.app.state.runs_dir
     out = []
     for path in _arena_files(root):
-        store = _store(path.resolve())
+        store = _store(path)
         for name in store.arenas():
             out.append(
                 {
@@ -158,27 +171,35 @@ def _rating(r: Rating) -> dict[str, Any]:
 
 
 def _board(store: ArenaStore, name: str) -> dict[str, Any]:
-    votes = store.votes(name)
-    key = (store.path, name, len(votes))
+    """The leaderboard of ``name``, never older than the votes stored when the request came in. One fit per arena
+    at a time: requests that arrive during a fit wait for it and take its result when it already counts every vote
+    they could have seen, so 20 voters cost a few fits per wave of votes instead of one each."""
+    key = (store.path, name)
+    seen = store.vote_count(name)
     with _lock:
         cached = _boards.get(key)
-    if cached is not None:
+        fitting = _fitting.setdefault(key, threading.Lock())
+    if cached is not None and cached["votes"] >= seen:
         return cached
-    ratings = store.leaderboard(name, n_boot=BOOTSTRAP)
-    sep = separation(votes, ratings)
-    result = {
-        "arena": name,
-        "votes": len(votes),
-        "ratings": [_rating(r) for r in ratings],
-        "separate": asdict(sep) if sep is not None else None,
-        "scale": "Bradley-Terry strength on an Elo-like scale (400 points = 10:1 odds, mean 1000); "
-        f"95% CI: percentile bootstrap over votes ({BOOTSTRAP} resamples)",
-    }
-    with _lock:
-        _boards[key] = result
-        for k in [k for k in _boards if k[:2] == key[:2] and k != key]:
-            del _boards[k]
-    return result
+    with fitting:
+        with _lock:
+            cached = _boards.get(key)
+        if cached is not None and cached["votes"] >= seen:
+            return cached
+        votes = store.votes(name)
+        ratings = store.leaderboard_of(name, votes, n_boot=BOOTSTRAP)
+        sep = separation(votes, ratings)
+        result = {
+            "arena": name,
+            "votes": len(votes),
+            "ratings": [_rating(r) for r in ratings],
+            "separate": asdict(sep) if sep is not None else None,
+            "scale": "Bradley-Terry strength on an Elo-like scale (400 points = 10:1 odds, mean 1000); "
+            f"95% CI: percentile bootstrap over votes ({BOOTSTRAP} resamples)",
+        }
+        with _lock:
+            _boards[key] = result
+        return result
 
 
 @router.get("/api/arena/leaderboard")
