@@ -170,7 +170,7 @@ def test_fired_alarms_reach_metrics_events_and_the_checkpoint(tmp_path: Path) ->
     envs = make(cfg.env.id, cfg.env.num_envs, 0)
     algo = build_algorithm(cfg, envs)
     trainer = Trainer(algo, Collector(envs, algo.policy, steps=cfg.collector.steps), run=run, config=cfg.trainer,
-                      evaluator=OverOptimised(), alarms=AlarmConfig())  # fmt: skip
+                      evaluator=OverOptimised(), alarms=AlarmConfig(), select=cfg.select)  # fmt: skip
     trainer.fit()
     trainer.close()
     run.close()
@@ -182,5 +182,5 @@ def test_fired_alarms_reach_metrics_events_and_the_checkpoint(tmp_path: Path) ->
     assert len(alarm) == 1 and alarm[0]["step"] == 3072 and "reward hacking" in alarm[0]["message"]
     state, _ = CheckpointManager(tmp_path / "hacked").load()
     assert state["alarms"]["fired"] == {"proxy_up_gold_down": 3072}
-    # selection.json picks the gold peak (the config's default metric order puts gold first)
+    # selection.json picks the gold peak (gold comes first in the default metric order)
     assert json.loads((tmp_path / "hacked" / "selection.json").read_text())["step"] == 2048

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from pickaxe.errors import PickaxeError
-from pickaxe.eval.alarms import AlarmConfig, detect_alarms
+from pickaxe.eval.alarms import detect_alarms
 from pickaxe.eval.selection import SelectConfig, candidates_from_records, resolve_metric, select_best
 from pickaxe.eval.stats import iqm, probability_of_improvement, samples_to_separate, stratified_bootstrap_ci
 from pickaxe.runs.checkpoint import MANIFEST, TENSORS, CheckpointManager
@@ -113,7 +113,7 @@ def list_candidates(run_dir: Path) -> list[CheckpointRef]:
 def select_config(run_dir: Path, cfg: Any) -> SelectConfig:
     """The run's selection rule: ``selection.json``'s metric, mode and rule, else the config's ``select``."""
     recorded = _read_json(run_dir / SELECTION_FILE)
-    base = getattr(cfg, "select", None) or SelectConfig()
+    base = cfg.select
     if not recorded:
         return base
     try:
@@ -356,24 +356,30 @@ def _cache_path(run_dir: Path, ref: CheckpointRef, digest: str) -> Path:
     return run_dir / "eval" / "cache" / f"{ref.sha256[:16]}-{digest[:16]}.json"
 
 
-def _read_cache(path: Path, ref: CheckpointRef) -> dict[str, np.ndarray] | None:
+def _read_cache(path: Path, ref: CheckpointRef) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
+    """The cached per-sample values and metric summaries of ``ref``, or None (absent, other weights, damaged)."""
     doc = _read_json(path)
-    values = doc.get("samples")
-    if doc.get("sha256") != ref.sha256 or not isinstance(values, dict):
+    values, metrics = doc.get("samples"), doc.get("metrics")
+    if doc.get("sha256") != ref.sha256 or not isinstance(values, dict) or not isinstance(metrics, dict):
         return None
     try:
-        return {k: np.array([np.nan if x is None else x for x in v], dtype=np.float64) for k, v in values.items()}
+        arrays = {k: np.array([np.nan if x is None else x for x in v], dtype=np.float64) for k, v in values.items()}
     except (TypeError, ValueError):
         return None
+    return arrays, metrics
 
 
-def _write_cache(path: Path, ref: CheckpointRef, settings: dict[str, Any], values: dict[str, np.ndarray]) -> None:
+def _write_cache(
+    path: Path, ref: CheckpointRef, settings: dict[str, Any], values: dict[str, np.ndarray], metrics: dict[str, Any]
+) -> None:
+    """Keep a checkpoint's per-sample values and their summaries (a pure function of them: the bootstrap is seeded)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {
         "sha256": ref.sha256,
         "step": ref.step,
         "source": ref.source,
         "settings": settings,
+        "metrics": metrics,
         "samples": {k: [_num(x) for x in np.asarray(v, dtype=np.float64).tolist()] for k, v in values.items()},
     }
     _write_json_synced(path, doc)
@@ -408,17 +414,17 @@ def evaluate_checkpoints(
     try:
         for ref in chosen:
             path = _cache_path(run_dir, ref, digest)
-            values = _read_cache(path, ref) if cache else None
-            if values is None:
+            hit = _read_cache(path, ref) if cache else None
+            if hit is None:
                 if on_progress is not None:
                     on_progress(f"evaluating step {ref.step} ({ref.source})")
                 values = evaluator.samples(ref)
-                _write_cache(path, ref, evaluator.settings, values)
+                metrics = {k: {"mean": _num(e.mean), "low": _num(e.low), "high": _num(e.high), "n": e.n}
+                           for k, e in evaluator.estimates(values).items()}  # fmt: skip
+                _write_cache(path, ref, evaluator.settings, values, metrics)
             else:
+                values, metrics = hit
                 cached += 1
-            estimates = evaluator.estimates(values)
-            metrics = {k: {"mean": _num(e.mean), "low": _num(e.low), "high": _num(e.high), "n": e.n}
-                       for k, e in estimates.items()}  # fmt: skip
             rows.append({"step": ref.step, "source": ref.source, "sha256": ref.sha256, "metrics": metrics})
             units[ref.step] = values
     finally:
@@ -434,9 +440,8 @@ def evaluate_checkpoints(
         chosen_best = select_best(candidates_from_records(records, metric), select, metric)
         best = {**asdict(chosen_best), "mode": select.mode} if chosen_best is not None else None
     alarms: list[dict[str, Any]] = []
-    alarm_cfg = getattr(cfg, "alarms", None)
-    if alarm_cfg is not None or evaluator.kind == "llm":
-        alarms = [a.to_dict() for a in detect_alarms(records, alarm_cfg or AlarmConfig())]
+    if evaluator.kind == "llm":  # classic runs have no alarms section: no gold, proxy or length to watch
+        alarms = [a.to_dict() for a in detect_alarms(records, cfg.alarms)]
     pairs = _pairs(records, units, evaluator, metric, select)
     report = Report(str(run_dir), evaluator.kind, {**evaluator.settings, "cache_key": digest[:16]}, names, rows,
                     best, alarms, pairs, cached=cached)  # fmt: skip

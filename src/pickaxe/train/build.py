@@ -103,7 +103,7 @@ def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = Fal
         config=cfg.trainer,
         progress=progress,
         torch_threads=cfg.torch_threads,
-        select=getattr(cfg, "select", None),
+        select=cfg.select,
     )
 
 

@@ -452,8 +452,8 @@ class LLMTrainer(Trainer):
         """The Trainer of an LLM run: ``export`` (a model and its tokenizer) is written to ``RUN_DIR/export`` when the
         run finishes, and a fresh run evaluates its starting point first (``eval.before``, logged at step 0)."""
         trainer = cls(algo, collector, run=run, config=cfg.trainer, progress=progress,
-                      torch_threads=cfg.torch_threads, evaluator=evaluator, select=getattr(cfg, "select", None),
-                      alarms=getattr(cfg, "alarms", None))  # fmt: skip
+                      torch_threads=cfg.torch_threads, evaluator=evaluator, select=cfg.select,
+                      alarms=cfg.alarms)  # fmt: skip
         trainer.export_model = export
         if cfg.eval.before and not resuming:
             trainer.log_before(evaluator(algo))

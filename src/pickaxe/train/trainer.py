@@ -21,6 +21,8 @@ from rich.table import Table
 
 from pickaxe.algos.base import Algorithm, all_finite, first_nonfinite
 from pickaxe.errors import CheckpointError, NonFiniteError, PickaxeError
+from pickaxe.eval.alarms import AlarmConfig, AlarmMonitor
+from pickaxe.eval.selection import SelectConfig, candidates_from_records, resolve_metric, select_best
 from pickaxe.faults import fault_point
 from pickaxe.rollout.collector import Collector
 from pickaxe.runs.checkpoint import CheckpointInfo, CheckpointManager
@@ -134,8 +136,8 @@ class Trainer:
         progress: bool = False,
         torch_threads: int = 1,
         evaluator: Evaluator | None = None,
-        select: Any = None,
-        alarms: Any = None,
+        select: SelectConfig | None = None,
+        alarms: AlarmConfig | None = None,
     ) -> None:
         self.algo = algo
         self.collector = collector
@@ -160,11 +162,7 @@ class Trainer:
         self.result = FitResult(steps=0, wall_s=0.0)
         self.monitor = SystemMonitor()
         self.select = select
-        self.alarms = None
-        if alarms is not None and getattr(alarms, "enabled", True):
-            from pickaxe.eval.alarms import AlarmMonitor
-
-            self.alarms = AlarmMonitor(alarms)
+        self.alarms = AlarmMonitor(alarms) if alarms is not None and alarms.enabled else None
         self._evals: list[dict[str, Any]] = []  # the eval metrics of every evaluated step so far, for `select`
         set_torch_threads(torch_threads)
 
@@ -363,7 +361,7 @@ class Trainer:
         if self.run is None:
             return
         evals = {k: v for k, v in record.items() if k.startswith(("eval/", "alarm/"))}
-        if getattr(self.config, "keep_policies", True):
+        if self.config.keep_policies:
             save_policy(self.run.path, self.algo.networks(), self.step, evals)
         self._evals = [r for r in self._evals if r["step"] != self.step] + [{"step": self.step, **evals}]
         self.write_selection()
@@ -373,8 +371,6 @@ class Trainer:
         (a policy, a checkpoint or the final model); nothing without a Run, a ``select`` config or a candidate."""
         if self.run is None or self.select is None:
             return
-        from pickaxe.eval.selection import candidates_from_records, resolve_metric, select_best
-
         kept = {p.step for p in list_policies(self.run.path)}
         kept |= {i.step for i in self.checkpoints.list()} if self.checkpoints is not None else set()
         final_step = _read_json(self.run.path / MODEL_DIGEST_FILE).get("step")
