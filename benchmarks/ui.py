@@ -9,7 +9,9 @@ serves the app with uvicorn on 127.0.0.1 and measures, median of ``--repeats``:
 - ``api_ms``: ``/api/runs`` alone, warm; ``api_one_changed_ms``: with one run's metrics.jsonl appended to;
 - ``compare_ms``: ``/api/runs/compare`` of 10 runs (2 configs x 5 seeds, with the IQM bands);
 - ``browser_ms`` (when Chromium and Playwright are there): headless Chromium from navigation to the 200-row
-  table drawn, and ``browser_chart_ms`` from ticking 10 runs to their chart drawn.
+  table drawn; ``browser_tick_chart_ms`` from ticking 10 runs (2 configs x 5 seeds) to their chart drawn;
+  ``browser_url_chart_ms`` from opening a shared ``/runs?run=...`` of 10 other runs to their chart drawn
+  (``*_first_ms``: the first repeat, before the app had cached those runs' records).
 
 Usage: ``python benchmarks/ui.py [--runs 200] [--records 300] [--repeats 9] [--no-browser]``; the last line is
 one JSON object.
@@ -94,11 +96,15 @@ def timed(fn: Any, repeats: int) -> float:
 
 
 def browser_times(base: str, ids: list[str], repeats: int) -> dict[str, float]:
+    """Headless Chromium: the Runs page drawn, ticking 10 runs until their chart is drawn, and a shared URL of
+    10 other runs until their chart is drawn (``*_first_ms``: the first time, before the app cached those runs)."""
     from playwright.sync_api import sync_playwright
 
     args = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
             "--disable-sync", "--no-first-run"]  # fmt: skip
-    out: dict[str, list[float]] = {"browser_ms": [], "browser_chart_ms": []}
+    drawn = ("document.querySelector('#chart') && document.querySelector('#chart')._uplot "
+             "&& document.querySelector('#chart').dataset.series === '12'")  # fmt: skip
+    out: dict[str, list[float]] = {"browser_ms": [], "browser_tick_chart_ms": [], "browser_url_chart_ms": []}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=args)
         page = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -110,11 +116,16 @@ def browser_times(base: str, ids: list[str], repeats: int) -> dict[str, float]:
             t = time.perf_counter()
             for rid in ids[:10]:
                 page.locator(f'input[data-run="{rid}"]').check()
-            page.wait_for_function("document.querySelector('#chart') && document.querySelector('#chart')._uplot "
-                                   "&& document.querySelector('#chart').dataset.series === '12'")  # fmt: skip
-            out["browser_chart_ms"].append(1e3 * (time.perf_counter() - t))
+            page.wait_for_function(drawn)
+            out["browser_tick_chart_ms"].append(1e3 * (time.perf_counter() - t))
+            t = time.perf_counter()
+            page.goto(f"{base}/runs?" + "&".join(f"run={r}" for r in ids[10:20]))
+            page.wait_for_function(drawn)
+            out["browser_url_chart_ms"].append(1e3 * (time.perf_counter() - t))
         browser.close()
-    return {k: statistics.median(v) for k, v in out.items()}
+    result = {k: statistics.median(v) for k, v in out.items()}
+    result.update({k.replace("_ms", "_first_ms"): v[0] for k, v in out.items() if k != "browser_ms"})
+    return result
 
 
 def main(argv: list[str] | None = None) -> None:

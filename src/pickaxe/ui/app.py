@@ -48,6 +48,7 @@ def create_app(runs_dir: str | Path, queue_db: str | Path | None = None) -> Fast
     app.state.runs_dir = root.resolve()
     app.state.queue_db = Path(queue_db).expanduser() if queue_db is not None else default_db_path()
     app.state.summary_cache = runs.SummaryCache()
+    app.state.record_cache = runs.RecordCache()
 
     @app.exception_handler(RequestValidationError)
     async def _one_line(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
@@ -28,7 +29,7 @@ from pickaxe.exp.compare import (
 from pickaxe.runs.listing import RunSummary, find_run_dirs, summarize_run
 from pickaxe.runs.status import run_state
 
-__all__ = ["SummaryCache", "clean", "eval_metrics", "resolve_run", "router", "run_id", "warm_cache"]
+__all__ = ["RecordCache", "SummaryCache", "clean", "eval_metrics", "resolve_run", "router", "run_id", "warm_cache"]
 
 router = APIRouter()
 """Routes of the Runs page's API; ``create_app`` includes them."""
@@ -115,6 +116,34 @@ class SummaryCache:
             self._entries[run_dir] = entry
             self.misses += 1
         return entry
+
+
+class RecordCache:
+    """The last ``size`` runs loaded for a comparison (``compare.load_runs``: config and every metrics record),
+    reloaded when ``config.json`` or ``metrics.jsonl`` changes: ticking runs one by one on the page parses
+    each run once, not once per tick."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self._entries: OrderedDict[Path, tuple[tuple[Any, ...], RunRecord]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def load(self, run_dir: Path) -> RunRecord:
+        """The run's ``RunRecord``; ``PickaxeError`` (from ``load_runs``) when it has no metrics or bad files."""
+        base = os.fspath(run_dir) + os.sep
+        key = (_stamp(base + "config.json"), _stamp(base + "metrics.jsonl"))
+        with self._lock:
+            hit = self._entries.get(run_dir)
+            if hit is not None and hit[0] == key:
+                self._entries.move_to_end(run_dir)
+                return hit[1]
+        (record,) = load_runs([run_dir])
+        with self._lock:
+            self._entries[run_dir] = (key, record)
+            self._entries.move_to_end(run_dir)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+        return record
 
 
 def _cache(request: Request) -> SummaryCache:
@@ -212,9 +241,10 @@ def compare_selected(
     paths = list(dict.fromkeys(resolve_run(request, r) for r in run))
     records: list[RunRecord] = []
     notes: list[str] = []
+    loaded: RecordCache = request.app.state.record_cache
     for p in paths:
         try:
-            records.extend(load_runs([p]))
+            records.append(loaded.load(p))
         except PickaxeError as e:
             notes.append(f"{run_id(root, p)}: {e}")
     if not records:
