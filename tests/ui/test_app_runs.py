@@ -98,6 +98,23 @@ def test_compare_gives_the_numbers_of_pickaxe_compare(client: TestClient, runs_r
     assert "eval/return_mean" in data["metrics"] and not any(m.endswith("_ci_low") for m in data["metrics"])
 
 
+def test_compared_runs_are_parsed_once_until_they_change(
+    client: TestClient, runs_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pickaxe.ui.runs as ui_runs
+
+    parsed: list[Path] = []
+    monkeypatch.setattr(ui_runs, "load_runs", lambda paths: parsed.extend(paths) or load_runs(paths))
+    client.get("/api/runs/compare", params={"run": SWEEP[:1]})
+    client.get("/api/runs/compare", params={"run": SWEEP[:2]})  # ticking a second run parses only that one
+    assert parsed == [runs_root / SWEEP[0], runs_root / SWEEP[1]]
+    with open(runs_root / SWEEP[0] / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": 4000, "eval/return_mean": 7.0}) + "\n")
+    data = client.get("/api/runs/compare", params={"run": SWEEP[:2]}).json()
+    assert parsed[2:] == [runs_root / SWEEP[0]]
+    assert data["runs"][0]["value"] == [20.0, 60.0, 100.0, 7.0]
+
+
 def test_compare_of_an_llm_run_defaults_to_accuracy_and_falls_back_from_an_unlogged_metric(
     client: TestClient,
 ) -> None:
