@@ -123,6 +123,8 @@ def test_arena_command_bad_input_is_one_line(run_dir: Path, tmp_path: Path, argv
 
 
 def test_arena_command_refuses_runs_without_a_policy(tmp_path: Path) -> None:
+    with pytest.raises(PickaxeError, match="needs a run directory first"):
+        arena_main(["--prompts", "3"])
     with pytest.raises(PickaxeError, match="not a run directory"):
         arena_main([str(tmp_path)])
     classic = tmp_path / "classic"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import tyro
 
-from pickaxe.argparsing import parse
+from pickaxe.argparsing import parse, wants_help
 from pickaxe.config_keys import ranged
 from pickaxe.errors import PickaxeError
 
@@ -69,7 +69,10 @@ def _merge_checkpoints(argv: list[str]) -> list[str]:
 def main(argv: list[str]) -> int:
     """``pickaxe arena RUN_DIR [--checkpoints STEP... | all] [--prompts N] [--db PATH] [--name NAME]``; returns 0,
     raises a one-line ``PickaxeError`` for bad input (the CLI prints it and exits 2)."""
-    args = parse(ArenaArgs, _merge_checkpoints(list(argv)), "pickaxe arena")
+    argv = list(argv)
+    if not wants_help(argv) and (not argv or argv[0].startswith("-")):
+        raise PickaxeError("pickaxe arena needs a run directory first, e.g. `pickaxe arena runs/my-run --prompts 32`")
+    args = parse(ArenaArgs, _merge_checkpoints(argv), "pickaxe arena")
     from pickaxe.eval.arena import ArenaStore
     from pickaxe.train.generate import prepare_arena
 
@@ -97,8 +100,13 @@ def main(argv: list[str]) -> int:
         progress=lambda line: print(line, file=sys.stderr),
     )
     labels = store.labels(name)
+    where = (
+        f"vote with `pickaxe ui {run_dir.parent}` (Arena page)"
+        if db == run_dir / DEFAULT_DB
+        else f"note: `pickaxe ui` finds arenas only in RUN_DIR/{DEFAULT_DB}, so it will not list this one"
+    )
     print(
         f"arena {name!r} in {db}: {len(labels)} checkpoints ({', '.join(labels)}) x {store.prompt_count(name)} "
-        f"prompts, {made} responses generated now; vote with `pickaxe ui {run_dir.parent}` (Arena page)"
+        f"prompts, {made} responses generated now; {where}"
     )
     return 0
