@@ -34,7 +34,7 @@ def _cfg() -> LLMTrainConfig:
     cfg.model = LMConfig(hidden=32, layers=1, heads=4, kv_heads=2, intermediate=64)
     cfg.collector = TextCollectorConfig(prompts=16)
     cfg.eval = LLMEvalConfig(prompts=4, samples=0, before=False)
-    cfg.trainer = TrainerConfig(total_steps=64, eval_every=32)
+    cfg.trainer = TrainerConfig(total_steps=64, eval_every=32, keep_last=1)
     cfg.algo.lr = 3e-3
     cfg.device = "cpu"
     return cfg
@@ -42,13 +42,15 @@ def _cfg() -> LLMTrainConfig:
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished tiny SFT run: weights at env steps 32 and 64 and the final model."""
+    """A finished tiny SFT run: the final model, a checkpoint at env step 64, and kept policies at 32 and 64 (the
+    checkpoint of step 32 was pruned: its weights load from ``RUN/policies``)."""
     path = tmp_path_factory.mktemp("runs") / "sft"
     train(_cfg(), run_dir=path)
     return path
 
 
 def test_the_chosen_checkpoint_is_the_one_generating(run_dir: Path) -> None:
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("step-*")) == ["step-000000000064"]
     assert available_checkpoints(run_dir) == [32, 64, "final"]
     early, final = load_run_policy(run_dir, 32), load_run_policy(run_dir, "final")
     assert early.label == "step 32" and final.label == "final"
