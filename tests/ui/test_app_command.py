@@ -69,3 +69,11 @@ def test_serving_beyond_loopback_warns(
     warning = f"pickaxe ui: warning: serving on {host}, reachable from other machines; the app has no authentication"
     assert (warning in err) is warns
     assert f"pickaxe ui: http://{host}:8123/" in err
+    from fastapi.testclient import TestClient
+
+    client = TestClient(served["app"], base_url="http://127.0.0.1:8123")
+    assert client.get("/api/runs").status_code == 200
+    # on loopback, a page reaching the app under another name (DNS rebinding) is refused
+    r = client.get("/api/runs", headers={"host": "evil.example:8123"})
+    assert r.status_code == (400 if host == "127.0.0.1" else 200)
+    assert client.get("/api/runs", headers={"host": "localhost:8123"}).status_code == 200

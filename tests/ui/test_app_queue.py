@@ -27,7 +27,7 @@ def test_no_queue_database_is_an_empty_queue(runs_root: Path, tmp_path: Path) ->
     assert (data["exists"], data["jobs"]) == (False, [])
     assert data["message"].endswith("`pickaxe queue add -- COMMAND` creates it")
     assert not (tmp_path / "none.db").exists()  # reading never creates the queue
-    r = client.post("/api/queue/1/cancel")
+    r = client.post("/api/queue/1/cancel", json={})
     assert r.status_code == 404 and "there is no job queue at" in r.json()["detail"]
 
 
@@ -48,17 +48,17 @@ def test_jobs_with_state_priority_dependencies_and_attempts(runs_root: Path, db:
 
 def test_cancel_and_retry_change_the_database_like_the_cli(runs_root: Path, db: Path) -> None:
     client = TestClient(create_app(runs_root, queue_db=db))
-    r = client.post("/api/queue/1/cancel")
+    r = client.post("/api/queue/1/cancel", json={})
     assert r.status_code == 200
     assert (r.json()["job"]["state"], r.json()["message"]) == ("cancelled", "job 1 cancelled")
     with JobQueue(db, create=False) as q:
         assert [q.get(1).state, q.get(2).state] == ["cancelled", "blocked"]  # its dependent is blocked, as the CLI does
-    r = client.post("/api/queue/1/cancel")
+    r = client.post("/api/queue/1/cancel", json={})
     assert r.status_code == 409
     assert r.json()["detail"] == "job 1 is already cancelled; only queued, blocked or running jobs can be cancelled"
-    r = client.post("/api/queue/2/retry")
+    r = client.post("/api/queue/2/retry", json={})
     assert (r.status_code, r.json()["detail"]) == (409, "job 2 depends on job 1, which is cancelled; retry job 1 first")
-    assert client.post("/api/queue/1/retry").json()["job"]["state"] == "queued"
+    assert client.post("/api/queue/1/retry", json={}).json()["job"]["state"] == "queued"
     with JobQueue(db, create=False) as q:
         assert [q.get(1).state, q.get(2).state] == ["queued", "queued"]
 
@@ -72,7 +72,7 @@ def test_cancel_and_retry_change_the_database_like_the_cli(runs_root: Path, db: 
     ],
 )
 def test_bad_job_requests_are_one_line(runs_root: Path, db: Path, url: str, status: int, detail: str) -> None:
-    r = TestClient(create_app(runs_root, queue_db=db)).post(url)
+    r = TestClient(create_app(runs_root, queue_db=db)).post(url, json={})
     assert r.status_code == status and r.json()["detail"].startswith(detail)
 
 
@@ -94,3 +94,16 @@ def test_a_job_log_is_served_as_text(runs_root: Path, db: Path) -> None:
     assert client.get("/api/queue/1/log", params={"attempt": 1}).text == r.text
     r = client.get("/api/queue/1/log", params={"attempt": 2})
     assert (r.status_code, r.json()["detail"]) == (404, "job 1 has no attempt 2 (it has 1)")
+
+
+def test_a_cross_site_form_post_changes_nothing(runs_root: Path, db: Path) -> None:
+    # a form on another web site can POST to 127.0.0.1 without a CORS preflight, but never as JSON
+    client = TestClient(create_app(runs_root, queue_db=db))
+    r = client.post("/api/queue/1/cancel", data={"x": "1"})
+    assert (r.status_code, r.json()["detail"]) == (
+        415,
+        "POST requests must send Content-Type: application/json (the pages do)",
+    )
+    assert client.post("/api/queue/1/cancel", content=b"", headers={"content-type": "text/plain"}).status_code == 415
+    with JobQueue(db, create=False) as q:
+        assert q.get(1).state == "queued"

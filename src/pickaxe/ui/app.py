@@ -10,12 +10,12 @@ from __future__ import annotations
 import socket
 import sys
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from pickaxe.errors import PickaxeError
@@ -33,9 +33,16 @@ PAGES = {"/": "runs.html", "/runs": "runs.html", "/queue": "queue.html", "/check
 """Page routes served by this module (the arena and playground routers serve their own)."""
 
 
-def create_app(runs_dir: str | Path, queue_db: str | Path | None = None) -> FastAPI:
+def create_app(
+    runs_dir: str | Path, queue_db: str | Path | None = None, *, allowed_hosts: Iterable[str] | None = None
+) -> FastAPI:
     """The app over the runs under ``runs_dir`` and the job queue ``queue_db`` (default: ``$PICKAXE_QUEUE`` or
     ``~/.pickaxe/queue.db``, read when a page asks; a missing queue is an empty queue page, not an error).
+
+    Requests that change something (POST, PUT, PATCH, DELETE) must send ``Content-Type: application/json``: a
+    browser sends that across sites only after a CORS preflight, which this app never grants, so another web
+    page cannot cancel jobs or cast votes through the user's browser. With ``allowed_hosts`` (``serve`` passes
+    the loopback names when it listens on loopback), a request naming another ``Host`` is refused (DNS rebinding).
 
     Raises ``PickaxeError`` when ``runs_dir`` is not a folder.
     """
@@ -49,6 +56,21 @@ def create_app(runs_dir: str | Path, queue_db: str | Path | None = None) -> Fast
     app.state.queue_db = Path(queue_db).expanduser() if queue_db is not None else default_db_path()
     app.state.summary_cache = runs.SummaryCache()
     app.state.record_cache = runs.RecordCache()
+
+    hosts = None if allowed_hosts is None else {h.lower() for h in allowed_hosts}
+
+    @app.middleware("http")
+    async def _guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        if hosts is not None:
+            name = _host_name(request.headers.get("host", ""))
+            if name not in hosts:
+                return JSONResponse({"detail": f"host {name!r} is not served here; open the app by its address"}, 400)
+        if request.method in ("POST", "PUT", "PATCH", "DELETE"):
+            kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            if kind != "application/json":
+                detail = f"{request.method} requests must send Content-Type: application/json (the pages do)"
+                return JSONResponse({"detail": detail}, 415)
+        return await call_next(request)
 
     @app.exception_handler(RequestValidationError)
     async def _one_line(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -65,6 +87,14 @@ def create_app(runs_dir: str | Path, queue_db: str | Path | None = None) -> Fast
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
+
+
+def _host_name(host: str) -> str:
+    """``"127.0.0.1:8000"`` -> ``"127.0.0.1"``, ``"[::1]:8000"`` -> ``"::1"``."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:].split("]", 1)[0]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 def _page(name: str) -> Callable[[], Awaitable[FileResponse]]:
@@ -103,7 +133,7 @@ def serve(
     the app has no authentication, and its queue page can cancel jobs."""
     import uvicorn
 
-    app = create_app(runs_dir, queue_db)
+    app = create_app(runs_dir, queue_db, allowed_hosts=LOOPBACK_HOSTS if host in LOOPBACK_HOSTS else None)
     check_port(host, port)
     if host not in LOOPBACK_HOSTS:
         print(
