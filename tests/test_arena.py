@@ -185,3 +185,24 @@ def test_concurrent_voters_lose_no_vote(tmp_path: Path) -> None:
     with sqlite3.connect(tmp_path / "arena.sqlite") as db:
         assert db.execute("SELECT COUNT(DISTINCT voter) FROM votes").fetchone()[0] == 8
     assert sum(r.votes for r in store.leaderboard("t", n_boot=50)) == 2 * 8 * 15
+
+
+def _vote_from_process(path: str, k: int, n: int) -> None:
+    store = ArenaStore(path)
+    for i in range(n):
+        m = store.issue_match("t", f"proc-{k}")
+        store.record_vote(m.id, f"proc-{k}", ("left", "right", "tie")[i % 3])
+
+
+def test_voters_in_several_processes_lose_no_vote(tmp_path: Path) -> None:
+    import multiprocessing
+
+    store = _store(tmp_path)
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_vote_from_process, args=(str(store.path), k, 20)) for k in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=60)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    assert store.vote_count("t") == 60
