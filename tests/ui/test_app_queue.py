@@ -43,7 +43,16 @@ def test_jobs_with_state_priority_dependencies_and_attempts(runs_root: Path, db:
         2,
         0,
     )
-    assert (second["depends_on"], second["log_url"]) == ([1], None)
+    assert (second["depends_on"], second["log_url"], second["run_id"]) == ([1], None, None)
+
+
+def test_a_job_writing_one_of_the_runs_links_to_it(runs_root: Path, tmp_path: Path) -> None:
+    db = tmp_path / "q.db"
+    with JobQueue(db) as q:
+        q.add(["pickaxe", "train", "cartpole-ppo"], run_dir=str(runs_root / "llm"))
+        q.add(["pickaxe", "train", "cartpole-ppo"], run_dir=str(tmp_path / "elsewhere"))
+    jobs = TestClient(create_app(runs_root, queue_db=db)).get("/api/queue").json()["jobs"]
+    assert [j["run_id"] for j in jobs] == ["llm", None]
 
 
 def test_cancel_and_retry_change_the_database_like_the_cli(runs_root: Path, db: Path) -> None:

@@ -12,6 +12,7 @@ from fastapi.responses import PlainTextResponse
 
 from pickaxe.errors import PickaxeError
 from pickaxe.exp.queue_store import Job, JobQueue, NoQueueError
+from pickaxe.ui.runs import run_id
 
 __all__ = ["LOG_TAIL_BYTES", "router"]
 
@@ -32,10 +33,15 @@ def _open(request: Request) -> JobQueue:
         raise HTTPException(500, str(e)) from None
 
 
-def _job(job: Job) -> dict[str, Any]:
+def _job(job: Job, root: Path) -> dict[str, Any]:
     out = job.to_dict()
     out["wall_s"] = job.wall_s
     out["log_url"] = f"/api/queue/{job.id}/log" if job.log_path else None
+    out["run_id"] = None  # the job's run on the Runs page, when it is one of the app's runs
+    if job.run_dir:
+        path = (Path(job.cwd) / job.run_dir).resolve()
+        if (path == root or root in path.parents) and (path / "config.json").is_file():
+            out["run_id"] = run_id(root, path)
     return out
 
 
@@ -52,7 +58,8 @@ def list_jobs(request: Request) -> dict[str, Any]:
         raise HTTPException(500, str(e)) from None
     with q:
         jobs = q.list()
-    return {"db": str(q.path), "exists": True, "message": None, "jobs": [_job(j) for j in jobs]}
+    root: Path = request.app.state.runs_dir
+    return {"db": str(q.path), "exists": True, "message": None, "jobs": [_job(j, root) for j in jobs]}
 
 
 def _act(request: Request, job_id: int, action: str) -> dict[str, Any]:
@@ -69,7 +76,7 @@ def _act(request: Request, job_id: int, action: str) -> dict[str, Any]:
         message = f"job {job.id} is running on worker {job.worker_id}; it will stop and be marked cancelled"
     else:
         message = f"job {job.id} {job.state}"
-    return {"job": _job(job), "message": message}
+    return {"job": _job(job, request.app.state.runs_dir), "message": message}
 
 
 @router.post("/api/queue/{job_id}/cancel")

@@ -38,7 +38,8 @@ function render(data) {
   }
   host.appendChild(PX.table([
     {label: "id", num: true, value: (j) => j.id},
-    {label: "name", value: (j) => j.name},
+    {label: "name", value: (j) => (j.run_id ? PX.el("a", {href: `/runs?run=${encodeURIComponent(j.run_id)}`,
+      title: `run ${j.run_id}`, text: j.name}) : j.name)},
     {label: "state", value: (j) => j.state, className: (j) => `state-${j.state} job-state`},
     {label: "prio", num: true, value: (j) => j.priority},
     {label: "after", value: (j) => j.depends_on.join(",")},
