@@ -112,11 +112,12 @@ def _outcomes(votes: Iterable[Vote | Sequence[str]]) -> tuple[list[str], np.ndar
 
 def _win_matrices(k: int, left: np.ndarray, right: np.ndarray, score: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """``W[b, i, j]``: the (half-)wins of i over j in weighting ``b`` of the votes (weights has shape (B, votes))."""
-    B = weights.shape[0]
-    W = np.zeros((B, k * k))
-    np.add.at(W, (slice(None), left * k + right), weights * score)
-    np.add.at(W, (slice(None), right * k + left), weights * (1.0 - score))
-    return W.reshape(B, k, k)
+    m = len(left)
+    spread = np.zeros((m, k * k))  # vote -> its contribution to the flattened win matrix
+    rows = np.arange(m)
+    spread[rows, left * k + right] += score
+    spread[rows, right * k + left] += 1.0 - score
+    return (weights @ spread).reshape(weights.shape[0], k, k)
 
 
 def _fit(W: np.ndarray, prior: float, tol: float = 1e-10, max_iter: int = 200) -> np.ndarray:
