@@ -162,3 +162,13 @@ def test_arena_page_shows_markup_as_text(
     page.wait_for_function("document.querySelector('#board').dataset.votes === '1'")
     assert dialogs == [] and page.js_errors == []
     screenshot(page, "arena-markup-as-text")
+
+
+def test_arena_names_with_colons_resolve(client: TestClient, arena_root: Path) -> None:
+    store = ArenaStore(arena_root / "llm" / "arena.sqlite")
+    store.add_arena("v1:greedy", {})
+    store.add_responses("v1:greedy", [(0, "p", "a", "x"), (0, "p", "b", "y")])
+    ids = [a["id"] for a in client.get("/api/arena/arenas").json()["arenas"]]
+    assert "llm:v1:greedy" in ids
+    r = client.post("/api/arena/match", json={"arena": "llm:v1:greedy", "voter": "z"})
+    assert r.status_code == 200 and {r.json()["left"], r.json()["right"]} == {"x", "y"}

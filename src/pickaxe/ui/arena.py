@@ -84,10 +84,13 @@ def _find(request: Request, arena: Any) -> tuple[ArenaStore, str]:
     if not isinstance(arena, str) or not arena or len(arena) > 1000:
         raise HTTPException(422, "arena must be an arena id from /api/arena/arenas")
     root: Path = request.app.state.runs_dir
-    folder, sep, name = arena.rpartition(":")
-    if sep:
+    files = _arena_files(root)
+    for i, c in enumerate(arena):  # folder names and arena names may both hold ":"; try each split
+        if c != ":":
+            continue
+        folder, name = arena[:i], arena[i + 1 :]
         path = (root / folder / DEFAULT_DB).resolve()
-        if path.is_relative_to(root) and path in _arena_files(root):
+        if path.is_relative_to(root) and path in files:
             store = _store(path)
             if name in store.arenas():
                 return store, name
@@ -142,28 +145,36 @@ def list_arenas(request: Request) -> dict[str, Any]:
     return {"arenas": out}
 
 
+def _issue(request: Request, arena: Any, voter: Any) -> dict[str, Any]:
+    store, name = _find(request, arena)
+    try:
+        match = store.issue_match(name, voter)
+    except ArenaError as e:
+        raise _refuse(e) from None
+    return {"match": match.id, "prompt": match.prompt, "left": match.left, "right": match.right}
+
+
+def _vote(request: Request, arena: Any, match: Any, voter: Any, choice: Any) -> dict[str, Any]:
+    store, name = _find(request, arena)
+    try:
+        stored = store.record_vote(match, voter, choice)
+    except ArenaError as e:
+        raise _refuse(e) from None
+    return {"stored": stored, "votes": store.vote_count(name)}
+
+
 @router.post("/api/arena/match")
 async def new_match(request: Request) -> dict[str, Any]:
     """Issue a match of ``arena`` to ``voter``: a prompt and two anonymised responses in random order."""
     body = await _body(request, ("arena", "voter"))
-    store, name = _find(request, body["arena"])
-    try:
-        match = await run_in_threadpool(store.issue_match, name, body["voter"])
-    except ArenaError as e:
-        raise _refuse(e) from None
-    return {"match": match.id, "prompt": match.prompt, "left": match.left, "right": match.right}
+    return await run_in_threadpool(_issue, request, body["arena"], body["voter"])
 
 
 @router.post("/api/arena/vote")
 async def vote(request: Request) -> dict[str, Any]:
     """Record ``voter``'s ``choice`` on ``match``; every field is checked before anything is stored."""
     body = await _body(request, ("arena", "match", "voter", "choice"))
-    store, name = _find(request, body["arena"])
-    try:
-        stored = await run_in_threadpool(store.record_vote, body["match"], body["voter"], body["choice"])
-    except ArenaError as e:
-        raise _refuse(e) from None
-    return {"stored": stored, "votes": await run_in_threadpool(store.vote_count, name)}
+    return await run_in_threadpool(_vote, request, body["arena"], body["match"], body["voter"], body["choice"])
 
 
 def _rating(r: Rating) -> dict[str, Any]:
@@ -207,5 +218,4 @@ async def arena_leaderboard(request: Request, arena: str | None = None) -> dict[
     """The leaderboard of ``arena`` (cached until the next vote)."""
     if arena is None:
         raise HTTPException(422, "missing query parameter: arena")
-    store, name = _find(request, arena)
-    return await run_in_threadpool(_board, store, name)
+    return await run_in_threadpool(lambda: _board(*_find(request, arena)))
