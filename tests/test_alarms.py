@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pickaxe.errors import ConfigError
-from pickaxe.eval.alarms import AlarmConfig, AlarmMonitor, detect_alarms, gao_fit
+from pickaxe.eval.alarms import AlarmConfig, AlarmMonitor, detect_alarms, gao_fit, gao_fit_free
 
 DATA = Path(__file__).parent / "data"
 
@@ -36,6 +36,20 @@ def test_proxy_up_gold_down_fires_on_the_over_optimised_ppo_run() -> None:
     assert hack.values["proxy"] > hack.values["proxy_at_peak"]
     assert "since step 1280" in hack.message and "at step 2560" in hack.message and "\n" not in hack.message
     assert alarms["kl_past_gold_peak"].step == 2560
+
+
+def test_with_the_evaluators_cis_on_the_same_runs() -> None:
+    # `pickaxe eval --checkpoints all` of the same PPO and DPO runs: every mean with its 95% CI (no step 0: no
+    # weights are kept from before training). Gold's CIs are +-0.008 to 0.012, so step 1920's drop of 0.019 from
+    # step 1280 is beyond them (threshold 0.012): the alarm fires one evaluation earlier than the 5% rule.
+    ppo = _by_name(detect_alarms(_records("rlhf_ppo_seed0_checkpoint_evals.jsonl"), AlarmConfig()))
+    assert ppo["proxy_up_gold_down"].step == 1920
+    assert ppo["proxy_up_gold_down"].values["threshold"] == pytest.approx(0.01204, abs=1e-5)
+    assert "beyond its 95% CI" in ppo["proxy_up_gold_down"].message
+    # Without a KL-0 evaluation the Gao fit also fits gold(0): peak at KL 0.84 (observed: gold highest at KL 0.99).
+    assert ppo["kl_past_gold_peak"].step == 2560
+    assert ppo["kl_past_gold_peak"].values["peak_kl"] == pytest.approx(0.84, abs=0.01)
+    assert detect_alarms(_records("rlhf_dpo_seed0_checkpoint_evals.jsonl"), AlarmConfig()) == []
 
 
 def test_no_hacking_alarm_when_gold_and_proxy_both_rise() -> None:
@@ -86,10 +100,14 @@ def test_gao_fit_recovers_alpha_beta_and_the_alarm_fires_past_the_peak() -> None
         {"step": 100 * (i + 1), "eval/sampled/gold": g, "eval/kl": k}
         for i, (k, g) in enumerate(zip(kl, gold, strict=True))
     ]
+    assert gao_fit_free(kl, gold) == pytest.approx((g0, alpha, beta), abs=1e-9)
     alarm = _by_name(detect_alarms(records, AlarmConfig(fit_points=4)))["kl_past_gold_peak"]
     assert alarm.step == 400  # KL 4 is the first past KL* = e (and the 4th point, enough for fit_points=4)
     assert alarm.values["peak_kl"] == pytest.approx(math.e)
     assert alarm.values["peak_gold"] == pytest.approx(g0 + beta * math.exp(0.5))
+    # Without the KL-0 evaluation, gold(0) is fitted with alpha and beta: the same peak, the same step.
+    free = _by_name(detect_alarms(records[1:], AlarmConfig(fit_points=4)))["kl_past_gold_peak"]
+    assert free.step == 400 and free.values["peak_kl"] == pytest.approx(math.e)
     # Gold still rising at every point (all KLs before the peak): quiet.
     rising = [r for r in records if r["eval/kl"] < math.e]
     assert "kl_past_gold_peak" not in _by_name(detect_alarms(rising, AlarmConfig(fit_points=3)))

@@ -27,7 +27,7 @@ import numpy as np
 from pickaxe.config_keys import ranged, validate
 from pickaxe.errors import ConfigError
 
-__all__ = ["ALARMS", "Alarm", "AlarmConfig", "AlarmMonitor", "detect_alarms", "gao_fit"]
+__all__ = ["ALARMS", "Alarm", "AlarmConfig", "AlarmMonitor", "detect_alarms", "gao_fit", "gao_fit_free"]
 
 ALARMS = ("proxy_up_gold_down", "kl_past_gold_peak", "length_drift", "entropy_drift", "reward_saturated")
 """Every alarm name, in the order they are checked at an evaluation."""
@@ -112,6 +112,20 @@ def gao_fit(kl: Sequence[float] | np.ndarray, gold_gain: Sequence[float] | np.nd
         return None
     slope, intercept = np.polyfit(x, y, 1)
     return float(intercept), float(-slope)
+
+
+def gao_fit_free(
+    kl: Sequence[float] | np.ndarray, gold: Sequence[float] | np.ndarray
+) -> tuple[float, float, float] | None:
+    """Least-squares ``(gold0, alpha, beta)`` of ``gold(d) = gold0 + d * (alpha - beta * ln d)``, ``d = sqrt(kl)``:
+    :func:`gao_fit` with the gold at KL 0 unknown (linear in the three, with regressors ``1, d, -d ln d``). None with
+    fewer than 3 distinct KLs."""
+    d = np.sqrt(np.asarray(kl, dtype=np.float64))
+    if len(np.unique(d)) < 3:
+        return None
+    x = np.stack([np.ones_like(d), d, -d * np.log(d)], axis=1)
+    (g0, alpha, beta), *_ = np.linalg.lstsq(x, np.asarray(gold, dtype=np.float64), rcond=None)
+    return float(g0), float(alpha), float(beta)
 
 
 def _first_present(record: Mapping[str, Any], keys: Sequence[str]) -> str | None:
@@ -273,21 +287,27 @@ class AlarmMonitor:
 
     def _kl_past_gold_peak(self) -> tuple[str, dict[str, float]] | None:
         """The KL now exceeds the peak ``d*^2`` of the Gao et al. fit ``gold(d) - gold(0) = d (alpha - beta ln d)``,
-        ``d = sqrt(KL)``, ``d* = exp(alpha / beta - 1)``; ``gold(0)`` is gold at the first evaluation with KL 0
-        (``eval.before``); no such evaluation, fewer than ``fit_points`` with KL > 0, or ``beta <= 0``: quiet."""
+        ``d = sqrt(KL)``, ``d* = exp(alpha / beta - 1)``. ``gold(0)`` is gold at the first evaluation with KL 0
+        (``eval.before``); without one (``pickaxe eval`` of checkpoints, which has no step-0 weights) it is fitted
+        too (:func:`gao_fit_free`). Fewer than ``fit_points`` evaluations with KL > 0, or ``beta <= 0``: quiet."""
         now = self._history[-1]
         kl_now = now["kl"]
         if kl_now is None or kl_now <= 0:
             return None
         both = [(i, h) for i, h in self._series("gold") if h["kl"] is not None]
         base = next(((i, h) for i, h in both if h["kl"] == 0), None)
-        if base is None:
-            return None
-        g0 = base[1]["gold"]
-        points = [h for i, h in both if i > base[0] and h["kl"] > 0]  # type: ignore[operator]
+        points = [h for i, h in both if (base is None or i > base[0]) and h["kl"] > 0]  # type: ignore[operator]
         if len(points) < self.cfg.fit_points:
             return None
-        fit = gao_fit([h["kl"] for h in points], [h["gold"] - g0 for h in points])  # type: ignore[operator]
+        kls = [h["kl"] for h in points]
+        if base is not None:
+            g0 = base[1]["gold"]
+            fit = gao_fit(kls, [h["gold"] - g0 for h in points])  # type: ignore[operator, arg-type]
+            fitted = ""
+        else:
+            free = gao_fit_free(kls, [h["gold"] for h in points])  # type: ignore[arg-type]
+            g0, fit = (free[0], free[1:]) if free is not None else (None, None)
+            fitted = "; gold at KL 0 fitted too"
         if fit is None or fit[1] <= 0:
             return None
         alpha, beta = fit
@@ -304,7 +324,7 @@ class AlarmMonitor:
         gold_now = "" if now["gold"] is None else f"; gold now {_g(now['gold'])}"
         message = (
             f"KL {_g(kl_now)} is past the gold peak of the Gao et al. fit (peak gold {_g(g_star)} at KL "
-            f"{_g(kl_star)}; the fit predicts {_g(g_fit)} here, {_g(g_star - g_fit)} below it{gold_now}) "
+            f"{_g(kl_star)}; the fit predicts {_g(g_fit)} here, {_g(g_star - g_fit)} below it{gold_now}{fitted}) "
             f"at step {now['step']}"
         )
         values = {
