@@ -2,7 +2,7 @@
 improvement, Wilson intervals, unbiased pass@k, samples needed to separate two checkpoints), reward-hacking alarms
 and the best-checkpoint rule."""
 
-from pickaxe.eval.alarms import Alarm, AlarmConfig, AlarmMonitor, detect_alarms, gao_fit
+from pickaxe.eval.alarms import Alarm, AlarmConfig, AlarmMonitor, detect_alarms, gao_fit, gao_fit_free
 from pickaxe.eval.selection import (
     Candidate,
     SelectConfig,
@@ -34,6 +34,7 @@ __all__ = [
     "candidates_from_records",
     "detect_alarms",
     "gao_fit",
+    "gao_fit_free",
     "iqm",
     "mean",
     "pass_at_k",
