@@ -160,6 +160,7 @@ def test_arena_page_shows_markup_as_text(
     assert page.locator("#left script, #right script, #left img, #right img, #prompt b").count() == 0
     page.click(".arena-votes button[data-choice=both_bad]")
     page.wait_for_function("document.querySelector('#board').dataset.votes === '1'")
+    page.wait_for_selector(".arena-votes button:not([disabled])")
     assert dialogs == [] and page.js_errors == []
     screenshot(page, "arena-markup-as-text")
 

@@ -62,7 +62,7 @@
     try {
       const r = await PX.postJSON("/api/arena/vote",
         {arena: current.arena, match: current.match, voter: $("voter").value, choice});
-      $("status").textContent = `vote stored (${r.votes} votes in this arena)`;
+      $("status").textContent = `vote stored (${r.votes} vote${r.votes === 1 ? "" : "s"} in this arena)`;
       current = null;
       await loadBoard();
       await nextMatch();
