@@ -165,6 +165,8 @@ def test_version(capsys) -> None:
         (["--env.kwargs", "{bad"], "--env.kwargs takes a JSON object"),
         (["--env.id", "no_such_module_xyz:Env-v0"], "cannot import module 'no_such_module_xyz'"),
         (["--algo.normalize-advantage", "maybe"], "--algo.normalize-advantage takes True or False"),
+        (["--select.rule", "nope"], "--select.rule"),
+        (["--select.mode", "best"], "--select.mode"),
     ],
 )
 def test_bad_values_are_one_line_and_write_nothing(capsys, tmp_path: Path, flags: list[str], expected: str) -> None:
@@ -337,3 +339,11 @@ def test_supervisor_forwards_sigterm_to_its_child_and_stops(tmp_path: Path, monk
     assert cli._supervise(["cartpole-ppo"], tmp_path / "run", max_restarts=3, no_progress=True) == 130
     assert received == [signal.SIGTERM]
     assert signal.getsignal(signal.SIGTERM) is before  # the supervisor's handler is gone afterwards
+
+
+def test_a_cross_field_check_is_its_own_line_without_the_parser_prefix(capsys, tmp_path: Path) -> None:
+    run_dir = tmp_path / "r"
+    flags = ["--alarms.length-min", "10", "--alarms.length-max", "5", "--run-dir", str(run_dir)]
+    err = _error(capsys, ["train", "arith-grpo", *flags])
+    assert "--alarms.length-min (10.0) must be below --alarms.length-max (5.0)" in err
+    assert "Value error" not in err and "Error parsing" not in err and not run_dir.exists()
