@@ -93,11 +93,11 @@ def run_tyro(cls: Any, args: list[str], prog: str, default: Any = None, descript
     except SystemExit as e:
         if e.code in (0, None):
             raise
-        lines = [re.sub(r"[│╭╮╰╯─]", "", ln).strip() for ln in buf.getvalue().splitlines()]
+        lines = [re.sub(r"[│╭╮╰╯─]|-{3,}", "", ln).strip() for ln in buf.getvalue().splitlines()]
         skip = ("for full helptext", "argument help", "usage:")
         text = " ".join(ln for ln in lines if ln and not ln.lower().startswith(skip))
         # a config's own __post_init__ check reaches tyro as "Value error Error parsing SECTION: MESSAGE"
-        text = re.sub(r"^Value error (Error parsing [\w.-]+: )?", "", text)
+        text = re.sub(r"Value error (Error parsing [\w.-]+: )?", "", text).strip()
         raise ConfigError(f"{prog}: {text}" if text else f"{prog}: could not parse {' '.join(args)}") from None
 
 
