@@ -15,6 +15,7 @@ them), ``RUN/eval/checkpoints.csv`` and ``RUN/eval/plots/<metric>.png`` (``/`` i
 
 from __future__ import annotations
 
+import copy
 import csv
 import hashlib
 import io
@@ -276,6 +277,7 @@ class _LLM(_Checkpoints):
                 f"{run_dir} trains {type(cfg.algo).__name__}, which has no policy to evaluate on held-out prompts; "
                 "pickaxe eval --checkpoints takes policy runs (SFT, GRPO, PPO, DPO)"
             )
+        cfg = copy.deepcopy(cfg)  # the caller's config stays as it was
         self.run_dir, self.cfg = run_dir, cfg
         if prompts is not None:
             cfg.eval.prompts = prompts
@@ -582,7 +584,7 @@ def format_report(report: Report) -> str:
     widths = [max(len(str(c)) for c in col) for col in zip(header, *lines, strict=True)]
     out = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *lines]]
     if report.best:
-        out.append(f"best (* , rule {report.best['rule']}): {report.best['reason']}")
+        out.append(f"best (*) by rule {report.best['rule']}: {report.best['reason']}")
     for a in report.alarms:
         out.append(f"alarm {a['name']} at step {a['step']}: {a['message']}")
     for p in report.pairs:
