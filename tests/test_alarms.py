@@ -39,16 +39,16 @@ def test_proxy_up_gold_down_fires_on_the_over_optimised_ppo_run() -> None:
 
 
 def test_with_the_evaluators_cis_on_the_same_runs() -> None:
-    # `pickaxe eval --checkpoints all` of the same PPO and DPO runs: every mean with its 95% CI (no step 0: no
-    # weights are kept from before training). Gold's CIs are +-0.008 to 0.012, so step 1920's drop of 0.019 from
-    # step 1280 is beyond them (threshold 0.012): the alarm fires one evaluation earlier than the 5% rule.
+    # `pickaxe eval --checkpoints all` of the same PPO run (its policies from step 0 on) and of the DPO run: every
+    # mean with its 95% CI, a bootstrap over the 256 prompts. Gold's CIs are +-0.013 to 0.02: step 1920's drop of
+    # 0.019 from the peak at step 1280 is within them (threshold 0.020), step 2560's 0.057 is not.
     ppo = _by_name(detect_alarms(_records("rlhf_ppo_seed0_checkpoint_evals.jsonl"), AlarmConfig()))
-    assert ppo["proxy_up_gold_down"].step == 1920
-    assert ppo["proxy_up_gold_down"].values["threshold"] == pytest.approx(0.01204, abs=1e-5)
+    assert ppo["proxy_up_gold_down"].step == 2560
+    assert ppo["proxy_up_gold_down"].values["threshold"] == pytest.approx(0.02028, abs=1e-5)
     assert "beyond its 95% CI" in ppo["proxy_up_gold_down"].message
-    # Without a KL-0 evaluation the Gao fit also fits gold(0): peak at KL 0.84 (observed: gold highest at KL 0.99).
+    # gold(0) is fitted with the KL-0 evaluation as one more point: peak at KL 0.41 (gold observed highest at 0.99)
     assert ppo["kl_past_gold_peak"].step == 2560
-    assert ppo["kl_past_gold_peak"].values["peak_kl"] == pytest.approx(0.84, abs=0.01)
+    assert ppo["kl_past_gold_peak"].values["peak_kl"] == pytest.approx(0.41, abs=0.01)
     assert detect_alarms(_records("rlhf_dpo_seed0_checkpoint_evals.jsonl"), AlarmConfig()) == []
 
 

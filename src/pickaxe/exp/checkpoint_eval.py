@@ -40,8 +40,9 @@ from pickaxe.runs.tracking import read_metrics
 from pickaxe.train.evaluate import BOOTSTRAP_REPS, Estimate, mean_ci, text_estimates
 from pickaxe.train.trainer import SELECTION_FILE
 
-CACHE_VERSION = 1
-"""Bumped when the cached per-sample values change meaning (old cache files are then ignored)."""
+CACHE_VERSION = 2
+"""Bumped when the cached values or their summaries change meaning (old cache files are then ignored); 2: the CIs
+of sampled metrics resample prompts, not completions."""
 KEYWORDS = ("all", "best", "latest", "final")
 
 
