@@ -79,6 +79,20 @@ def test_every_evaluation_keeps_a_policy_that_scores_its_logged_number(classic_r
     assert selection["metric"] == "eval/return_mean" and selection["step"] in evals
 
 
+def test_best_loads_the_step_selection_json_names(classic_run: Path, tmp_path: Path) -> None:
+    # `eval --checkpoints best`, `export --checkpoint best`, the arena and the playground all mean the same step:
+    # the one the run's selection rule recorded, even when keep_last pruned its checkpoint (its policy is loaded)
+    run_dir = tmp_path / "copy"
+    shutil.copytree(classic_run, run_dir)
+    selection = json.loads((run_dir / "selection.json").read_text())
+    selection["step"] = 2048  # a step whose full checkpoint was pruned
+    (run_dir / "selection.json").write_text(json.dumps(selection))
+    best, _ = evaluate_run(classic_cfg(), run_dir, episodes=6, checkpoint="best")
+    step_2048, _ = evaluate_run(classic_cfg(), run_dir, episodes=6, checkpoint=2048)
+    assert best.tolist() == step_2048.tolist()
+    assert float(best.mean()) == _evals(run_dir)[2048]["eval/return_mean"]
+
+
 def test_a_corrupted_policy_is_refused_with_one_line(classic_run: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "copy"
     shutil.copytree(classic_run, run_dir)

@@ -34,11 +34,10 @@ from pickaxe.eval.alarms import detect_alarms
 from pickaxe.eval.selection import SelectConfig, candidates_from_records, resolve_metric, select_best
 from pickaxe.eval.stats import iqm, probability_of_improvement, samples_to_separate, stratified_bootstrap_ci
 from pickaxe.runs.checkpoint import MANIFEST, TENSORS, CheckpointManager
-from pickaxe.runs.model import MODEL_DIGEST_FILE, MODEL_FILE, _read_json, _write_json_synced
+from pickaxe.runs.model import MODEL_DIGEST_FILE, MODEL_FILE, SELECTION_FILE, _read_json, _write_json_synced
 from pickaxe.runs.policies import list_policies
 from pickaxe.runs.tracking import read_metrics
 from pickaxe.train.evaluate import BOOTSTRAP_REPS, Estimate, mean_ci, text_estimates
-from pickaxe.train.trainer import SELECTION_FILE
 
 CACHE_VERSION = 2
 """Bumped when the cached values or their summaries change meaning (old cache files are then ignored); 2: the CIs

@@ -20,6 +20,8 @@ from pickaxe.runs.checkpoint import CheckpointInfo, CheckpointManager, file_dige
 MODEL_FILE = "model.safetensors"
 MODEL_DIGEST_FILE = "model.json"
 """Size and sha256 of ``model.safetensors``, written after it; ``load_model`` verifies them."""
+SELECTION_FILE = "selection.json"
+"""The run's best step by its selection rule (written by the Trainer after every evaluation); ``"best"`` loads it."""
 
 
 def flat_weights(networks: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
@@ -82,13 +84,14 @@ def load_model(
 
     ``checkpoint``: ``"final"`` (``model.safetensors``, checked against the size and sha256 in ``model.json``;
     a model without ``model.json``, from an older pickaxe, loads with a warning), ``"latest"`` (the newest good
-    checkpoint), ``"best"`` (the checkpoint with the highest recorded eval metric; ties: the newest) or an env
+    checkpoint), ``"best"`` (the step ``selection.json`` names, as ``pickaxe eval --checkpoints best`` picks it; a run
+    without one: the checkpoint with the highest recorded eval metric, ties the newest) or an env
     step (the checkpoint of that step, else the policy kept at that step's evaluation, ``RUN/policies``). Checkpoints
     are verified by their manifests, kept policies by their ``model.json``. Problems raise a
     ``PickaxeError`` whose one line names the file and the fix.
     """
     run_dir = Path(run_dir)
-    which = checkpoint_choice(checkpoint)
+    which = selected_step(run_dir, checkpoint_choice(checkpoint))
     if which == "final":
         load_flat_weights(networks, _load_final(run_dir, device), run_dir / MODEL_FILE)
         return
@@ -126,6 +129,14 @@ def load_collector_state(
     state, _ = _load_checkpoint_state(run_dir, "latest" if which == "final" else which, device)
     collector = state.get("collector") if isinstance(state, dict) else None
     return collector if isinstance(collector, dict) else None
+
+
+def selected_step(run_dir: Path, which: str | int) -> str | int:
+    """``which``, with ``"best"`` replaced by the env step the run's ``selection.json`` names when it has one."""
+    if which != "best":
+        return which
+    step = _read_json(run_dir / SELECTION_FILE).get("step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else which
 
 
 def checkpoint_choice(checkpoint: str | int) -> str | int:
@@ -244,6 +255,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def _checkpoint_step(run_dir: Path, which: str | int) -> int | None:
     """The env step of the weights ``load_model`` loaded for ``which`` (same choice rules)."""
+    which = selected_step(run_dir, which)
     if which == "final":
         return _read_json(run_dir / MODEL_DIGEST_FILE).get("step")
     if isinstance(which, int):

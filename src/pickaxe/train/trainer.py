@@ -26,7 +26,7 @@ from pickaxe.eval.selection import SelectConfig, candidates_from_records, resolv
 from pickaxe.faults import fault_point
 from pickaxe.rollout.collector import Collector
 from pickaxe.runs.checkpoint import CheckpointInfo, CheckpointManager
-from pickaxe.runs.model import MODEL_DIGEST_FILE, _read_json, _write_json_synced
+from pickaxe.runs.model import MODEL_DIGEST_FILE, SELECTION_FILE, _read_json, _write_json_synced
 from pickaxe.runs.monitor import SystemMonitor
 from pickaxe.runs.policies import list_policies, prune_policies, save_policy
 from pickaxe.runs.run import Run
@@ -73,9 +73,6 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 METRIC = "eval/return_mean"
 """The eval metric that decides ``best_eval_return``, ``target_return`` and the best checkpoints."""
-SELECTION_FILE = "selection.json"
-"""The run's best checkpoint by its ``select`` rule, rewritten after every evaluation (``pickaxe eval --checkpoints
-best`` reads it)."""
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 """Signals that make ``fit`` checkpoint at the next iteration boundary and stop (a second one aborts)."""
 
