@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,7 +29,7 @@ def test_a_missing_runs_folder_is_one_line(tmp_path: Path, capsys: pytest.Captur
 @pytest.mark.parametrize("port", ["0", "70000", "-1"])
 def test_a_bad_port_is_one_line(tmp_path: Path, port: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(tmp_path), "--port", port]) == 2
-    assert _error_line(capsys).startswith("pickaxe: error: --port must be between 1 and 65535")
+    assert _error_line(capsys) == f"pickaxe: error: --port must be >= 1 and <= 65535, got {port}"
 
 
 def test_a_port_in_use_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -77,3 +79,13 @@ def test_serving_beyond_loopback_warns(
     r = client.get("/api/runs", headers={"host": "evil.example:8123"})
     assert r.status_code == (400 if host == "127.0.0.1" else 200)
     assert client.get("/api/runs", headers={"host": "localhost:8123"}).status_code == 200
+
+
+def test_the_app_starts_without_importing_torch() -> None:
+    # torch (seconds to import) loads on the first playground generation, not when `pickaxe ui` starts
+    code = (
+        "import sys; import pickaxe.ui.app; from pickaxe.ui import arena, checkpoints, playground, queue, runs; "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

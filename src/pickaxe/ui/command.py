@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import tyro
 
 from pickaxe.argparsing import parse
+from pickaxe.config_keys import ranged
 from pickaxe.errors import PickaxeError
 
 __all__ = ["UiArgs", "main"]
@@ -19,7 +20,7 @@ class UiArgs:
 
     runs_dir: tyro.conf.Positional[str] = "runs"
     """Folder holding the runs (searched at any depth, as `pickaxe runs` does)."""
-    port: int = 8000
+    port: int = ranged(8000, ge=1, le=65535)
     """Port to listen on."""
     host: str = "127.0.0.1"
     """Address to listen on; anything but loopback makes the app (which has no authentication) reachable by others."""

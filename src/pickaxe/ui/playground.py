@@ -24,7 +24,6 @@ from starlette.concurrency import run_in_threadpool
 
 from pickaxe.errors import PickaxeError
 from pickaxe.runs.listing import find_run_dirs
-from pickaxe.runs.model import MODEL_FILE, checkpoint_choice
 
 __all__ = ["CACHE_SIZE", "PolicyCache", "router"]
 
@@ -54,7 +53,7 @@ class PolicyCache:
         """The policy of ``run_dir`` at ``checkpoint`` and whether it came from the cache."""
         from pickaxe.train.generate import load_run_policy
 
-        stamp = (run_dir / MODEL_FILE).stat().st_mtime if checkpoint == "final" else 0.0
+        stamp = (run_dir / "model.safetensors").stat().st_mtime if checkpoint == "final" else 0.0
         key = (str(run_dir), checkpoint, stamp)
         with self._lock:
             if key in self._items:
@@ -164,6 +163,8 @@ async def playground_generate(request: Request) -> dict[str, Any]:
     root: Path = request.app.state.runs_dir
     run_dir = _run_dir(root, body["run"])
     try:
+        from pickaxe.runs.model import checkpoint_choice  # torch: imported on the first generation, not at start
+
         checkpoint = checkpoint_choice(body["checkpoint"]) if isinstance(body["checkpoint"], str | int) else None
     except PickaxeError as e:
         raise HTTPException(422, str(e)) from None
