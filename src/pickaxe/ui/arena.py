@@ -18,7 +18,6 @@ API (every error is ``{"detail": "<one line>"}`` with a 4xx status, and stores n
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import asdict
@@ -32,6 +31,7 @@ from starlette.concurrency import run_in_threadpool
 from pickaxe.eval.arena import ArenaError, ArenaStore, Rating, separation
 from pickaxe.runs.listing import find_run_dirs
 from pickaxe.ui.arena_command import DEFAULT_DB
+from pickaxe.ui.body import json_body
 
 __all__ = ["router"]
 
@@ -97,23 +97,6 @@ def _find(request: Request, arena: Any) -> tuple[ArenaStore, str]:
     raise HTTPException(404, f"no arena {arena!r} under {root}; create one with `pickaxe arena RUN_DIR`")
 
 
-async def _body(request: Request, fields: tuple[str, ...]) -> dict[str, Any]:
-    """The request's JSON object, with every one of ``fields`` present (else a one-line 4xx)."""
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise HTTPException(413, f"the request body is over {MAX_BODY_BYTES} bytes")
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        raise HTTPException(400, "the request body must be a JSON object") from None
-    if not isinstance(body, dict):
-        raise HTTPException(400, "the request body must be a JSON object")
-    missing = [f for f in fields if f not in body]
-    if missing:
-        raise HTTPException(422, f"missing field{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
-    return body
-
-
 def _refuse(e: ArenaError) -> HTTPException:
     return HTTPException(e.status, str(e))
 
@@ -166,14 +149,14 @@ def _vote(request: Request, arena: Any, match: Any, voter: Any, choice: Any) -> 
 @router.post("/api/arena/match")
 async def new_match(request: Request) -> dict[str, Any]:
     """Issue a match of ``arena`` to ``voter``: a prompt and two anonymised responses in random order."""
-    body = await _body(request, ("arena", "voter"))
+    body = await json_body(request, ("arena", "voter"), MAX_BODY_BYTES)
     return await run_in_threadpool(_issue, request, body["arena"], body["voter"])
 
 
 @router.post("/api/arena/vote")
 async def vote(request: Request) -> dict[str, Any]:
     """Record ``voter``'s ``choice`` on ``match``; every field is checked before anything is stored."""
-    body = await _body(request, ("arena", "match", "voter", "choice"))
+    body = await json_body(request, ("arena", "match", "voter", "choice"), MAX_BODY_BYTES)
     return await run_in_threadpool(_vote, request, body["arena"], body["match"], body["voter"], body["choice"])
 
 

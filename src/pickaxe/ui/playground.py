@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 
 from pickaxe.errors import PickaxeError
 from pickaxe.runs.listing import find_run_dirs
+from pickaxe.ui.body import json_body
 
 __all__ = ["CACHE_SIZE", "PolicyCache", "router"]
 
@@ -148,18 +149,7 @@ def _run_dir(root: Path, run: Any) -> Path:
 @router.post("/api/playground/generate")
 async def playground_generate(request: Request) -> dict[str, Any]:
     """One response of a run's checkpoint to a prompt (greedy unless ``temperature`` > 0)."""
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise HTTPException(413, f"the request body is over {MAX_BODY_BYTES} bytes")
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        raise HTTPException(400, "the request body must be a JSON object") from None
-    if not isinstance(body, dict):
-        raise HTTPException(400, "the request body must be a JSON object")
-    missing = [k for k in ("run", "checkpoint", "prompt") if k not in body]
-    if missing:
-        raise HTTPException(422, f"missing field{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
+    body = await json_body(request, ("run", "checkpoint", "prompt"), MAX_BODY_BYTES)
     root: Path = request.app.state.runs_dir
     run_dir = _run_dir(root, body["run"])
     try:
