@@ -168,23 +168,26 @@ def _load_final(run_dir: Path, device: str | torch.device) -> dict[str, torch.Te
             stacklevel=3,
         )
     else:
-        actual = file_digest(path)
-        if actual["size"] != recorded["size"]:
-            raise PickaxeError(
-                f"{path} has {actual['size']} bytes but {MODEL_DIGEST_FILE} records {recorded['size']} (truncated or "
-                f"overwritten); restore it from a backup, or {fix}"
-            )
-        if actual["sha256"] != recorded["sha256"]:
-            raise PickaxeError(
-                f"{path} does not match its sha256 in {MODEL_DIGEST_FILE} (corrupted on disk); restore it from a "
-                f"backup, or {fix}"
-            )
+        verify_weights(path, recorded, f"restore it from a backup, or {fix}")
     try:
         return load_file(str(path), device=str(device))
     except Exception as e:  # safetensors raises its own error types for malformed files
         raise PickaxeError(
             f"{path} is not a valid safetensors file ({e}); restore it from a backup, or {fix}"
         ) from None
+
+
+def verify_weights(path: Path, recorded: dict[str, Any], fix: str) -> None:
+    """Raise a one-line ``PickaxeError`` ending in ``fix`` when ``path``'s size or sha256 differs from ``recorded``
+    (its ``model.json``: the final model's or a kept policy's)."""
+    actual = file_digest(path)
+    if actual["size"] != recorded["size"]:
+        raise PickaxeError(
+            f"{path} has {actual['size']} bytes but {MODEL_DIGEST_FILE} records {recorded['size']} (truncated or "
+            f"overwritten); {fix}"
+        )
+    if actual["sha256"] != recorded["sha256"]:
+        raise PickaxeError(f"{path} does not match its sha256 in {MODEL_DIGEST_FILE} (corrupted on disk); {fix}")
 
 
 def _read_model_digest(run_dir: Path) -> dict[str, Any] | None:

@@ -31,7 +31,14 @@ from torch import nn
 
 from pickaxe.errors import PickaxeError
 from pickaxe.runs.checkpoint import _fsync_dir, file_digest, fsync_file
-from pickaxe.runs.model import MODEL_DIGEST_FILE, MODEL_FILE, _write_json_synced, flat_weights, load_flat_weights
+from pickaxe.runs.model import (
+    MODEL_DIGEST_FILE,
+    MODEL_FILE,
+    _write_json_synced,
+    flat_weights,
+    load_flat_weights,
+    verify_weights,
+)
 
 POLICIES_DIR = "policies"
 _STEP_RE = re.compile(r"step-(\d{12})")
@@ -160,14 +167,7 @@ def load_policy_tensors(run_dir: str | Path, step: int, device: str | torch.devi
     record = _read_record(folder)
     if record is None:
         raise PickaxeError(f"{folder / MODEL_DIGEST_FILE} is missing, unreadable or malformed; {fix}")
-    actual = file_digest(path)
-    if actual["size"] != record["size"]:
-        raise PickaxeError(
-            f"{path} has {actual['size']} bytes but {MODEL_DIGEST_FILE} records {record['size']} (truncated or "
-            f"overwritten); {fix}"
-        )
-    if actual["sha256"] != record["sha256"]:
-        raise PickaxeError(f"{path} does not match its sha256 in {MODEL_DIGEST_FILE} (corrupted on disk); {fix}")
+    verify_weights(path, record, fix)
     try:
         return load_file(str(path), device=str(device))
     except Exception as e:  # safetensors raises its own error types for malformed files
