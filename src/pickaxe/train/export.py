@@ -9,14 +9,13 @@ from pathlib import Path
 
 import torch
 
-from pickaxe.errors import ConfigError, PickaxeError
+from pickaxe.errors import PickaxeError
 from pickaxe.models.export import export_model
 from pickaxe.models.lora import is_lora, merge_lora
-from pickaxe.runs.model import MODEL_FILE, checkpoint_choice, load_model, weights_source
+from pickaxe.runs.model import MODEL_FILE, checkpoint_choice, weights_source
 from pickaxe.runs.run import Run
 from pickaxe.train.build import config_from_dict
 from pickaxe.train.llm_config import LLMTrainConfig
-from pickaxe.utils import resolve_device
 
 DEFAULT_EXPORT_DIR = "export"
 """Where ``export_run`` writes by default: ``RUN_DIR/export``."""
@@ -38,7 +37,7 @@ def export_run(
     ``pickaxe_source.json`` records the run folder, recipe, algorithm, seed, config hash, git commit, the
     checkpoint and its env step, and the model the run started from. Weights are loaded on ``device``.
     """
-    from pickaxe.train.llm import build_model, derive_llm_seeds
+    from pickaxe.train.llm import load_run_lm
 
     run_path = Path(run_dir)
     data = Run.open(run_path).config()
@@ -54,12 +53,7 @@ def export_run(
             f"{run_path} has no final model ({MODEL_FILE}; did the run finish?); export a checkpoint with "
             "--checkpoint latest"
         )
-    try:
-        dev = resolve_device(device)
-    except RuntimeError:  # torch's error for a malformed device string
-        raise ConfigError(f"--device {device!r} is not a device; use cpu, cuda, cuda:N or auto") from None
-    model, tokenizer = build_model(cfg, dev, derive_llm_seeds(cfg.seed)["model"])
-    load_model(run_path, {"policy": model}, dev, checkpoint=which)
+    model, tokenizer = load_run_lm(cfg, run_path, device, which)
     lora = is_lora(model)
     model = merge_lora(model, copy_model=False)  # ours alone: merge in place, no second copy
     source = weights_source(run_path, data, which)

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pickaxe.errors import ConfigError, PickaxeError
+from pickaxe.errors import PickaxeError
 from pickaxe.eval.arena import ArenaStore
 from pickaxe.models.lora import merge_lora
 from pickaxe.models.tokenizer import render_prompt
@@ -27,11 +27,10 @@ from pickaxe.rollout.engines.base import SamplingParams
 from pickaxe.rollout.engines.hf import HFEngine
 from pickaxe.rollout.text_collector import completion_text
 from pickaxe.runs.checkpoint import CheckpointManager
-from pickaxe.runs.model import MODEL_DIGEST_FILE, MODEL_FILE, checkpoint_choice, load_model
+from pickaxe.runs.model import MODEL_DIGEST_FILE, MODEL_FILE, checkpoint_choice
 from pickaxe.runs.run import Run
 from pickaxe.train.build import config_from_dict
 from pickaxe.train.llm_config import LLMTrainConfig
-from pickaxe.utils import resolve_device
 
 __all__ = [
     "Generation",
@@ -135,17 +134,12 @@ def load_run_policy(
     """LLM run ``run_dir``'s policy at ``checkpoint`` (``"final"``, ``"latest"``, ``"best"`` or an env step, as
     for ``pickaxe eval``), on ``device``, in eval mode with LoRA adapters merged. Problems (not an LLM run, no such
     checkpoint, damaged weights) raise a one-line ``PickaxeError``."""
-    from pickaxe.train.llm import build_model, derive_llm_seeds
+    from pickaxe.train.llm import load_run_lm
 
     run_path = Path(run_dir)
     cfg = _llm_config(run_path)
     which = checkpoint_choice(checkpoint)
-    try:
-        dev = resolve_device(device)
-    except RuntimeError:  # torch's error for a malformed device string
-        raise ConfigError(f"--device {device!r} is not a device; use cpu, cuda, cuda:N or auto") from None
-    model, tokenizer = build_model(cfg, dev, derive_llm_seeds(cfg.seed)["model"])
-    load_model(run_path, {"policy": model}, dev, checkpoint=which)
+    model, tokenizer = load_run_lm(cfg, run_path, device, which)
     model = merge_lora(model, copy_model=False).eval().requires_grad_(False)
     return RunPolicy(run_path, which, model, tokenizer, cfg)
 

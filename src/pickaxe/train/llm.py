@@ -206,6 +206,21 @@ def build_model(cfg: LLMTrainConfig, device: torch.device, seed: int) -> tuple[n
     return apply_lora_config(model.to(device), m.lora, seed), tokenizer
 
 
+def load_run_lm(
+    cfg: LLMTrainConfig, run_dir: str | Path, device: str, checkpoint: str | int = "final"
+) -> tuple[nn.Module, Any]:
+    """An LLM run's model rebuilt from its config with the weights of ``checkpoint`` loaded (verified; see
+    ``pickaxe.runs.model.load_model``) on ``device`` (``cpu``, ``cuda``, ``cuda:N`` or ``auto``; a malformed one is a
+    one-line ``ConfigError``), and its tokenizer. What export, the playground and the arena load."""
+    try:
+        dev = resolve_device(device)
+    except RuntimeError:  # torch's error for a malformed device string
+        raise ConfigError(f"--device {device!r} is not a device; use cpu, cuda, cuda:N or auto") from None
+    model, tokenizer = build_model(cfg, dev, derive_llm_seeds(cfg.seed)["model"])
+    load_model(run_dir, {"policy": model}, dev, checkpoint=checkpoint)
+    return model, tokenizer
+
+
 def build_critic(cfg: LLMTrainConfig, model: nn.Module, device: torch.device) -> ValueModel:
     """PPO's critic: from the reward model (``data.reward_model``) when there is one, as InstructGPT does, else
     from the policy's decoder with a zero head."""
