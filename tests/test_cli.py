@@ -347,3 +347,12 @@ def test_a_cross_field_check_is_its_own_line_without_the_parser_prefix(capsys, t
     err = _error(capsys, ["train", "arith-grpo", *flags])
     assert "--alarms.length-min (10.0) must be below --alarms.length-max (5.0)" in err
     assert "Value error" not in err and "Error parsing" not in err and not run_dir.exists()
+
+
+def test_a_repeated_tuple_flag_gathers_its_values() -> None:
+    from pickaxe.argparsing import merge_repeated
+
+    argv = ["RUN", "--checkpoints", "100", "200", "--episodes", "5", "--checkpoints=final", "--checkpoints", "best"]
+    assert merge_repeated(argv, "--checkpoints") == ["RUN", "--episodes", "5", "--checkpoints", "100", "200", "final",
+                                                     "best"]  # fmt: skip
+    assert merge_repeated(["RUN", "--episodes", "5"], "--checkpoints") == ["RUN", "--episodes", "5"]

@@ -112,3 +112,23 @@ def parse(cls: type[T], args: list[str], prog: str, description: str | None = No
         if "range" in f.metadata:
             check_field(cls, f.name, getattr(parsed, f.name), "--" + f.name.replace("_", "-"))
     return parsed
+
+
+def merge_repeated(args: list[str], flag: str) -> list[str]:
+    """``--flag a --flag b`` (or ``--flag=a``) -> ``--flag a b`` at the end: tyro takes a tuple option once."""
+    values: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        if args[i] == flag:
+            i += 1
+            while i < len(args) and not args[i].startswith("--"):
+                values.append(args[i])
+                i += 1
+            continue
+        if args[i].startswith(flag + "="):
+            values.append(args[i].split("=", 1)[1])
+        else:
+            rest.append(args[i])
+        i += 1
+    return [*rest, flag, *values] if values else rest

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 
 import tyro
 
-from pickaxe.argparsing import parse, wants_help
+from pickaxe.argparsing import merge_repeated, parse, wants_help
 from pickaxe.config_keys import ranged
 from pickaxe.errors import ConfigError, PickaxeError
 from pickaxe.subprocesses import NOT_CRASHES
@@ -316,7 +316,7 @@ class EvalArgs:
 
 def _eval(args: list[str]) -> int:
     _needs_run_dir(args, "eval")
-    opts = parse(EvalArgs, args, "pickaxe eval")
+    opts = parse(EvalArgs, merge_repeated(args, "--checkpoints"), "pickaxe eval")
     from pickaxe.exp.checkpoint_eval import parse_choices
     from pickaxe.recipes.args import load_run_config
     from pickaxe.train.config import TrainConfig

@@ -17,7 +17,7 @@ from typing import Annotated
 
 import tyro
 
-from pickaxe.argparsing import parse, wants_help
+from pickaxe.argparsing import merge_repeated, parse, wants_help
 from pickaxe.config_keys import ranged
 from pickaxe.errors import PickaxeError
 from pickaxe.exp.queue_store import JobQueue, NoQueueError
@@ -82,26 +82,6 @@ class JobArgs:
     """Queue database (default $PICKAXE_QUEUE or ~/.pickaxe/queue.db)."""
 
 
-def _merge_repeated(args: list[str], flag: str) -> list[str]:
-    """``--after 1 --after 2`` -> ``--after 1 2`` (tyro takes a tuple once)."""
-    values: list[str] = []
-    rest: list[str] = []
-    i = 0
-    while i < len(args):
-        if args[i] == flag:
-            i += 1
-            while i < len(args) and not args[i].startswith("--"):
-                values.append(args[i])
-                i += 1
-            continue
-        if args[i].startswith(flag + "="):
-            values.append(args[i].split("=", 1)[1])
-        else:
-            rest.append(args[i])
-        i += 1
-    return [*rest, flag, *values] if values else rest
-
-
 def main_queue(argv: list[str]) -> int:
     """``pickaxe queue add|list|cancel|retry ...``; returns the exit status, raises ``PickaxeError`` on user errors."""
     argv = list(argv)
@@ -154,7 +134,7 @@ def _add(rest: list[str]) -> int:
         )
     split = rest.index("--")
     options, command = rest[:split], rest[split + 1 :]
-    args = parse(AddArgs, _merge_repeated(options, "--after"), "pickaxe queue add")
+    args = parse(AddArgs, merge_repeated(options, "--after"), "pickaxe queue add")
     if not command:
         raise PickaxeError("pickaxe queue add: the command after -- is empty")
     from pickaxe.recipes.args import check_train_command
@@ -170,7 +150,7 @@ def _add(rest: list[str]) -> int:
 
 
 def _list(rest: list[str]) -> int:
-    args = parse(ListArgs, _merge_repeated(rest, "--state"), "pickaxe queue list")
+    args = parse(ListArgs, merge_repeated(rest, "--state"), "pickaxe queue list")
     try:
         q = JobQueue(args.db, create=False)
     except NoQueueError as e:

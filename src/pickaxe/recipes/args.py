@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 
 import tyro
 
-from pickaxe.argparsing import run_tyro, wants_help
+from pickaxe.argparsing import merge_repeated, run_tyro, wants_help
 from pickaxe.config_keys import check_field, leaf_fields, parse_value, ranged
 from pickaxe.errors import ConfigError, PickaxeError
 
@@ -238,27 +238,6 @@ def _with_options(cli_type: type) -> type:
     return dataclasses.make_dataclass(cli_type.__name__, extra, bases=(cli_type,), namespace=namespace)
 
 
-def _merge_track(args: list[str]) -> list[str]:
-    """``--track a --track b`` -> ``--track a b`` (tyro takes a tuple once)."""
-    trackers: list[str] = []
-    rest: list[str] = []
-    i = 0
-    while i < len(args):
-        if args[i] == "--track":
-            j = i + 1
-            while j < len(args) and not args[j].startswith("--"):
-                trackers.append(args[j])
-                j += 1
-            i = j
-            continue
-        if args[i].startswith("--track="):
-            trackers.append(args[i].split("=", 1)[1])
-        else:
-            rest.append(args[i])
-        i += 1
-    return [*rest, "--track", *trackers] if trackers else rest
-
-
 def parse_train(recipe: str, args: list[str]) -> tuple[Any, RunOptions]:
     """The config of ``recipe`` with the flags in ``args`` applied, and the run options.
 
@@ -270,7 +249,7 @@ def parse_train(recipe: str, args: list[str]) -> tuple[Any, RunOptions]:
     cfg = get_recipe(recipe)
     prog = f"pickaxe train {recipe}"
     args, kwargs = _pop_kwargs(list(args))
-    args = _merge_track(args)
+    args = merge_repeated(args, "--track")
     if not wants_help(args):
         validate_flags(cfg, args, prog)
         args = _bool_words_to_flags(cfg, args)

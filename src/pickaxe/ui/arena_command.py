@@ -13,7 +13,7 @@ from pathlib import Path
 
 import tyro
 
-from pickaxe.argparsing import parse, wants_help
+from pickaxe.argparsing import merge_repeated, parse, wants_help
 from pickaxe.config_keys import ranged
 from pickaxe.errors import PickaxeError
 
@@ -46,33 +46,13 @@ class ArenaArgs:
     """Where the models run: cpu, cuda, cuda:N or auto."""
 
 
-def _merge_checkpoints(argv: list[str]) -> list[str]:
-    """``--checkpoints 1 --checkpoints 2`` -> ``--checkpoints 1 2`` (tyro takes a tuple once)."""
-    values: list[str] = []
-    rest: list[str] = []
-    i = 0
-    while i < len(argv):
-        if argv[i] == "--checkpoints":
-            i += 1
-            while i < len(argv) and not argv[i].startswith("--"):
-                values.append(argv[i])
-                i += 1
-            continue
-        if argv[i].startswith("--checkpoints="):
-            values.append(argv[i].split("=", 1)[1])
-        else:
-            rest.append(argv[i])
-        i += 1
-    return [*rest, "--checkpoints", *values] if values else rest
-
-
 def main(argv: list[str]) -> int:
     """``pickaxe arena RUN_DIR [--checkpoints STEP... | all] [--prompts N] [--db PATH] [--name NAME]``; returns 0,
     raises a one-line ``PickaxeError`` for bad input (the CLI prints it and exits 2)."""
     argv = list(argv)
     if not wants_help(argv) and (not argv or argv[0].startswith("-")):
         raise PickaxeError("pickaxe arena needs a run directory first, e.g. `pickaxe arena runs/my-run --prompts 32`")
-    args = parse(ArenaArgs, _merge_checkpoints(argv), "pickaxe arena")
+    args = parse(ArenaArgs, merge_repeated(argv, "--checkpoints"), "pickaxe arena")
     from pickaxe.eval.arena import ArenaStore
     from pickaxe.train.generate import prepare_arena
 
