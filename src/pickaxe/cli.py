@@ -291,8 +291,8 @@ def _resume(args: list[str]) -> int:
 class EvalArgs:
     """Evaluate a run's deterministic policy on fresh eval envs (LLM runs: its held-out prompts).
 
-    By default with the run's own evaluation settings: ``trainer.eval_episodes`` episodes, or the LLM run's
-    ``eval.prompts`` prompts. Without --checkpoints the final model is scored and one JSON line printed; with
+    By default with the run's own evaluation settings: trainer.eval_episodes episodes, or the LLM run's
+    eval.prompts prompts. Without --checkpoints the final model is scored and one JSON line printed; with
     --checkpoints (or --checkpoint) every named checkpoint is scored with 95% CIs into a table,
     RUN_DIR/eval/checkpoints.json, .csv and plots/, cached per checkpoint digest."""
 
