@@ -344,9 +344,18 @@ def test_load_any_kept_checkpoint(trained: Path) -> None:
     assert any(not torch.equal(final[k], at_512[k]) for k in final)
     scored = [i for i in infos if i.metric is not None]
     assert scored  # evaluated checkpoints record their eval return
-    best_step = max(scored, key=lambda i: (i.metric, i.step)).step
-    best, expected = _weights(cfg, trained, "best"), _weights(cfg, trained, best_step)
+    # best: the step the run's selection rule recorded (its weights kept as a checkpoint or a policy)
+    selected = json.loads((trained / "selection.json").read_text())["step"]
+    best, expected = _weights(cfg, trained, "best"), _weights(cfg, trained, selected)
     assert all(torch.equal(best[k], expected[k]) for k in best)
+    # a run without selection.json (an older pickaxe): the checkpoint with the highest recorded metric
+    (trained / "selection.json").rename(trained / "selection.json.away")
+    try:
+        best_step = max(scored, key=lambda i: (i.metric, i.step)).step
+        best, expected = _weights(cfg, trained, "best"), _weights(cfg, trained, best_step)
+        assert all(torch.equal(best[k], expected[k]) for k in best)
+    finally:
+        (trained / "selection.json.away").rename(trained / "selection.json")
     assert _evaluate(trained, "latest") == _evaluate(trained, "final")
     with pytest.raises(PickaxeError, match="no checkpoint at env step 700; kept checkpoints: 512, 1024"):
         _weights(cfg, trained, 700)
