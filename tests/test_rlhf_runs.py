@@ -218,13 +218,14 @@ def test_llm_ppo_run_killed_and_resumed_equals_the_uninterrupted_run(stages: Pat
         (["synthetic-dpo", "--preferences.path", "/nope.jsonl"], "--preferences.path '/nope.jsonl' does not exist"),
     ],
 )
-def test_bad_reward_and_data_flags_fail_before_anything_is_built(args: list[str], message: str, tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "pickaxe.cli", "train", *args, "--run-dir", str(tmp_path / "r")],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 2 and message in proc.stderr and "model:" not in proc.stdout
+def test_bad_reward_and_data_flags_fail_before_anything_is_built(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pickaxe.cli import main
+
+    assert main(["train", *args, "--run-dir", str(tmp_path / "r")]) == 2
+    out, err = capsys.readouterr()
+    assert message in err and len(err.strip().splitlines()) == 1 and "model:" not in out
     assert not (tmp_path / "r").exists()
 
 
