@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,19 @@ def test_all_checkpoints_table_files_and_cache(
     assert _report(run_dir)["rows"] == report["rows"]
     assert main(["eval", str(run_dir), "--checkpoints", "2048", "--no-cache"]) == 0
     assert "0 of 1 from the cache" in capsys.readouterr().out and len(builds) == 2
+
+
+def test_without_matplotlib_the_report_says_how_to_get_plots(
+    classic_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(classic_run, run_dir)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # the core install has no plots extra
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", None)
+    assert main(["eval", str(run_dir), "--checkpoints", "latest"]) == 0
+    assert "(+ .csv, no plots: pip install 'pickaxe[plots]' for them)" in capsys.readouterr().out
+    assert (run_dir / "eval" / "checkpoints.json").is_file() and not (run_dir / "eval" / "plots").exists()
 
 
 def test_best_follows_the_runs_selection_rule(

@@ -596,7 +596,8 @@ def format_report(report: Report) -> str:
         out.append(
             f"top two by {p['metric']}: step {p['a']} vs {p['b']}, difference {p['difference']:.4g}; to separate: {how}"
         )
-    out.append(f"wrote {Path(report.run) / 'eval' / 'checkpoints.json'} (+ .csv, plots/); {report.cached} of "
+    plots = "plots/" if report.plots else "no plots: pip install 'pickaxe[plots]' for them"
+    out.append(f"wrote {Path(report.run) / 'eval' / 'checkpoints.json'} (+ .csv, {plots}); {report.cached} of "
                f"{len(report.rows)} from the cache")  # fmt: skip
     return "\n".join(out)
 
