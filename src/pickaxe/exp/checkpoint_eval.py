@@ -230,15 +230,9 @@ class _Classic(_Checkpoints):
 
     def _build(self) -> tuple[Any, Any, Any]:
         if self._built is None:
-            from pickaxe.envs.make import make
-            from pickaxe.train.build import build_algorithm, derive_seeds
-            from pickaxe.utils import resolve_device, set_torch_threads
+            from pickaxe.train.build import run_evaluation_setup
 
-            cfg = self.cfg
-            set_torch_threads(cfg.torch_threads)
-            n = cfg.env.eval_envs or 1  # as evaluate_run: the run's own eval envs
-            envs = make(cfg.env.id, n, derive_seeds(cfg.seed)["eval_env"], **cfg.env.kwargs)
-            self._built = (envs, build_algorithm(cfg, envs), resolve_device(cfg.device))
+            self._built = run_evaluation_setup(self.cfg)
         return self._built
 
     def samples(self, ref: CheckpointRef) -> dict[str, np.ndarray]:
@@ -295,24 +289,9 @@ class _LLM(_Checkpoints):
 
     def _build(self) -> tuple[Any, Any, Any, Any]:
         if self._built is None:
-            from pickaxe.algos.configs import SFTConfig
-            from pickaxe.algos.sft import SFT
-            from pickaxe.rollout.engines.hf import HFEngine
-            from pickaxe.train.llm import TextEvaluator, _run_reference, build_env, build_model, derive_llm_seeds
-            from pickaxe.utils import resolve_device, set_torch_threads
+            from pickaxe.train.llm import run_evaluator
 
-            cfg = self.cfg
-            set_torch_threads(cfg.torch_threads)
-            seeds = derive_llm_seeds(cfg.seed)
-            device = resolve_device(cfg.device)
-            model, tokenizer = build_model(cfg, device, seeds["model"])
-            env = build_env(cfg, seeds["env"], seeds["eval_env"], tokenizer, device)
-            engine = HFEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, cfg.engine.max_batch,
-                              seeds["engine"])  # fmt: skip
-            reference = _run_reference(cfg, self.run_dir, model, device)
-            evaluator = TextEvaluator(env, engine, tokenizer, cfg.eval, cfg.engine.max_new_tokens, seeds["eval"],
-                                      reference)  # fmt: skip
-            self._built = (model, SFT(model, SFTConfig()), evaluator, device)
+            self._built = run_evaluator(self.cfg, self.run_dir)
         return self._built
 
     def samples(self, ref: CheckpointRef) -> dict[str, np.ndarray]:

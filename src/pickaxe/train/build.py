@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from pickaxe.algos.base import Algorithm
 from pickaxe.algos.configs import DQNConfig, PPOConfig
 from pickaxe.algos.dqn import DQN
 from pickaxe.algos.ppo import PPO
-from pickaxe.envs.make import make
+from pickaxe.envs.make import SeededVectorEnv, make
 from pickaxe.errors import ConfigError, PickaxeError
 from pickaxe.models.actor_critic import ActorCritic
 from pickaxe.models.q_network import QNetwork
@@ -272,13 +273,23 @@ def evaluate_run(
     ``checkpoint``: ``"final"`` (``model.safetensors``), ``"latest"``, ``"best"`` or an env step (a kept
     checkpoint); see :func:`pickaxe.runs.model.load_model`.
     """
-    set_torch_threads(cfg.torch_threads)
-    device = resolve_device(cfg.device)
-    n = cfg.env.eval_envs or 1  # the run's own eval envs: the same episodes as its evaluations for the same count
-    envs = make(cfg.env.id, n, derive_seeds(cfg.seed)["eval_env"], **cfg.env.kwargs)
+    envs, algo, device = run_evaluation_setup(cfg)
     try:
-        algo = build_algorithm(cfg, envs)
         load_model(run_dir, acting_networks(algo.networks()), device, checkpoint=checkpoint)
         return evaluate(algo.policy, envs, episodes, device)
     finally:
         envs.close()
+
+
+def run_evaluation_setup(cfg: TrainConfig) -> tuple[SeededVectorEnv, Algorithm, torch.device]:
+    """The run's own eval envs (its eval seed and count: the same episodes as its evaluations), its algorithm rebuilt
+    from ``cfg`` (load a checkpoint's weights into its networks) and the device; the caller closes the envs."""
+    set_torch_threads(cfg.torch_threads)
+    device = resolve_device(cfg.device)
+    n = cfg.env.eval_envs or 1
+    envs = make(cfg.env.id, n, derive_seeds(cfg.seed)["eval_env"], **cfg.env.kwargs)
+    try:
+        return envs, build_algorithm(cfg, envs), device
+    except BaseException:
+        envs.close()
+        raise

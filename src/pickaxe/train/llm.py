@@ -646,6 +646,21 @@ def _run_reference(
     return reference.eval().requires_grad_(False)
 
 
+def run_evaluator(cfg: LLMTrainConfig, run_dir: str | Path) -> tuple[nn.Module, Algorithm, TextEvaluator, torch.device]:
+    """What scores an LLM run's weights on its held-out prompts with the run's own evaluation settings: the model
+    rebuilt from ``cfg`` (load a checkpoint's weights into it), the algorithm the evaluator scores it through, the
+    ``TextEvaluator`` (the run's env, an ``HFEngine`` on the model, the run's KL reference) and the device."""
+    set_torch_threads(cfg.torch_threads)
+    seeds = derive_llm_seeds(cfg.seed)
+    device = resolve_device(cfg.device)
+    model, tokenizer = build_model(cfg, device, seeds["model"])
+    env = build_env(cfg, seeds["env"], seeds["eval_env"], tokenizer, device)
+    engine = HFEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, cfg.engine.max_batch, seeds["engine"])
+    reference = _run_reference(cfg, run_dir, model, device)
+    evaluator = TextEvaluator(env, engine, tokenizer, cfg.eval, cfg.engine.max_new_tokens, seeds["eval"], reference)
+    return model, SFT(model, SFTConfig()), evaluator, device
+
+
 def evaluate_llm_run(
     cfg: LLMTrainConfig, run_dir: str | Path, prompts: int | None = None, checkpoint: str | int = "final"
 ) -> dict[str, float]:
@@ -657,13 +672,6 @@ def evaluate_llm_run(
     cfg = copy.deepcopy(cfg)  # the caller's config stays as it was
     if prompts is not None:
         cfg.eval.prompts = prompts
-    set_torch_threads(cfg.torch_threads)
-    seeds = derive_llm_seeds(cfg.seed)
-    device = resolve_device(cfg.device)
-    model, tokenizer = build_model(cfg, device, seeds["model"])
+    model, algo, evaluator, device = run_evaluator(cfg, run_dir)
     load_model(run_dir, {"policy": model}, device, checkpoint=checkpoint)
-    env = build_env(cfg, seeds["env"], seeds["eval_env"], tokenizer, device)
-    engine = HFEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, cfg.engine.max_batch, seeds["engine"])
-    reference = _run_reference(cfg, run_dir, model, device)
-    evaluator = TextEvaluator(env, engine, tokenizer, cfg.eval, cfg.engine.max_new_tokens, seeds["eval"], reference)
-    return evaluator(SFT(model, SFTConfig()))
+    return evaluator(algo)
