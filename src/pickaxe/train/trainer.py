@@ -357,11 +357,18 @@ class Trainer:
         (``trainer.keep_policies``) and rewrite ``selection.json``. Needs a Run (else nothing happens)."""
         if self.run is None:
             return
-        evals = {k: v for k, v in record.items() if k.startswith(("eval/", "alarm/"))}
+        evals = self._remember_evals(self.step, record)
         if self.config.keep_policies:
             save_policy(self.run.path, self.algo.networks(), self.step, evals)
-        self._evals = [r for r in self._evals if r["step"] != self.step] + [{"step": self.step, **evals}]
         self.write_selection()
+
+    def _remember_evals(self, step: int, record: dict[str, Any]) -> dict[str, Any]:
+        """Keep ``record``'s ``eval/`` and ``alarm/`` fields as the evaluation of ``step`` (replacing an older one
+        of that step) for ``write_selection``; returns them."""
+        evals = {k: v for k, v in record.items() if k.startswith(("eval/", "alarm/"))}
+        if evals:
+            self._evals = [r for r in self._evals if r["step"] != step] + [{"step": step, **evals}]
+        return evals
 
     def write_selection(self) -> None:
         """Write ``RUN/selection.json``: the ``select`` rule's best over the evaluated steps whose weights are kept
@@ -562,9 +569,7 @@ class Trainer:
         assert self.run is not None
         self._evals = []
         for r in read_metrics(self.run.path):
-            evals = {k: v for k, v in r.items() if k.startswith(("eval/", "alarm/"))}
-            if evals:
-                self._evals = [e for e in self._evals if e["step"] != r["step"]] + [{"step": r["step"], **evals}]
+            self._remember_evals(r["step"], r)
 
     def _event(self, message: str, **fields: Any) -> None:
         """Record ``message`` in ``events.jsonl`` and print it once on stderr (without a Run: print only)."""
