@@ -34,7 +34,14 @@ from pickaxe.eval.alarms import detect_alarms
 from pickaxe.eval.selection import SelectConfig, candidates_from_records, resolve_metric, select_best
 from pickaxe.eval.stats import iqm, probability_of_improvement, samples_to_separate, stratified_bootstrap_ci
 from pickaxe.runs.checkpoint import MANIFEST, TENSORS, CheckpointManager
-from pickaxe.runs.model import MODEL_DIGEST_FILE, MODEL_FILE, SELECTION_FILE, _read_json, _write_json_synced
+from pickaxe.runs.model import (
+    MODEL_DIGEST_FILE,
+    MODEL_FILE,
+    SELECTION_FILE,
+    _read_json,
+    _write_json_synced,
+    final_model_step,
+)
 from pickaxe.runs.policies import list_policies
 from pickaxe.runs.tracking import read_metrics
 from pickaxe.train.evaluate import BOOTSTRAP_REPS, Estimate, mean_ci, text_estimates
@@ -177,7 +184,7 @@ def choose(run_dir: Path, cfg: Any, refs: Sequence[CheckpointRef], choices: Sequ
         elif c == "latest":
             steps.append(refs[-1].step)
         elif c == "final":
-            final = _read_json(run_dir / MODEL_DIGEST_FILE).get("step")
+            final = final_model_step(run_dir)
             if not (run_dir / MODEL_FILE).is_file() or final not in by_step:
                 raise PickaxeError(f"{run_dir} has no final model (did the run finish?); use --checkpoints latest")
             steps.append(final)

@@ -256,11 +256,17 @@ def _read_json(path: Path) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def final_model_step(run_dir: str | Path) -> int | None:
+    """The env step recorded with the run's final model in ``model.json`` (None: no final model or no step)."""
+    step = _read_json(Path(run_dir) / MODEL_DIGEST_FILE).get("step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
 def _checkpoint_step(run_dir: Path, which: str | int) -> int | None:
     """The env step of the weights ``load_model`` loaded for ``which`` (same choice rules)."""
     which = selected_step(run_dir, which)
     if which == "final":
-        return _read_json(run_dir / MODEL_DIGEST_FILE).get("step")
+        return final_model_step(run_dir)
     if isinstance(which, int):
         return which
     manager = CheckpointManager(run_dir)

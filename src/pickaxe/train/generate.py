@@ -10,7 +10,6 @@ prompt in an :class:`~pickaxe.eval.arena.ArenaStore` ahead of time.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,8 @@ from pickaxe.rollout.engines.base import SamplingParams
 from pickaxe.rollout.engines.hf import HFEngine
 from pickaxe.rollout.text_collector import completion_text
 from pickaxe.runs.checkpoint import CheckpointManager
-from pickaxe.runs.model import MODEL_DIGEST_FILE, MODEL_FILE, checkpoint_choice
+from pickaxe.runs.model import MODEL_FILE, checkpoint_choice, final_model_step
+from pickaxe.runs.policies import list_policies
 from pickaxe.runs.run import Run
 from pickaxe.train.build import config_from_dict
 from pickaxe.train.llm_config import LLMTrainConfig
@@ -107,25 +107,11 @@ def available_checkpoints(run_dir: str | Path) -> list[str | int]:
     policies (``RUN/policies/``) and checkpoints, then ``"final"`` when the run has its final model."""
     run_dir = Path(run_dir)
     steps = {info.step for info in CheckpointManager(run_dir).list()}
-    try:
-        from pickaxe.runs.policies import list_policies
-    except ImportError:  # an older pickaxe without kept policies
-        pass
-    else:
-        steps |= {info.step for info in list_policies(run_dir)}
+    steps |= {info.step for info in list_policies(run_dir)}
     out: list[str | int] = sorted(steps)
     if (run_dir / MODEL_FILE).is_file():
         out.append("final")
     return out
-
-
-def final_step(run_dir: str | Path) -> int | None:
-    """The env step recorded with the final model (None when unknown)."""
-    try:
-        step = json.loads((Path(run_dir) / MODEL_DIGEST_FILE).read_text()).get("step")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return step if isinstance(step, int) else None
 
 
 def load_run_policy(
@@ -211,7 +197,7 @@ def resolve_checkpoints(run_dir: str | Path, checkpoints: Sequence[str | int] | 
         checkpoints = [checkpoints]
     if list(checkpoints) == ["all"]:
         found = available_checkpoints(run_dir)
-        final = final_step(run_dir)
+        final = final_model_step(run_dir)
         return [c for c in found if not (c == "final" and final in found)]
     out: list[str | int] = []
     for c in checkpoints:

@@ -26,7 +26,7 @@ from pickaxe.eval.selection import SelectConfig, candidates_from_records, resolv
 from pickaxe.faults import fault_point
 from pickaxe.rollout.collector import Collector
 from pickaxe.runs.checkpoint import CheckpointInfo, CheckpointManager
-from pickaxe.runs.model import MODEL_DIGEST_FILE, SELECTION_FILE, _read_json, _write_json_synced
+from pickaxe.runs.model import SELECTION_FILE, _write_json_synced, final_model_step
 from pickaxe.runs.monitor import SystemMonitor
 from pickaxe.runs.policies import list_policies, prune_policies, save_policy
 from pickaxe.runs.run import Run
@@ -377,8 +377,8 @@ class Trainer:
             return
         kept = {p.step for p in list_policies(self.run.path)}
         kept |= {i.step for i in self.checkpoints.list()} if self.checkpoints is not None else set()
-        final_step = _read_json(self.run.path / MODEL_DIGEST_FILE).get("step")
-        if isinstance(final_step, int):
+        final_step = final_model_step(self.run.path)
+        if final_step is not None:
             kept.add(final_step)
         records = [r for r in self._evals if r["step"] in kept]
         metric = resolve_metric(self.select, {k for r in records for k in r})
