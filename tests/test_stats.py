@@ -150,3 +150,11 @@ def test_probability_of_improvement_ci():
     assert probability_of_improvement_ci([5.0, 6.0], [1.0, 2.0]) == (1.0, 1.0)
     with pytest.raises(ValueError, match="same tasks"):
         probability_of_improvement_ci(np.zeros((3, 2)), np.zeros((3, 1)))
+
+
+def test_finite_number_reads_logged_values() -> None:
+    from pickaxe.eval.stats import finite_number
+
+    assert finite_number(3) == 3.0 and finite_number(0.5) == 0.5
+    for bad in (None, True, "1.0", float("nan"), float("inf"), [1.0]):
+        assert finite_number(bad) is None

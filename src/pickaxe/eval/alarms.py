@@ -26,6 +26,7 @@ import numpy as np
 
 from pickaxe.config_keys import ranged, validate
 from pickaxe.errors import ConfigError
+from pickaxe.eval.stats import finite_number
 
 __all__ = ["ALARMS", "Alarm", "AlarmConfig", "AlarmMonitor", "detect_alarms", "gao_fit", "gao_fit_free"]
 
@@ -130,15 +131,7 @@ def gao_fit_free(
 
 
 def _first_present(record: Mapping[str, Any], keys: Sequence[str]) -> str | None:
-    return next((k for k in keys if _num(record.get(k)) is not None), None)
-
-
-def _num(value: Any) -> float | None:
-    """``value`` as a finite float, or None."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    v = float(value)
-    return v if math.isfinite(v) else None
+    return next((k for k in keys if finite_number(record.get(k)) is not None), None)
 
 
 def _g(x: float) -> str:
@@ -202,7 +195,7 @@ class AlarmMonitor:
         entropy = self._key("entropy", record, None, ENTROPY_KEYS)
 
         def get(key: str | None) -> float | None:
-            return None if key is None else _num(record.get(key))
+            return None if key is None else finite_number(record.get(key))
 
         self._history.append(
             {

@@ -8,12 +8,12 @@ A :class:`Candidate` is one evaluated step with the mean of the selection metric
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pickaxe.config_keys import validate
+from pickaxe.eval.stats import finite_number
 
 __all__ = [
     "METRICS",
@@ -95,22 +95,15 @@ def resolve_metric(cfg: SelectConfig, keys: Iterable[str]) -> str | None:
     return next((m for m in METRICS if m in present), None)
 
 
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    v = float(value)
-    return v if math.isfinite(v) else None
-
-
 def candidates_from_records(records: Sequence[Mapping[str, Any]], metric: str) -> list[Candidate]:
     """One candidate per step whose record logs ``metric`` (a finite number), with ``metric_ci_low/high`` when
     logged; sorted by step. When a step is logged twice (a resumed run re-evaluating it), the later record wins."""
     by_step: dict[int, Candidate] = {}
     for record in records:
-        mean = _num(record.get(metric))
+        mean = finite_number(record.get(metric))
         if mean is None or "step" not in record:
             continue
-        low, high = _num(record.get(f"{metric}_ci_low")), _num(record.get(f"{metric}_ci_high"))
+        low, high = finite_number(record.get(f"{metric}_ci_low")), finite_number(record.get(f"{metric}_ci_high"))
         if low is None or high is None:
             low = high = None
         step = int(record["step"])

@@ -14,11 +14,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 
 __all__ = [
     "as_scores",
+    "finite_number",
     "iqm",
     "mean",
     "probability_of_improvement",
@@ -31,6 +33,15 @@ Statistic = Callable[[np.ndarray], float]
 
 # Pairwise comparisons are done in chunks of at most this many booleans to bound memory.
 _CHUNK_ELEMENTS = 4_000_000
+
+
+def finite_number(value: Any) -> float | None:
+    """A logged value (a JSON number of ``metrics.jsonl``, a summary field) as a finite float; None for anything
+    else: missing, a bool, a string, NaN or infinity."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    v = float(value)
+    return v if math.isfinite(v) else None
 
 
 def as_scores(x: np.ndarray | list) -> np.ndarray:

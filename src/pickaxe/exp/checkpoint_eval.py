@@ -20,7 +20,6 @@ import csv
 import hashlib
 import io
 import json
-import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -32,7 +31,13 @@ import numpy as np
 from pickaxe.errors import PickaxeError
 from pickaxe.eval.alarms import detect_alarms
 from pickaxe.eval.selection import SelectConfig, candidates_from_records, resolve_metric, select_best
-from pickaxe.eval.stats import iqm, probability_of_improvement, samples_to_separate, stratified_bootstrap_ci
+from pickaxe.eval.stats import (
+    finite_number,
+    iqm,
+    probability_of_improvement,
+    samples_to_separate,
+    stratified_bootstrap_ci,
+)
 from pickaxe.runs.checkpoint import MANIFEST, TENSORS, CheckpointManager
 from pickaxe.runs.model import (
     MODEL_DIGEST_FILE,
@@ -368,13 +373,9 @@ def _write_cache(
         "source": ref.source,
         "settings": settings,
         "metrics": metrics,
-        "samples": {k: [_num(x) for x in np.asarray(v, dtype=np.float64).tolist()] for k, v in values.items()},
+        "samples": {k: [finite_number(x) for x in np.asarray(v, dtype=np.float64).tolist()] for k, v in values.items()},
     }
     _write_json_synced(path, doc)
-
-
-def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
 
 
 # ----------------------------------------------------------------------------------------------- report
@@ -407,8 +408,11 @@ def evaluate_checkpoints(
                 if on_progress is not None:
                     on_progress(f"evaluating step {ref.step} ({ref.source})")
                 values = evaluator.samples(ref)
-                metrics = {k: {"mean": _num(e.mean), "low": _num(e.low), "high": _num(e.high), "n": e.n}
-                           for k, e in evaluator.estimates(values).items()}  # fmt: skip
+                metrics = {
+                    k: {"mean": finite_number(e.mean), "low": finite_number(e.low), "high": finite_number(e.high),
+                        "n": e.n}
+                    for k, e in evaluator.estimates(values).items()
+                }  # fmt: skip
                 _write_cache(path, ref, evaluator.settings, values, metrics)
             else:
                 values, metrics = hit

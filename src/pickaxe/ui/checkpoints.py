@@ -6,13 +6,13 @@ evaluation, ``alarm/*`` keys in ``metrics.jsonl`` and ``events.jsonl``) and the 
 from __future__ import annotations
 
 import json
-import math
 import shlex
 from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
 
+from pickaxe.eval.stats import finite_number
 from pickaxe.runs.tracking import read_metrics
 from pickaxe.ui.runs import clean, resolve_run, run_id
 
@@ -34,10 +34,6 @@ def _read_json(path: Path) -> tuple[Any, str | None]:
         return None, f"{path} is unreadable ({e}); run the command that writes it again"
 
 
-def _number(x: Any) -> float | None:
-    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) else None
-
-
 def training_curves(records: list[dict[str, Any]]) -> dict[str, dict[str, list[Any]]]:
     """Each eval metric of the training records -> ``{"step", "mean", "low", "high"}`` (``low``/``high`` from
     ``M_ci_low``/``M_ci_high``, None where not logged); a step logged twice keeps its last record."""
@@ -49,10 +45,11 @@ def training_curves(records: list[dict[str, Any]]) -> dict[str, dict[str, list[A
         for k, v in r.items():
             if not k.startswith("eval/") or k.endswith(("_ci_low", "_ci_high")) or k in _SKIP:
                 continue
-            value = _number(v)
+            value = finite_number(v)
             if value is None:
                 continue
-            by_metric.setdefault(k, {})[step] = (value, _number(r.get(f"{k}_ci_low")), _number(r.get(f"{k}_ci_high")))
+            low, high = finite_number(r.get(f"{k}_ci_low")), finite_number(r.get(f"{k}_ci_high"))
+            by_metric.setdefault(k, {})[step] = (value, low, high)
     out = {}
     for k in sorted(by_metric):
         steps = sorted(by_metric[k])
@@ -89,7 +86,7 @@ def read_alarms(run_dir: Path, records: list[dict[str, Any]], evaluated: list[An
             add(a.get("name"), a.get("step"), a.get("message"), "eval", a.get("values"))
     for r in records:
         for k, v in r.items():
-            if k.startswith("alarm/") and _number(v):
+            if k.startswith("alarm/") and finite_number(v):
                 add(k.removeprefix("alarm/"), r.get("step"), None, "metrics")
     try:
         with open(run_dir / "events.jsonl", "rb") as f:

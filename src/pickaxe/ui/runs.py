@@ -18,6 +18,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query, Request
 
 from pickaxe.errors import PickaxeError
+from pickaxe.eval.stats import finite_number
 from pickaxe.exp.compare import (
     DEFAULT_METRIC,
     RunRecord,
@@ -162,10 +163,6 @@ def warm_cache(app: Any) -> int:
     return len(dirs)
 
 
-def _number(x: Any) -> float | None:
-    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) else None
-
-
 @router.get("/api/runs")
 def list_runs(request: Request) -> dict[str, Any]:
     """Every run under the folder with the columns of ``pickaxe runs``; ``checkpoints`` says whether
@@ -189,9 +186,9 @@ def list_runs(request: Request) -> dict[str, Any]:
                 "step": s.step,
                 "total_steps": s.total_steps,
                 "metric": s.metric,
-                "final_eval": _number(s.final_eval),
-                "best_eval": _number(s.best_eval),
-                "wall_s": _number(s.wall_s),
+                "final_eval": finite_number(s.final_eval),
+                "best_eval": finite_number(s.best_eval),
+                "wall_s": finite_number(s.wall_s),
                 "checkpoints": entry.key[-1] is not None,
             }
         )
@@ -210,7 +207,7 @@ def eval_metrics(runs: list[RunRecord]) -> list[str]:
 
 
 def _floats(values: Any) -> list[float | None]:
-    return [_number(float(v)) for v in values]
+    return [finite_number(float(v)) for v in values]
 
 
 def clean(obj: Any) -> Any:
