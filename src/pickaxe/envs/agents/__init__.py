@@ -1,0 +1,1 @@
+"""Multi-turn, tool-using LLM environments ("agents"): tools, the Python sandbox and the env."""
