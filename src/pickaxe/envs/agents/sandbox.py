@@ -180,7 +180,7 @@ try:
                     ("inheritable", ctypes.c_uint32)]
     caps_dropped = libc.capset(ctypes.byref(CapHeader(0x20080522, 0)), (CapData * 2)()) == 0
     limits = [
-        (resource.RLIMIT_CPU, (cfg["cpu_s"], cfg["cpu_s"] + 1)),
+        (resource.RLIMIT_CPU, (cfg["cpu_s"], cfg["cpu_s"])),  # SIGKILL at the limit: PID 1 ignores SIGXCPU
         (resource.RLIMIT_AS, (cfg["memory"], cfg["memory"])),
         (resource.RLIMIT_FSIZE, (cfg["fsize"], cfg["fsize"])),
         (resource.RLIMIT_CORE, (0, 0)),
@@ -594,7 +594,7 @@ def _result(
 
 
 def _cpu_limit_hit(limits: SandboxLimits, duration: float) -> bool:
-    # SIGKILL comes at the hard CPU limit (soft + 1 s); a process cannot have used more CPU than wall time.
+    # SIGKILL comes at the CPU limit (soft = hard); a single-threaded process cannot use more CPU than wall time.
     return duration >= math.ceil(limits.cpu_s)
 
 

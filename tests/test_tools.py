@@ -1,0 +1,258 @@
+"""The agents' tools: exact calculator answers, lookups, and a ToolBox that turns every model mistake or tool
+failure into a result instead of an exception, running calls concurrently in order."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pickaxe.envs.agents.sandbox import SandboxLimits, SandboxResult
+from pickaxe.envs.agents.tools import (
+    TOOL_NAMES,
+    Calculator,
+    Lookup,
+    PythonTool,
+    ToolBox,
+    ToolResult,
+    make_tools,
+    tool_schema,
+)
+
+# ---------------------------------------------------------------------------------------------------- calculator
+
+
+@pytest.mark.parametrize(
+    ("expression", "answer"),
+    [
+        ("987654321*123456789", "121932631112635269"),
+        ("123456789123456789 * 987654321987654321", "121932631356500531347203169112635269"),
+        ("2 + 3 * 4", "14"),
+        ("(2 + 3) * 4", "20"),
+        ("-2 ** 2", "-4"),  # ** binds tighter than unary minus, as in Python
+        ("2 ** 3 ** 2", "512"),  # right-associative
+        ("7 // 2", "3"),
+        ("-7 % 3", "2"),
+        ("2 ** 100", "1267650600228229401496703205376"),
+        ("1 / 4", "0.25"),  # terminating decimals print exactly
+        ("-7 / 8", "-0.875"),
+        ("0.1 + 0.2", "0.3"),  # decimal literals are exact, not binary floats
+        ("2 ** -2", "0.25"),
+        ("6 / 3", "2"),
+        ("1 / 3", "1/3 (≈ 0.333333333333)"),  # other fractions: reduced p/q and a 12-digit decimal
+        ("22 / 7", "22/7 (≈ 3.14285714286)"),
+        ("4 / 6", "2/3 (≈ 0.666666666667)"),
+    ],
+)
+def test_calculator_exact_answers(expression: str, answer: str) -> None:
+    assert Calculator()({"expression": expression}) == ToolResult(answer, True)
+
+
+@pytest.mark.parametrize(
+    ("expression", "reason"),
+    [
+        ("9**9**9", "result too large"),
+        ("10 ** 100000", "result too large"),
+        ("__import__('os')", "function calls are not supported"),
+        ("abs(-2)", "function calls are not supported"),
+        ("x + 1", "unknown name 'x'"),
+        ("(1).__class__", "unsupported syntax"),
+        ("2 ^ 3", "write powers as a ** b"),
+        ("1 / 0", "division by zero"),
+        ("5 % 0", "division by zero"),
+        ("0 ** -1", "division by zero"),
+        ("2 ** 0.5", "whole-number exponents"),
+        ("'a' * 3", "only numbers"),
+        ("3 -", "not a valid expression"),
+        ("1" * 3000, "expression too long"),
+    ],
+)
+def test_calculator_errors_are_results(expression: str, reason: str) -> None:
+    start = time.perf_counter()
+    result = Calculator()({"expression": expression})
+    assert time.perf_counter() - start < 0.5  # refused, not computed
+    assert not result.ok and result.error == "math_error"
+    assert result.text.startswith("error: ") and reason in result.text
+
+
+# -------------------------------------------------------------------------------------------------------- lookup
+
+CAPITALS = {"France": "Paris", "Japan": "Tokyo", "New Zealand": "Wellington"}
+
+
+def test_lookup_hit_and_miss() -> None:
+    lookup = Lookup(CAPITALS)
+    assert lookup({"key": "Japan"}) == ToolResult("Tokyo", True)
+    assert lookup({"key": "  new   zealand "}) == ToolResult("Wellington", True)  # case and spacing
+    miss = lookup({"key": "Frnace"})
+    assert (miss.ok, miss.error) == (False, "not_found")
+    assert miss.text == "no entry for 'Frnace'; closest keys: 'France'"
+    assert lookup({"key": "Mars"}).text == "no entry for 'Mars'"
+
+
+def test_lookup_file_formats(tmp_path: Path) -> None:
+    as_json = tmp_path / "capitals.json"
+    as_json.write_text(json.dumps({**CAPITALS, "numbers": [1, 2]}))
+    as_jsonl = tmp_path / "capitals.jsonl"
+    as_jsonl.write_text("\n".join(json.dumps({"key": k, "value": v}) for k, v in CAPITALS.items()) + "\n\n")
+    assert Lookup(as_json)({"key": "France"}).text == "Paris"
+    assert Lookup(str(as_json))({"key": "numbers"}).text == "[1, 2]"
+    assert Lookup(as_jsonl)({"key": "New Zealand"}).text == "Wellington"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("list.json", "[1, 2]", "must hold a JSON object"),
+        ("broken.json", "{", "is not valid JSON"),
+        ("rows.jsonl", '{"k": 1}', "line 1: each row must be"),
+        ("table.csv", "a,b", "must end in .json or .jsonl"),
+    ],
+)
+def test_lookup_bad_files(tmp_path: Path, name: str, content: str, message: str) -> None:
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        Lookup(path)
+    with pytest.raises(ValueError, match="does not exist"):
+        Lookup(tmp_path / "missing.json")
+
+
+# ------------------------------------------------------------------------------------------------------- toolbox
+
+
+class Broken:
+    """A tool that raises."""
+
+    name = "broken"
+    description = "always fails"
+    parameters: dict[str, Any] = {"type": "object", "properties": {}}  # noqa: RUF012
+
+    def __call__(self, arguments: Mapping[str, Any]) -> ToolResult:
+        raise RuntimeError("disk on fire\nsecond line")
+
+
+@pytest.fixture
+def box() -> ToolBox:
+    return ToolBox([Calculator(), Lookup(CAPITALS), Broken()])
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "error", "text"),
+    [
+        (
+            "calc",
+            {"expression": "1"},
+            "unknown_tool",
+            "unknown tool 'calc'; available tools: calculator, lookup, broken",
+        ),
+        (None, {}, "unknown_tool", "unknown tool None"),
+        ("calculator", [1], "bad_arguments", "arguments must be a JSON object, got list"),
+        ("calculator", "{oops", "bad_arguments", "arguments are not valid JSON"),
+        ("calculator", {}, "bad_arguments", "missing argument 'expression'"),
+        ("calculator", {"expression": "1", "x": 2}, "bad_arguments", "unknown argument 'x'"),
+        ("calculator", {"expression": 12}, "bad_arguments", "argument 'expression' must be a string, got int"),
+        ("broken", {}, "tool_error", "tool error: RuntimeError: disk on fire second line"),
+    ],
+)
+def test_toolbox_never_raises(box: ToolBox, name: Any, arguments: Any, error: str, text: str) -> None:
+    result = box.call(name, arguments)
+    assert (result.ok, result.error) == (False, error)
+    assert result.text.startswith(text) and "\n" not in result.text
+    if error == "bad_arguments":  # the model is shown how to call it
+        assert result.text.endswith('call calculator with arguments like {"expression": "..."}')
+
+
+def test_toolbox_accepts_json_text_arguments(box: ToolBox) -> None:
+    result = box.call("calculator", '{"expression": "6 * 7"}')
+    assert (result.text, result.ok) == ("42", True)
+    assert result.duration_s > 0
+
+
+def test_schemas(box: ToolBox) -> None:
+    schemas = box.schemas()
+    assert [s["function"]["name"] for s in schemas] == ["calculator", "lookup", "broken"]
+    calc = tool_schema(Calculator())
+    assert calc["type"] == "function"
+    assert calc["function"]["parameters"]["required"] == ["expression"]
+    assert calc["function"]["parameters"]["properties"]["expression"]["type"] == "string"
+    json.dumps(schemas)  # plain JSON, as chat templates need
+
+
+def test_duplicate_tool_names_are_refused() -> None:
+    with pytest.raises(ValueError, match="two tools are named 'calculator'"):
+        ToolBox([Calculator(), Calculator()])
+
+
+class SlowEcho:
+    """An Executor that sleeps, so concurrency is measurable without starting processes."""
+
+    def __init__(self) -> None:
+        self.threads: set[int] = set()
+
+    def run(self, code: str, limits: SandboxLimits) -> SandboxResult:
+        self.threads.add(threading.get_ident())
+        time.sleep(0.3)
+        return SandboxResult(code + "\n", "", 0, "ok", 0.3, False)
+
+
+def test_call_many_keeps_order_and_overlaps() -> None:
+    executor = SlowEcho()
+    with ToolBox([PythonTool(executor), Calculator()], max_workers=4) as box:
+        calls = [("python", {"code": f"c{i}"}) for i in range(4)] + [("calculator", {"expression": "2+2"})]
+        start = time.perf_counter()
+        results = box.call_many(calls)
+        elapsed = time.perf_counter() - start
+    assert [r.text for r in results] == ["c0", "c1", "c2", "c3", "4"]
+    assert elapsed < 0.9 and len(executor.threads) == 4  # 4 x 0.3 s one after the other would be 1.2 s
+    assert all(r.duration_s >= 0.29 for r in results[:4])
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the process sandbox is Linux-only")
+def test_call_many_runs_sandboxed_python_concurrently() -> None:
+    limits = SandboxLimits(cpu_s=2, memory_mb=128, wall_s=5)
+    with make_tools(["python"], limits=limits) as box:
+        box.call("python", {"code": "pass"})  # probe the sandbox's layers once, outside the timing
+        code = "import time\ntime.sleep(0.5)\nprint({})"
+        start = time.perf_counter()
+        results = box.call_many([("python", {"code": code.format(i)}) for i in range(4)])
+        elapsed = time.perf_counter() - start
+    assert [r.text for r in results] == ["0", "1", "2", "3"]
+    assert all(r.ok for r in results)
+    assert elapsed < 1.6, f"4 calls of 0.5 s took {elapsed:.2f} s: not concurrent"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the process sandbox is Linux-only")
+def test_python_tool_reports_sandbox_status() -> None:
+    tool = PythonTool(limits=SandboxLimits(cpu_s=1, memory_mb=128, wall_s=1))
+    assert tool({"code": "print(sum(range(10)))"}) == ToolResult("45", True)
+    assert tool({"code": "x = 1"}).text == "(no output: use print() to show results)"
+    stopped = tool({"code": "import time\ntime.sleep(5)"})
+    assert (stopped.ok, stopped.error, stopped.text) == (False, "timeout", "[killed: wall time limit 1s]")
+
+
+# ---------------------------------------------------------------------------------------------------- make_tools
+
+
+def test_make_tools(tmp_path: Path) -> None:
+    corpus = tmp_path / "facts.json"
+    corpus.write_text(json.dumps(CAPITALS))
+    box = make_tools(list(TOOL_NAMES), corpus=str(corpus), limits=SandboxLimits(wall_s=2))
+    assert list(box.tools) == ["calculator", "lookup", "python"]
+    assert box.call("lookup", {"key": "France"}).text == "Paris"
+    python = box.tools["python"]
+    assert isinstance(python, PythonTool) and python.limits.wall_s == 2
+    box.close()
+
+
+def test_make_tools_errors() -> None:
+    with pytest.raises(ValueError, match="unknown tool 'search'; choose from calculator, lookup, python"):
+        make_tools(["calculator", "search"])
+    with pytest.raises(ValueError, match=r"needs a corpus: set --agent\.corpus"):
+        make_tools(["lookup"])
