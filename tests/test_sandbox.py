@@ -36,7 +36,7 @@ def _sandbox_processes() -> list[int]:
             state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if state != "Z" and b"-I" in cmdline and b"-S" in cmdline and any(b'"status_fd"' in a for a in cmdline):
+        if state != "Z" and b"-I" in cmdline and b"-S" in cmdline and any(b"status_fd" in a for a in cmdline):
             pids.append(int(proc.name))
     return pids
 
