@@ -186,6 +186,13 @@ def test_other_processes_cannot_be_signalled(sandbox: ProcessSandbox, clean: Non
     assert result.status == "blocked"
 
 
+def test_host_processes_are_invisible(clean: None) -> None:
+    sandbox = ProcessSandbox()
+    _need(sandbox, "private_proc")
+    result = _run(sandbox, "import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))")
+    assert result.stdout == "[1]\n", result.text()  # its own PID namespace's /proc: only itself
+
+
 # -------------------------------------------------------------------------------------------------------- limits
 
 

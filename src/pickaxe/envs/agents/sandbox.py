@@ -156,6 +156,7 @@ if cfg["pidns"]:
         os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
     libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG = SIGKILL: die with the relay
 try:
+    proc_private = False
     if cfg["mountns"]:
         class MountAttr(ctypes.Structure):
             _fields_ = [("set", ctypes.c_uint64), ("clr", ctypes.c_uint64), ("prop", ctypes.c_uint64),
@@ -168,6 +169,8 @@ try:
                              L(ctypes.sizeof(a)))
             check(r == 0, "mount_setattr " + path)
         check(libc.mount(b"none", b"/", None, 0x40000 | 0x4000, None) == 0, "mount private")  # MS_PRIVATE|MS_REC
+        # a /proc of its own PID namespace: the host's processes and their command lines vanish from view
+        proc_private = cfg["pidns"] and libc.mount(b"proc", b"/proc", b"proc", 0x2 | 0x4 | 0x8, None) == 0
         setattr_("/", True, 1, 0)  # MOUNT_ATTR_RDONLY on every mount
         d = cfg["dir"].encode()
         check(libc.mount(d, d, None, 0x1000, None) == 0, "bind " + cfg["dir"])  # MS_BIND
@@ -202,7 +205,7 @@ try:
             os.waitpid(child, 0)
         except OSError:
             nproc_works = True
-        report("probe", caps_dropped=caps_dropped, nproc=nproc_works)
+        report("probe", caps_dropped=caps_dropped, nproc=nproc_works, proc=proc_private)
         os._exit(0)
     del libc, check, limits
 except BaseException as e:
@@ -310,6 +313,7 @@ class _Layers:
     mountns: bool
     nproc: bool
     caps_dropped: bool
+    private_proc: bool
     cgroup_base: str | None
     reason: str
 
@@ -373,8 +377,9 @@ class _CgroupPool:
 
     def give_back(self, path: str) -> None:
         """Reuse it if empty; otherwise kill what is left and remove it in the background."""
-        try:
+        try:  # pids.current also counts exited processes nobody has reaped yet, which cgroup.procs omits
             empty = not Path(path, "cgroup.procs").read_text().split()
+            empty = empty and Path(path, "pids.current").read_text().strip() == "0"
         except OSError:
             empty = False
         if empty:
@@ -417,6 +422,7 @@ class ProcessSandbox:
             "network_namespace": layers.userns,
             "pid_namespace": layers.pidns,
             "read_only_filesystem": layers.mountns,
+            "private_proc": layers.private_proc,
             "capabilities_dropped": layers.caps_dropped,
             "fork_limit": layers.nproc or layers.cgroup_base is not None,
             "pids_cgroup": layers.cgroup_base is not None and not layers.nproc,
@@ -711,10 +717,17 @@ def _probe(python: str) -> _Layers:
         ok, info = _probe_once(python, userns, pidns, mountns)
         if ok:
             return _Layers(
-                userns, pidns, mountns, bool(info.get("nproc")), bool(info.get("caps_dropped")), cgroup_base, reason
+                userns,
+                pidns,
+                mountns,
+                bool(info.get("nproc")),
+                bool(info.get("caps_dropped")),
+                bool(info.get("proc")),
+                cgroup_base,
+                reason,
             )
         reason = reason or str(info.get("reason", ""))
-    return _Layers(False, False, False, False, False, cgroup_base, reason)
+    return _Layers(False, False, False, False, False, False, cgroup_base, reason)
 
 
 def _probe_once(python: str, userns: bool, pidns: bool, mountns: bool) -> tuple[bool, dict[str, Any]]:
