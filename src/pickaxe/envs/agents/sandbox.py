@@ -127,7 +127,7 @@ try:
             f.write("0 %d 1" % uid)
         with open("/proc/self/gid_map", "w") as f:
             f.write("0 %d 1" % gid)
-    code = sys.stdin.read()
+    code = sys.stdin.buffer.read().decode("utf-8", "replace")
 except BaseException as e:
     report("setup_failed", reason="%s: %s" % (type(e).__name__, e))
     os._exit(70)
@@ -362,6 +362,7 @@ class _CgroupPool:
         self.made: set[str] = set()
         self.lock = threading.Lock()
         self.counter = 0
+        self.registered = False
 
     def take(self, base: str) -> str:
         with self.lock:
@@ -369,8 +370,9 @@ class _CgroupPool:
                 return self.free.pop()
             self.counter += 1
             path = os.path.join(base, f"pickaxe-sandbox-{os.getpid()}-{self.counter}")
-            if not self.made:
+            if not self.registered:
                 atexit.register(self.remove_all)
+                self.registered = True
             self.made.add(path)
         os.mkdir(path)
         return path
@@ -386,9 +388,12 @@ class _CgroupPool:
             with self.lock:
                 self.free.append(path)
             return
-        with self.lock:
-            self.made.discard(path)
-        threading.Thread(target=_remove_cgroup, args=(path,), daemon=True).start()
+        threading.Thread(target=self._remove, args=(path,), daemon=True).start()
+
+    def _remove(self, path: str) -> None:
+        if _remove_cgroup(path):
+            with self.lock:
+                self.made.discard(path)
 
     def remove_all(self) -> None:
         with self.lock:
