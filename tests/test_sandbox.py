@@ -203,10 +203,11 @@ def test_memory_limit(sandbox: ProcessSandbox, clean: None) -> None:
     assert result.text().endswith("[stopped: memory limit 128 MB]")
 
 
-def test_wall_limit(sandbox: ProcessSandbox, clean: None) -> None:
+@pytest.mark.parametrize("wait", ["time.sleep(30)", "while True:\n    pass"])
+def test_wall_limit(sandbox: ProcessSandbox, clean: None, wait: str) -> None:
     limits = SandboxLimits(cpu_s=5, memory_mb=128, wall_s=1)
     start = time.monotonic()
-    result = _run(sandbox, "import time\nprint('started', flush=True)\ntime.sleep(30)", limits)
+    result = _run(sandbox, f"import time\nprint('started', flush=True)\n{wait}", limits)
     assert time.monotonic() - start < 2.5
     assert result.status == "timeout" and result.exit_code == -signal.SIGKILL
     assert result.text() == "started\n[killed: wall time limit 1s]"
