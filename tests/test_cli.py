@@ -53,7 +53,7 @@ def test_recipes_lists_one_line_each(capsys) -> None:
     assert main(["recipes"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert [ln.split()[0] for ln in lines] == [
-        "cartpole-ppo", "cartpole-dqn", "pendulum-ppo", "arith-sft", "arith-grpo", "reverse-grpo",
+        "cartpole-ppo", "cartpole-dqn", "pendulum-ppo", "arith-sft", "arith-grpo", "reverse-grpo", "calc-agent-grpo",
         "synthetic-sft", "synthetic-rm", "synthetic-ppo", "synthetic-rloo", "synthetic-dpo", "synthetic-bon",
     ]  # fmt: skip
 

@@ -170,15 +170,18 @@ def kl_shaped_token_rewards(
 
 def token_returns(token_reward: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
     """``[B, L]`` discounted return-to-go ``G_t = r_t + gamma G_{t+1}`` over each row's response tokens (0 off the
-    mask). Nothing flows in from past the last response token, nor from the prompt or padding."""
+    mask). Nothing flows in from past the last response token, nor from the prompt or padding; tokens off the mask
+    between response tokens (a multi-turn episode's tool results) are skipped, not steps."""
     m = mask.bool()
     r = masked(token_reward, m)
     out = torch.zeros_like(r)
     running = torch.zeros_like(r[:, 0])
     for t in range(r.shape[-1] - 1, -1, -1):
-        running = torch.where(m[:, t], r[:, t] + gamma * running, torch.zeros_like(running))
+        # off the mask the return passes through unchanged: a multi-turn episode's tool tokens are not steps
+        # (it starts at 0 right of the last response token, so nothing flows in from padding)
+        running = torch.where(m[:, t], r[:, t] + gamma * running, running)
         out[:, t] = running
-    return out
+    return masked(out, m)
 
 
 def token_gae(
@@ -195,7 +198,8 @@ def token_gae(
     response ends at its last mask column and is terminal there, EOS or truncation alike: the reward model scored
     that text, so there is nothing to bootstrap from (``V`` after it counts 0). With ``delta_t = r_t +
     gamma V_{t+1} - V_t``, ``A_t = delta_t + gamma lam A_{t+1}``, where ``V_{t+1}`` and ``A_{t+1}`` are 0 past the
-    last response token. Same recursion as ``pickaxe.data.returns.gae``, per row over the mask.
+    last response token. Same recursion as ``pickaxe.data.returns.gae``, per row over the mask; columns off the
+    mask between response tokens (a multi-turn episode's tool results) are skipped, not steps.
     """
     m = mask.bool()
     r, v = masked(token_reward, m), masked(values, m)
@@ -206,11 +210,13 @@ def token_gae(
         delta = r[:, t] + gamma * next_value - v[:, t]
         adv = delta + gamma * lam * next_adv
         on = m[:, t]
-        # off the mask reset the carried value/advantage, so nothing crosses a response's end
-        next_adv = torch.where(on, adv, torch.zeros_like(adv))
-        next_value = torch.where(on, v[:, t], torch.zeros_like(adv))
+        # off the mask the carried value/advantage pass through: the tool results between a multi-turn episode's
+        # model turns are not steps, so V after a turn's last token is V at the next turn's first. Right of the
+        # last response token they are still 0, so nothing crosses a response's end.
+        next_adv = torch.where(on, adv, next_adv)
+        next_value = torch.where(on, v[:, t], next_value)
         advantage[:, t] = next_adv
-    return advantage, masked(advantage + v, m)
+    return masked(advantage, m), masked(advantage + v, m)
 
 
 def token_value_loss(

@@ -30,13 +30,15 @@ def pack(
     completions: Sequence[Sequence[int]],
     pad_token_id: int,
     completion_logprobs: Sequence[Sequence[float]] | None = None,
+    completion_masks: Sequence[Sequence[bool] | None] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Lay out prompt/completion pairs as one padded ``[B, P + T]`` block: prompts left-padded to the longest
     (``P``), completions right after them and right-padded (``T``).
 
     Returns ``input_ids``, ``attention_mask`` (1 on real tokens), ``loss_mask`` (1 exactly on completion tokens,
-    EOS included when present; 0 on prompt and padding) and, given ``completion_logprobs``, ``logprob`` (the
-    sampler's log-prob on completion tokens, 0 elsewhere).
+    EOS included when present; 0 on prompt and padding; with ``completion_masks``, a completion's mask where it
+    has one: a multi-turn episode's model tokens) and, given ``completion_logprobs``, ``logprob`` (the sampler's
+    log-prob on completion tokens, 0 elsewhere).
     """
     B = len(prompts)
     P = max(len(p) for p in prompts)
@@ -49,7 +51,8 @@ def pack(
         ids[r, P - len(p) : P] = p
         ids[r, P : P + len(c)] = c
         attn[r, P - len(p) : P + len(c)] = 1
-        loss[r, P : P + len(c)] = True
+        mask = completion_masks[r] if completion_masks is not None else None
+        loss[r, P : P + len(c)] = True if mask is None else np.asarray(mask, dtype=np.bool_)
         if completion_logprobs is not None:
             logp[r, P : P + len(c)] = completion_logprobs[r]
     out = {
@@ -108,6 +111,11 @@ class TextCollector:
     ``reference_on_workers`` (pipelined and async mode) the reference is sent to the workers once (again after a
     ``load_state_dict``) and they score the reference log-probs of their completions right after generating them,
     so that forward pass also runs while the learner updates; completions that come without them are scored here.
+
+    ``encode`` turns examples into first prompts (default :func:`encode_prompts`). Multi-turn episodes come from an
+    :class:`~pickaxe.rollout.agent.AgentRollout` as the ``engine`` (with its ``encode``): their completions carry a
+    loss mask (the model's tokens only), the final answer the rewards score and the episode counts the
+    per-episode rewards read.
     """
 
     def __init__(
@@ -126,8 +134,10 @@ class TextCollector:
         offload_reference: bool = False,
         scheduler: RolloutScheduler | None = None,
         reference_on_workers: bool = False,
+        encode: Callable[[Sequence[Example]], list[list[int]]] | None = None,
     ) -> None:
         self.env = env
+        self.encode = encode or (lambda examples: encode_prompts(tokenizer, examples))
         self.scheduler = scheduler
         self.reference_on_workers = reference_on_workers and scheduler is not None and reference is not None
         self._reference_sent = False
@@ -163,14 +173,15 @@ class TextCollector:
             examples, prompt_ids, completions = self.scheduler.next_batch()
         else:
             examples = self.env.sample(self.prompts)
-            prompt_ids = encode_prompts(self.tokenizer, examples)
+            prompt_ids = self.encode(examples)
             if self.policy is not None:
                 self.engine.sync_weights(self.policy, version)
             completions = self.engine.generate(prompt_ids, self.sampling)
         versions = [version if c.version is None else c.version for c in completions]
         t1 = time.perf_counter()
-        texts = [self.decode(c.token_ids) for c in completions]
-        scores = self.env.score_batch([examples[c.prompt_index] for c in completions], texts)
+        texts = [c.text if c.text is not None else self.decode(c.token_ids) for c in completions]
+        infos = [c.info for c in completions] if any(c.info is not None for c in completions) else None
+        scores = self.env.score_batch([examples[c.prompt_index] for c in completions], texts, infos)
         self._report_failures(scores)
         group_of = [c.prompt_index for c in completions]
         rewards = _fill_failed(scores.total, scores.valid, group_of)
@@ -180,6 +191,7 @@ class TextCollector:
             [c.token_ids for c in completions],
             self.pad_token_id,
             [c.logprobs for c in completions],
+            [c.loss_mask for c in completions],
         )
         n = len(completions)
         valid = torch.tensor(scores.valid, dtype=torch.bool)
@@ -201,7 +213,7 @@ class TextCollector:
                 [c.token_ids for c in completions],
                 self.pad_token_id,
                 [c.ref_logprobs or [] for c in completions],
-            )["logprob"]
+            )["logprob"]  # multi-turn episodes come from an in-process rollout, never with reference log-probs
             mask = data["loss_mask"]  # 0 off the loss mask, as the learner's own scoring (failed samples included)
             batch["ref_logprob"] = torch.where(mask, ref, torch.zeros_like(ref)).to(self.device)
         elif self.reference is not None:

@@ -14,6 +14,8 @@ import json
 import os
 import time
 import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,10 @@ from pickaxe.algos.configs import GRPOConfig, LLMPPOConfig, LMConfig, SFTConfig
 from pickaxe.algos.grpo import GRPO
 from pickaxe.algos.llm_ppo import LLMPPO
 from pickaxe.algos.sft import SFT
+from pickaxe.envs.agents.sandbox import SandboxLimits
+from pickaxe.envs.agents.tool_env import DEMOS, ToolEnv
+from pickaxe.envs.agents.tools import make_tools
+from pickaxe.envs.text.example import Example
 from pickaxe.envs.text.prompt_env import PromptEnv, load_examples
 from pickaxe.envs.text.rewards import parse_reward_spec
 from pickaxe.envs.text.synthetic_preferences import GOLD_SCORES
@@ -40,6 +46,7 @@ from pickaxe.models.lora import apply_lora_config, is_lora, merge_lora, shared_r
 from pickaxe.models.reward import RewardModel
 from pickaxe.models.tokenizer import char_tokenizer, load_tokenizer
 from pickaxe.models.value import ValueModel
+from pickaxe.rollout.agent import AgentDemoCollector, AgentRollout
 from pickaxe.rollout.engines.base import Completion, Engine, SamplingParams
 from pickaxe.rollout.engines.hf import HFEngine
 from pickaxe.rollout.pairs import RewardModelScorer
@@ -64,7 +71,9 @@ class TextEvaluator:
     unbiased estimate of the sequence KL). Every mean but the accuracy has a 95% bootstrap CI (``_ci_low``,
     ``_ci_high``; fixed seed). Sampling is re-seeded every call, so an evaluation is a pure function of the
     weights. :meth:`samples` gives the per-prompt and per-completion values the metrics are computed from
-    (``pickaxe eval --checkpoints`` caches them)."""
+    (``pickaxe eval --checkpoints`` caches them). An agent run's ``engine`` is an
+    :class:`~pickaxe.rollout.agent.AgentRollout` and ``encode`` its first prompts: a completion is then a whole
+    episode, scored on its final answer."""
 
     def __init__(
         self,
@@ -75,6 +84,7 @@ class TextEvaluator:
         max_new_tokens: int,
         seed: int = 0,
         reference: nn.Module | None = None,
+        encode: Callable[[Sequence[Example]], list[list[int]]] | None = None,
     ) -> None:
         self.env = env
         self.engine = engine
@@ -84,14 +94,16 @@ class TextEvaluator:
         self.seed = seed
         self.reference = reference
         self.examples = env.eval_examples(config.prompts)
-        self.prompt_ids = encode_prompts(tokenizer, self.examples)
+        self.prompt_ids = encode(self.examples) if encode is not None else encode_prompts(tokenizer, self.examples)
         self.eos = int(tokenizer.eos_token_id)
 
     def _score(self, completions: list[Completion]) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """Per completion: correct by the first reward (>= 1), the total weighted reward, and each term by name
         (NaN where a reward failed; batched rewards score all completions in one call)."""
-        texts = [completion_text(self.tokenizer, c.token_ids, self.eos) for c in completions]
-        scores = self.env.score_batch([self.examples[c.prompt_index] for c in completions], texts)
+        texts = [c.text if c.text is not None else completion_text(self.tokenizer, c.token_ids, self.eos)
+                 for c in completions]  # fmt: skip
+        infos = [c.info for c in completions] if any(c.info is not None for c in completions) else None
+        scores = self.env.score_batch([self.examples[c.prompt_index] for c in completions], texts, infos)
         terms = {name: np.asarray(v, dtype=np.float64) for name, v in scores.parts.items()}
         correct = np.nan_to_num(next(iter(terms.values())), nan=0.0) >= 1.0
         return correct, np.asarray(scores.total, dtype=np.float64), terms
@@ -100,7 +112,7 @@ class TextEvaluator:
         """Per completion: the summed -log pi(y_t) of its tokens and their count (policy at ``temperature``) and,
         given a reference, sum_t log pi(y_t) - log pi_ref(y_t) (float32, as the KL is averaged)."""
         data = pack([self.prompt_ids[c.prompt_index] for c in completions], [c.token_ids for c in completions],
-                    int(self.tokenizer.pad_token_id))  # fmt: skip
+                    int(self.tokenizer.pad_token_id), completion_masks=[c.loss_mask for c in completions])  # fmt: skip
         device = next(model.parameters()).device
         ids, attn, mask = (data[k].to(device) for k in ("input_ids", "attention_mask", "loss_mask"))
         out: dict[str, np.ndarray] = {}
@@ -229,14 +241,13 @@ def build_critic(cfg: LLMTrainConfig, model: nn.Module, device: torch.device) ->
     return ValueModel.from_lm(merge_lora(model)).to(device)
 
 
-def ptx_source(cfg: LLMTrainConfig, env: PromptEnv, tokenizer: Any, device: torch.device) -> DemoCollector | None:
+def ptx_source(cfg: LLMTrainConfig, tokenizer: Any, device: torch.device) -> DemoCollector | None:
     """PPO-ptx's demonstrations (``algo.ptx_coef`` > 0): reference answers of the task's training prompts, drawn
     from their own stream, ``warm_start.batch_size`` a step."""
     if not isinstance(cfg.algo, LLMPPOConfig) or cfg.algo.ptx_coef == 0:
         return None
     seed = derive_llm_seeds(cfg.seed)["warm_start"] + 1
     demos = build_env(cfg, seed, derive_llm_seeds(cfg.seed)["eval_env"])
-    del env
     return DemoCollector(demos, tokenizer, cfg.warm_start.batch_size, device=device)
 
 
@@ -333,6 +344,25 @@ def build_env(
     return PromptEnv(source, rewards, eval_examples, seed=seed, eval_size=cfg.eval.prompts, eval_seed=eval_seed)
 
 
+def build_tool_env(cfg: LLMTrainConfig, prompts: PromptEnv) -> ToolEnv:
+    """The ``ToolEnv`` of ``cfg.agent`` around ``prompts``: its tools (the python one sandboxed with the
+    ``agent.python_*`` limits), turn and token limits, per-episode reward weights and demonstrations."""
+    a = cfg.agent
+    limits = SandboxLimits(cpu_s=a.python_cpu_s, memory_mb=a.python_memory_mb, wall_s=a.python_wall_s,
+                           output_chars=a.output_chars)  # fmt: skip
+    tools = make_tools(a.tools, a.corpus, limits, a.tool_workers)
+    demo = DEMOS.get(a.demo)
+    return ToolEnv(prompts, tools, system_prompt=a.system_prompt, max_turns=a.max_turns, max_tokens=a.max_tokens,
+                   format_weight=a.format_weight, turn_cost=a.turn_cost, demo=demo,
+                   describe_tools=a.describe_tools)  # fmt: skip
+
+
+def agent_sampling(cfg: LLMTrainConfig, sampling: SamplingParams) -> SamplingParams:
+    """The sampling params an algorithm is built with: with tools, the trajectory budget ``agent.max_tokens`` is the
+    length normaliser in place of one turn's ``max_new_tokens``."""
+    return replace(sampling, max_new_tokens=cfg.agent.max_tokens) if cfg.agent.enabled else sampling
+
+
 def build_engine(cfg: LLMTrainConfig, model: nn.Module, tokenizer: Any, seed: int, run: Run | None) -> Engine:
     """The rollout engine of ``cfg.engine`` (``hf`` shares the learner's model: no copy, no sync cost)."""
     e = cfg.engine
@@ -403,7 +433,10 @@ def warm_start(
     own prompt stream, so the RL prompts do not depend on it."""
     w = cfg.warm_start
     env = build_env(cfg, seed, seed)  # its own prompt stream; its held-out set is unused
-    collector = DemoCollector(env, tokenizer, w.batch_size, device=next(model.parameters()).device)
+    device = next(model.parameters()).device
+    collector: Any = DemoCollector(env, tokenizer, w.batch_size, device=device)
+    if cfg.agent.enabled:  # demonstration episodes, laid out as the agent's rollouts are
+        collector = AgentDemoCollector(build_tool_env(cfg, env), tokenizer, w.batch_size, device=device)
     # the run's compute options (layout, checkpointing, autocast, chunks) apply to the warm start too
     a = cfg.algo if isinstance(cfg.algo, LMConfig) else SFTConfig()
     compute = {
@@ -441,6 +474,8 @@ def warm_start(
             RuntimeWarning,
             stacklevel=2,
         )
+    if isinstance(collector, AgentDemoCollector):
+        collector.env.close()
     return {"warm_start/wall_s": time.perf_counter() - start, "warm_start/updates": float(sft.version), **last}
 
 
@@ -570,6 +605,13 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
         engine = rollout_engine = build_engine(cfg, model, tokenizer, seeds["engine"], run)
     e = cfg.engine
     sampling = SamplingParams(e.max_new_tokens, e.temperature, e.top_k, e.top_p, n=cfg.collector.group_size)
+    encode = None
+    if cfg.agent.enabled:  # episodes with tools: the rollout runs them through the engines
+        env = build_tool_env(cfg, env)
+        colocated = rollout_engine is engine
+        engine = AgentRollout(engine, env, tokenizer)
+        rollout_engine = engine if colocated else AgentRollout(rollout_engine, env, tokenizer)
+        encode = engine.encode
     reference = None
     if isinstance(cfg.algo, SFTConfig):
         algo: Algorithm = SFT(model, cfg.algo)
@@ -578,10 +620,10 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
         if cfg.algo.kl_coef > 0:  # frozen copy of the starting (warm-started) policy
             reference = frozen_reference(model)
         if isinstance(cfg.algo, GRPOConfig):
-            algo = GRPO(model, cfg.algo, sampling, seed=seeds["algo"])
+            algo = GRPO(model, cfg.algo, agent_sampling(cfg, sampling), seed=seeds["algo"])
         else:
-            algo = LLMPPO(model, build_critic(cfg, model, device), cfg.algo, sampling, ptx_source(cfg, env, tokenizer,
-                          device), seed=seeds["algo"])  # fmt: skip
+            algo = LLMPPO(model, build_critic(cfg, model, device), cfg.algo, agent_sampling(cfg, sampling),
+                          ptx_source(cfg, tokenizer, device), seed=seeds["algo"])  # fmt: skip
         learner = algo
         scheduler = None
         if separate and cfg.dist.mode != "sync":
@@ -622,10 +664,11 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
             # the workers score the reference too, off the learner's path; not LoRA's shared reference (the policy
             # with its adapters off) and not vLLM (no module in the worker to copy)
             reference_on_workers=scheduler is not None and not is_lora(model) and e.name == "hf",
+            encode=encode,
         )
     else:
         raise ConfigError(f"no LLM algorithm for config type {type(cfg.algo).__name__}")
-    evaluator = TextEvaluator(env, engine, tokenizer, cfg.eval, e.max_new_tokens, seeds["eval"], reference)
+    evaluator = TextEvaluator(env, engine, tokenizer, cfg.eval, e.max_new_tokens, seeds["eval"], reference, encode)
     return LLMTrainer.assemble(cfg, algo, collector, evaluator, run, progress, resuming, (model, tokenizer))
 
 
@@ -655,9 +698,16 @@ def run_evaluator(cfg: LLMTrainConfig, run_dir: str | Path) -> tuple[nn.Module, 
     device = resolve_device(cfg.device)
     model, tokenizer = build_model(cfg, device, seeds["model"])
     env = build_env(cfg, seeds["env"], seeds["eval_env"], tokenizer, device)
-    engine = HFEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, cfg.engine.max_batch, seeds["engine"])
+    engine: Any = HFEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, cfg.engine.max_batch,
+                           seeds["engine"])  # fmt: skip
+    encode = None
+    if cfg.agent.enabled:
+        env = build_tool_env(cfg, env)
+        engine = AgentRollout(engine, env, tokenizer)
+        encode = engine.encode
     reference = _run_reference(cfg, run_dir, model, device)
-    evaluator = TextEvaluator(env, engine, tokenizer, cfg.eval, cfg.engine.max_new_tokens, seeds["eval"], reference)
+    evaluator = TextEvaluator(env, engine, tokenizer, cfg.eval, cfg.engine.max_new_tokens, seeds["eval"], reference,
+                              encode)  # fmt: skip
     return model, SFT(model, SFTConfig()), evaluator, device
 
 

@@ -223,6 +223,63 @@ class WarmStartConfig:
         validate(self)
 
 
+AGENT_TOOLS = ("calculator", "lookup", "python")
+"""Tool names ``--agent.tools`` takes (``pickaxe.envs.agents.tools.make_tools``)."""
+
+
+@dataclass
+class AgentConfig:
+    """Multi-turn episodes with tools (``tools`` empty: single-turn completions). The model calls a tool with
+    ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, gets its result as a ``tool`` message and speaks
+    again; a turn without a call is the final answer, which the task's or file's rewards score."""
+
+    tools: tuple[str, ...] = ()
+    """Tools the model may call: calculator, lookup (needs ``corpus``), python (a sandboxed interpreter)."""
+    max_turns: int = ranged(4, ge=1, le=1000)
+    """Model turns per episode, the final answer included."""
+    max_tokens: int = ranged(256, ge=2)
+    """Tokens per trajectory: the prompt, every turn and every tool result. Also the length normaliser of the
+    sequence-sum loss modes (in place of ``engine.max_new_tokens``, which bounds one turn)."""
+    system_prompt: str | None = None
+    """Opens every conversation."""
+    describe_tools: bool = True
+    """Append the tools' descriptions and the call format to the system message when the chat template does not
+    render tools itself (off: the model learns them from demonstrations, as the tiny model of the recipes does)."""
+    corpus: str | None = None
+    """The lookup tool's entries: a .json object or a .jsonl of {key, value} rows."""
+    tool_workers: int = ranged(8, ge=1, le=1024)
+    """Tool calls run at once."""
+    python_cpu_s: float = ranged(2.0, gt=0)
+    """CPU seconds per python call."""
+    python_memory_mb: int = ranged(256, ge=16)
+    """Address space per python call, in MiB."""
+    python_wall_s: float = ranged(5.0, gt=0)
+    """Wall seconds per python call (then its process group is killed)."""
+    output_chars: int = ranged(2000, ge=1)
+    """A python call's output kept, per stream."""
+    format_weight: float = ranged(0.0, ge=0)
+    """Weight of the ``tool_use`` reward (1 when an episode called a tool and every call was well-formed); 0: logged,
+    not trained on."""
+    turn_cost: float = ranged(0.0, ge=0)
+    """Reward subtracted per model turn (the ``turns`` term, weighted ``-turn_cost``); 0: logged only."""
+    demo: Literal["none", "calculator", "python"] = "none"
+    """Demonstrations for the SFT warm start on an arithmetic task: call the calculator on the prompt's expression
+    (calculator) or print it with the python tool (python), then say the result."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+        unknown = [t for t in self.tools if t not in AGENT_TOOLS]
+        if unknown:
+            raise ConfigError(f"--agent.tools: unknown tool {unknown[0]!r}; choose from {', '.join(AGENT_TOOLS)}")
+        if len(set(self.tools)) != len(self.tools):
+            raise ConfigError("--agent.tools names a tool twice; name each once")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether episodes are multi-turn with tools."""
+        return bool(self.tools)
+
+
 @dataclass
 class LLMTrainConfig(RunConfig):
     """Everything that decides an LLM run's numbers."""
@@ -248,6 +305,8 @@ class LLMTrainConfig(RunConfig):
     collector: TextCollectorConfig = field(default_factory=TextCollectorConfig)
     eval: LLMEvalConfig = field(default_factory=LLMEvalConfig)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    """Tools and multi-turn episodes (none by default)."""
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     select: SelectConfig = field(default_factory=SelectConfig)
     """The best-checkpoint rule (``RUN/selection.json``, ``pickaxe eval --checkpoints best``)."""
@@ -300,11 +359,45 @@ class LLMTrainConfig(RunConfig):
                 f"{self.recipe} trains against a reward model: set --data.reward-model DIR (the export of a "
                 "synthetic-rm run), or run every stage with `pickaxe pipeline rlhf-synthetic`"
             )
+        self._check_agent()
         needs_pairs = isinstance(self.algo, RewardModelConfig | DPOConfig)
         if needs_pairs and not self.preferences.path and not self.data.gold:
             raise ConfigError(
                 "this run needs preference pairs: set --preferences.path FILE, or --data.gold to label the policy's "
                 "own samples"
+            )
+
+    def _check_agent(self) -> None:
+        """``--agent.*`` against this run: an algorithm that samples episodes, room for them in the tiny model, a
+        corpus for lookup, demonstrations for a warm start, no generation ahead of the learner."""
+        a = self.agent
+        if not a.enabled:
+            return
+        if not isinstance(self.algo, GRPOConfig | LLMPPOConfig):
+            raise ConfigError(
+                f"--agent.tools: {type(self.algo).__name__} does not sample episodes; use the grpo or ppo algorithm"
+            )
+        if "lookup" in a.tools and not (a.corpus and Path(a.corpus).is_file()):
+            raise ConfigError(
+                f"--agent.tools lookup needs --agent.corpus FILE (a .json object or .jsonl of key/value rows); "
+                f"{a.corpus!r} is not a file"
+            )
+        if self.model.path is None and a.max_tokens > self.model.max_positions:
+            raise ConfigError(
+                f"--agent.max-tokens {a.max_tokens} is more than the tiny model's --model.max-positions "
+                f"{self.model.max_positions}; raise --model.max-positions or lower --agent.max-tokens"
+            )
+        if self.warm_start.updates > 0 and a.demo == "none":
+            raise ConfigError(
+                "--warm-start.updates on an agent run needs demonstration episodes: set --agent.demo calculator, or "
+                "--warm-start.updates 0"
+            )
+        if a.demo != "none" and a.demo not in a.tools:
+            raise ConfigError(f"--agent.demo {a.demo} calls the {a.demo} tool: add it to --agent.tools")
+        if self.dist.placement == "separate" and self.dist.mode != "sync":
+            raise ConfigError(
+                f"--dist.mode {self.dist.mode} generates ahead of the learner, which multi-turn episodes do not do "
+                "yet; use --dist.mode sync with --agent.tools"
             )
 
     def _check_dist(self) -> None:

@@ -8,7 +8,7 @@ and the fix.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -239,14 +239,25 @@ class PromptEnv:
             ) from failure.exception
         return scores.total[0], {name: values[0] for name, values in scores.parts.items()}
 
-    def score_batch(self, examples: Sequence[Example], completions: Sequence[str]) -> RewardScores:
+    def score_batch(
+        self,
+        examples: Sequence[Example],
+        completions: Sequence[str],
+        infos: Sequence[Mapping[str, Any] | None] | None = None,
+    ) -> RewardScores:
         """Every reward of every completion (``completions[i]`` answers ``examples[i]``): batched rewards in one
         call, the others one by one. A reward that raises or returns a non-finite value for a sample is recorded
-        in ``failures`` and makes the sample invalid when its weight is nonzero; nothing is raised for it."""
+        in ``failures`` and makes the sample invalid when its weight is nonzero; nothing is raised for it.
+        ``infos`` (per completion, optional) join each reward's metadata under ``trajectory``, as in a
+        ``ToolEnv``."""
         if len(examples) != len(completions):
             raise ValueError(f"got {len(examples)} examples and {len(completions)} completions; pass one each")
         terms = [(name, fn, w) for name, (fn, w) in zip(self.reward_names, self.rewards, strict=True)]
         metadatas = [ex.reward_metadata() for ex in examples]
+        if infos is not None:
+            for metadata, info in zip(metadatas, infos, strict=True):
+                if info is not None:
+                    metadata["trajectory"] = dict(info)
         return score_rewards(terms, [ex.prompt for ex in examples], list(completions), metadatas)
 
     def state_dict(self) -> dict[str, Any]:

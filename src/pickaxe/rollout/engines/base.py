@@ -56,6 +56,15 @@ class Completion:
     ref_logprobs: list[float] | None = None
     """The frozen reference's log-prob of each token, when the engine scored them (engine workers holding the
     reference, in pipelined and async modes); None: the collector computes them."""
+    loss_mask: list[bool] | None = None
+    """Per token: True where the model generated it, False where the env appended it (a multi-turn episode's tool
+    results and chat-template text, :class:`~pickaxe.rollout.agent.AgentRollout`); None: every token is the
+    model's. ``logprobs`` is 0 on the env's tokens."""
+    text: str | None = None
+    """What the rewards score when it is not the decoded tokens (an episode's final answer); None: the decoded
+    tokens."""
+    info: dict[str, float] | None = None
+    """Per-episode counts of a multi-turn episode (turns, tool calls, malformed calls, ...); None otherwise."""
 
 
 @runtime_checkable
