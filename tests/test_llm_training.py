@@ -340,3 +340,16 @@ def test_arith_grpo_recipe_shows_its_gain(tmp_path: Path) -> None:
     before, after = evals[0], evals[-1]
     assert 0.3 < before["eval/accuracy"] < 0.8  # inside the transition: something left for GRPO to do
     assert after["eval/accuracy_ci_low"] > before["eval/accuracy_ci_high"]
+
+
+def test_summary_shows_pass_at_k_with_its_interval_not_as_extra_entries(capsys, monkeypatch) -> None:
+    from pickaxe.train.llm import print_llm_summary
+
+    monkeypatch.setenv("COLUMNS", "200")  # one line per cell
+    from pickaxe.train.trainer import FitResult
+
+    record = {"eval/accuracy": 0.5, "eval/accuracy_ci_low": 0.4, "eval/accuracy_ci_high": 0.6,
+              "eval/pass@1": 0.3, "eval/pass@1_ci_low": 0.25, "eval/pass@1_ci_high": 0.35, "eval/return_mean": 0.5}  # fmt: skip
+    print_llm_summary(record, FitResult(steps=1, wall_s=1.0, history=[record]))
+    out = capsys.readouterr().out
+    assert "pass@1=0.300 [0.250, 0.350]" in out and "_ci_low" not in out

@@ -555,7 +555,12 @@ def print_llm_summary(before: dict[str, float] | None, result: FitResult) -> Non
     for name, rec in (("before", before), ("after", after)):
         if rec is None:
             continue
-        passes = ", ".join(f"{k.split('/')[1]}={v:.3f}" for k, v in rec.items() if k.startswith("eval/pass@"))
+        passes = ", ".join(
+            f"{k.split('/')[1]}={v:.3f}" + (f" [{rec[k + '_ci_low']:.3f}, {rec[k + '_ci_high']:.3f}]"
+                                            if k + "_ci_low" in rec else "")
+            for k, v in rec.items()
+            if k.startswith("eval/pass@") and not k.endswith(("_ci_low", "_ci_high"))
+        )  # fmt: skip
         table.add_row(
             name,
             f"{rec['eval/accuracy']:.3f} [{rec['eval/accuracy_ci_low']:.3f}, {rec['eval/accuracy_ci_high']:.3f}]",
