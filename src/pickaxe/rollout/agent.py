@@ -76,7 +76,8 @@ class ChatFormat:
 
     def encode(self, text: str) -> list[int]:
         """``text``'s token ids, no special tokens added (templates write their own)."""
-        return [int(i) for i in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
+        # verbose off: a long tool result is not an error here (the trajectory budget ends the episode)
+        return [int(i) for i in self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]]
 
     def prompt(self, example: Example) -> list[int]:
         """The first prompt of an episode: the env's opening messages with the assistant's turn opened."""
