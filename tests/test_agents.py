@@ -288,7 +288,6 @@ def test_agent_run_resumes_exactly(tmp_path: Path) -> None:
     from pickaxe.runs.run import Run, read_metrics
     from pickaxe.train.build import resume, train
     from pickaxe.train.llm import build_llm_trainer
-
     from pickaxe.train.llm_config import WarmStartConfig
 
     # long enough a warm start for the model to open calls: its episodes then have a second turn (the error its

@@ -348,8 +348,8 @@ def test_summary_shows_pass_at_k_with_its_interval_not_as_extra_entries(capsys, 
     monkeypatch.setenv("COLUMNS", "200")  # one line per cell
     from pickaxe.train.trainer import FitResult
 
-    record = {"eval/accuracy": 0.5, "eval/accuracy_ci_low": 0.4, "eval/accuracy_ci_high": 0.6,
-              "eval/pass@1": 0.3, "eval/pass@1_ci_low": 0.25, "eval/pass@1_ci_high": 0.35, "eval/return_mean": 0.5}  # fmt: skip
+    record = {"eval/accuracy": 0.5, "eval/accuracy_ci_low": 0.4, "eval/accuracy_ci_high": 0.6, "eval/pass@1": 0.3,
+              "eval/pass@1_ci_low": 0.25, "eval/pass@1_ci_high": 0.35, "eval/return_mean": 0.5}  # fmt: skip
     print_llm_summary(record, FitResult(steps=1, wall_s=1.0, history=[record]))
     out = capsys.readouterr().out
     assert "pass@1=0.300 [0.250, 0.350]" in out and "_ci_low" not in out
