@@ -404,3 +404,22 @@ def test_calc_agent_grpo_raises_accuracy_and_well_formed_tool_use(tmp_path: Path
     before, after = evals[0], evals[-1]
     assert after["eval/accuracy"] > before["eval/accuracy"]
     assert after["eval/sampled/tool_use"] > before["eval/sampled/tool_use"]
+
+
+def test_agent_evaluation_is_a_pure_function_of_the_weights() -> None:
+    """The evaluator re-seeds the rollout's sampler and restores it: two evaluations agree, and the training
+    stream's sampler state is what it was (an agent rollout hides its engine's generator otherwise)."""
+    from pickaxe.algos.sft import SFT, SFTConfig
+    from pickaxe.train.llm import TextEvaluator
+    from pickaxe.train.llm_config import LLMEvalConfig
+
+    env = tool_env()
+    model = tiny_lm(len(TOK), hidden=32, layers=1, heads=4, kv_heads=2, intermediate=64, max_positions=512, seed=0)
+    engine = HFEngine(model, TOK.eos_token_id, TOK.pad_token_id, seed=0)
+    rollout = AgentRollout(engine, env, TOK)
+    evaluator = TextEvaluator(env, rollout, TOK, LLMEvalConfig(prompts=4, samples=2, pass_k=2), 8, seed=5,
+                              encode=rollout.encode)  # fmt: skip
+    before = engine.generator.get_state()
+    first = evaluator(SFT(model, SFTConfig()))
+    assert torch.equal(engine.generator.get_state(), before)
+    assert evaluator(SFT(model, SFTConfig())) == first

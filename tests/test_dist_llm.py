@@ -94,6 +94,25 @@ def test_sync_separate_workers_give_the_colocated_numbers(ray_local) -> None:
     _assert_workers_gone(ray_local)
 
 
+def test_sync_separate_workers_run_agent_episodes_as_colocated(ray_local) -> None:
+    """Multi-turn agent episodes through engine workers: the rollout runs each turn on the workers, the tools here,
+    and every number is the colocated run's."""
+    cfg = LLM_RECIPES["calc-agent-grpo"].make()
+    cfg.model = LMConfig(hidden=32, layers=1, heads=4, kv_heads=2, intermediate=64, max_positions=192)
+    cfg.warm_start = WarmStartConfig(updates=60, batch_size=16, lr=1e-2, log_every=30)  # long enough to open calls
+    cfg.collector = TextCollectorConfig(prompts=2, group_size=4)
+    cfg.engine.max_new_tokens = 24
+    cfg.eval = LLMEvalConfig(prompts=4, samples=2, pass_k=2)
+    cfg.trainer = TrainerConfig(total_steps=16, eval_every=16)
+    cfg.device = "cpu"
+    colocated = _fit(cfg)
+    cfg.dist.placement = "separate"
+    separate = _fit(cfg)
+    assert _strip(separate) == _strip(colocated)
+    assert all(r["rollout/agent/turns"] > 1 for r in separate if "rollout/agent/turns" in r)
+    _assert_workers_gone(ray_local)
+
+
 def _assert_workers_gone(ray: Any) -> None:
     """Every CPU of the test cluster is free again within a few seconds (the workers were stopped)."""
     deadline = time.monotonic() + 15

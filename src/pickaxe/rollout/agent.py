@@ -191,6 +191,12 @@ class AgentRollout:
         self.engine.version = value
 
     @property
+    def generator(self) -> Any:
+        """The engine's sampling RNG (``HFEngine``'s), which the evaluator re-seeds so that an evaluation is a pure
+        function of the weights and leaves the training stream untouched; None when the engine has none here."""
+        return getattr(self.engine, "generator", None)
+
+    @property
     def model(self) -> Any:
         """The engine's model (an ``HFEngine``'s), for code that reads it."""
         return getattr(self.engine, "model", None)
