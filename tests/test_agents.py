@@ -330,6 +330,16 @@ def test_bad_agent_flags_get_one_line(args: list[str], message: str) -> None:
     assert "\n" not in str(e.value)
 
 
+def test_a_corpus_that_cannot_be_read_is_a_config_error(tmp_path: Path) -> None:
+    from pickaxe.recipes.args import parse_train
+
+    bad = tmp_path / "corpus.json"
+    bad.write_text("{not json")
+    cfg, _ = parse_train("calc-agent-grpo", ["--agent.tools", "calculator", "lookup", "--agent.corpus", str(bad)])
+    with pytest.raises(ConfigError, match=r"--agent.corpus: lookup corpus .* is not valid JSON"):
+        cfg.check_more()
+
+
 def test_lookup_tool_in_an_episode(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus.json"
     corpus.write_text(json.dumps({"oslo": "capital of Norway"}))

@@ -268,11 +268,6 @@ class AgentConfig:
 
     def __post_init__(self) -> None:
         validate(self)
-        unknown = [t for t in self.tools if t not in AGENT_TOOLS]
-        if unknown:
-            raise ConfigError(f"--agent.tools: unknown tool {unknown[0]!r}; choose from {', '.join(AGENT_TOOLS)}")
-        if len(set(self.tools)) != len(self.tools):
-            raise ConfigError("--agent.tools names a tool twice; name each once")
 
     @property
     def enabled(self) -> bool:
@@ -373,15 +368,27 @@ class LLMTrainConfig(RunConfig):
         a = self.agent
         if not a.enabled:
             return
+        unknown = [t for t in a.tools if t not in AGENT_TOOLS]
+        if unknown:
+            raise ConfigError(f"--agent.tools: unknown tool {unknown[0]!r}; choose from {', '.join(AGENT_TOOLS)}")
+        if len(set(a.tools)) != len(a.tools):
+            raise ConfigError("--agent.tools names a tool twice; name each once")
         if not isinstance(self.algo, GRPOConfig | LLMPPOConfig):
             raise ConfigError(
                 f"--agent.tools: {type(self.algo).__name__} does not sample episodes; use the grpo or ppo algorithm"
             )
         if "lookup" in a.tools and not (a.corpus and Path(a.corpus).is_file()):
             raise ConfigError(
-                f"--agent.tools lookup needs --agent.corpus FILE (a .json object or .jsonl of key/value rows); "
-                f"{a.corpus!r} is not a file"
+                "--agent.tools lookup needs --agent.corpus FILE (a .json object or .jsonl of key/value rows); "
+                + (f"{a.corpus!r} is not a file" if a.corpus else "it is not set")
             )
+        if "lookup" in a.tools:
+            from pickaxe.envs.agents.tools import load_corpus
+
+            try:
+                load_corpus(a.corpus)
+            except ValueError as e:
+                raise ConfigError(f"--agent.corpus: {e}") from None
         if self.model.path is None and a.max_tokens > self.model.max_positions:
             raise ConfigError(
                 f"--agent.max-tokens {a.max_tokens} is more than the tiny model's --model.max-positions "
