@@ -32,7 +32,7 @@ from pickaxe.envs.text.example import Example
 from pickaxe.errors import PickaxeError
 from pickaxe.models.tokenizer import SIMPLE_CHAT_TEMPLATE
 from pickaxe.rollout.engines.base import Completion, Engine, SamplingParams
-from pickaxe.rollout.text_collector import pack
+from pickaxe.rollout.text_collector import DemoCollector, pack
 
 
 class TrajectoryError(PickaxeError):
@@ -332,27 +332,22 @@ class AgentRollout:
         self.env.close()
 
 
-class AgentDemoCollector:
+class AgentDemoCollector(DemoCollector):
     """SFT batches of demonstration episodes (``env.demonstration``), laid out as :class:`AgentRollout` lays out
     episodes: the same first prompt and appended tokens, each model turn followed by EOS, ``loss_mask`` on the
-    model turns and their EOS only. Keys ``input_ids``, ``attention_mask``, ``loss_mask``, ``group``."""
+    model turns and their EOS only. Keys ``input_ids``, ``attention_mask``, ``loss_mask``, ``group``; state and
+    metrics as ``DemoCollector``'s."""
 
     def __init__(self, env: ToolEnv, tokenizer: Any, batch_size: int = 64, device: str | torch.device = "cpu") -> None:
-        self.env = env
+        super().__init__(env, tokenizer, batch_size, device)  # type: ignore[arg-type]
         self.format = ChatFormat(tokenizer, env)
-        self.batch_size = batch_size
-        self.device = torch.device(device)
-        self.pad_token_id = int(tokenizer.pad_token_id)
-        self.eos_token_id = int(tokenizer.eos_token_id)
-        self.total_steps = 0
-        self._tokens = 0
 
     def episode(self, example: Example) -> tuple[list[int], list[int], list[bool]]:
         """``(prompt ids, the rest of the episode's ids, its loss mask)`` of ``example``'s demonstration."""
         prompt = self.format.prompt(example)
         ids: list[int] = []
         mask: list[bool] = []
-        for k, (text, messages) in enumerate(self.env.demonstration(example), start=1):
+        for k, (text, messages) in enumerate(self.env.demonstration(example), start=1):  # type: ignore[attr-defined]
             turn = [*self.format.encode(text), self.eos_token_id]
             ids += turn
             mask += [True] * len(turn)
@@ -363,7 +358,7 @@ class AgentDemoCollector:
         return prompt, ids, mask
 
     def collect(self) -> Batch:
-        """One batch of demonstrations."""
+        """One batch of demonstration episodes."""
         episodes = [self.episode(ex) for ex in self.env.sample(self.batch_size)]
         data = pack([e[0] for e in episodes], [e[1] for e in episodes], self.pad_token_id,
                     completion_masks=[e[2] for e in episodes])  # fmt: skip
@@ -371,20 +366,3 @@ class AgentDemoCollector:
         self.total_steps += len(episodes)
         self._tokens = int(data["loss_mask"].sum())
         return TensorDict(data, batch_size=[len(episodes)]).to(self.device)
-
-    def metrics(self) -> dict[str, float]:
-        """Target tokens in the last batch."""
-        return {"rollout/target_tokens": float(self._tokens)}
-
-    def state_dict(self) -> dict[str, Any]:
-        """Env sampling state and counter."""
-        return {"env": self.env.state_dict(), "steps": self.total_steps}
-
-    def load_state_dict(self, state: dict[str, Any], reseed: int | None = None) -> None:
-        """Restore what ``state_dict`` returned (exactly; ``reseed`` is unused, the state is complete)."""
-        self.env.load_state_dict(state["env"])
-        self.total_steps = int(state["steps"])
-
-    def state_support(self) -> str:
-        """The prompt stream's state is captured completely."""
-        return "exact"
