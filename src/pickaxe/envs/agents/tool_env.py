@@ -15,13 +15,10 @@ from typing import Any
 from pickaxe.envs.agents.parsing import JsonTagParser, ParsedTurn, ToolCall, ToolCallParser
 from pickaxe.envs.agents.tools import ToolBox, ToolResult
 from pickaxe.envs.text.example import Example
-from pickaxe.envs.text.prompt_env import PromptEnv
-from pickaxe.envs.text.rewards import RewardScores, score_rewards
+from pickaxe.envs.text.prompt_env import TRAJECTORY_KEY, PromptEnv, score_examples
+from pickaxe.envs.text.rewards import RewardScores
 
 Message = dict[str, Any]
-TRAJECTORY_KEY = "trajectory"
-"""The key of a reward's ``metadata`` that holds the episode's counts (``turns``, ``calls``, ``malformed``,
-``tool_errors``, ``answered``): what per-episode shaping rewards read."""
 
 
 def tool_use(prompt: str, completion: str, metadata: dict[str, Any]) -> float:
@@ -155,14 +152,8 @@ class ToolEnv:
         infos: Sequence[Mapping[str, Any] | None] | None = None,
     ) -> RewardScores:
         """Every reward of every episode: ``completions[i]`` is episode ``i``'s final answer and ``infos[i]`` its
-        counts (put under the metadata's ``trajectory`` key for the per-episode terms)."""
-        if len(examples) != len(completions):
-            raise ValueError(f"got {len(examples)} examples and {len(completions)} completions; pass one each")
-        infos = list(infos) if infos is not None else [None] * len(examples)
-        metadatas = [
-            {**ex.reward_metadata(), TRAJECTORY_KEY: dict(info or {})} for ex, info in zip(examples, infos, strict=True)
-        ]
-        return score_rewards(self._terms, [ex.prompt for ex in examples], list(completions), metadatas)
+        counts (under the metadata's ``trajectory`` key, which the per-episode terms read)."""
+        return score_examples(self._terms, examples, completions, infos)
 
     def state_dict(self) -> dict[str, Any]:
         """The prompt stream's state (tools hold none)."""

@@ -135,6 +135,29 @@ def _validate(row: Any, i: int, name: str, prompt_key: str, answer_key: str | No
     return Example(prompt, answer, metadata)
 
 
+TRAJECTORY_KEY = "trajectory"
+"""The key of a reward's ``metadata`` that holds a multi-turn episode's counts (``turns``, ``calls``,
+``malformed``, ``tool_errors``, ``answered``, ``model_tokens``, ``env_tokens``): what per-episode rewards read."""
+
+
+def score_examples(
+    terms: Sequence[tuple[str, RewardFn, float]],
+    examples: Sequence[Example],
+    completions: Sequence[str],
+    infos: Sequence[Mapping[str, Any] | None] | None = None,
+) -> RewardScores:
+    """``score_rewards`` of ``(name, reward, weight)`` terms over ``completions[i]`` answering ``examples[i]``, each
+    reward's metadata the example's plus, given ``infos[i]``, that dict under :data:`TRAJECTORY_KEY`."""
+    if len(examples) != len(completions):
+        raise ValueError(f"got {len(examples)} examples and {len(completions)} completions; pass one each")
+    metadatas = [ex.reward_metadata() for ex in examples]
+    if infos is not None:
+        for metadata, info in zip(metadatas, infos, strict=True):
+            if info is not None:
+                metadata[TRAJECTORY_KEY] = dict(info)
+    return score_rewards(terms, [ex.prompt for ex in examples], list(completions), metadatas)
+
+
 def _reward_term(item: Any) -> tuple[str, RewardFn, float]:
     """``(name, callable reward, weight)`` of one ``rewards`` entry: a reward, a pair or a triple."""
     if isinstance(item, tuple):
@@ -250,15 +273,8 @@ class PromptEnv:
         in ``failures`` and makes the sample invalid when its weight is nonzero; nothing is raised for it.
         ``infos`` (per completion, optional) join each reward's metadata under ``trajectory``, as in a
         ``ToolEnv``."""
-        if len(examples) != len(completions):
-            raise ValueError(f"got {len(examples)} examples and {len(completions)} completions; pass one each")
         terms = [(name, fn, w) for name, (fn, w) in zip(self.reward_names, self.rewards, strict=True)]
-        metadatas = [ex.reward_metadata() for ex in examples]
-        if infos is not None:
-            for metadata, info in zip(metadatas, infos, strict=True):
-                if info is not None:
-                    metadata["trajectory"] = dict(info)
-        return score_rewards(terms, [ex.prompt for ex in examples], list(completions), metadatas)
+        return score_examples(terms, examples, completions, infos)
 
     def state_dict(self) -> dict[str, Any]:
         """Sampling RNG and the position in the current data epoch."""
