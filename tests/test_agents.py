@@ -283,30 +283,13 @@ def _agent_cfg(**overrides):
 
 
 def test_agent_run_resumes_exactly(tmp_path: Path) -> None:
-    from safetensors.torch import load_file
-
-    from pickaxe.runs.run import Run, read_metrics
-    from pickaxe.train.build import resume, train
-    from pickaxe.train.llm import build_llm_trainer
+    from llm_runs import assert_resume_is_exact
     from pickaxe.train.llm_config import WarmStartConfig
 
     # long enough a warm start for the model to open calls: its episodes then have a second turn (the error its
     # cut-off call gets back, 24 tokens a turn), so the resumed run has to replay multi-turn rounds exactly
     cfg = _agent_cfg(seed=2, warm_start=WarmStartConfig(updates=60, batch_size=16, lr=1e-2, log_every=20))
-    train(cfg, run_dir=tmp_path / "full")
-    run = Run(tmp_path / "cut", config=cfg.to_dict(), seed=cfg.seed)
-    trainer = build_llm_trainer(cfg, run)
-    trainer.fit(total_steps=16)
-    trainer.close()
-    run.close()
-    resume(tmp_path / "cut")
-    full, cut = (
-        load_file(str(tmp_path / "full" / "model.safetensors")),
-        load_file(str(tmp_path / "cut" / "model.safetensors")),
-    )
-    assert all(torch.equal(full[k], cut[k]) for k in full)
-    records = read_metrics(tmp_path / "full", deterministic=True)
-    assert records == read_metrics(tmp_path / "cut", deterministic=True)
+    records = assert_resume_is_exact(cfg, tmp_path, cut=16)
     assert min(r["rollout/agent/turns"] for r in records if "rollout/agent/turns" in r) > 1
     assert any("eval/reward/tool_use" in r for r in records)
 

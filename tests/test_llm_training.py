@@ -265,24 +265,9 @@ def test_llm_recipes_parse_through_the_cli_layer() -> None:
 
 
 def test_llm_run_resumes_exactly(tmp_path: Path) -> None:
-    from safetensors.torch import load_file
+    from llm_runs import assert_resume_is_exact
 
-    from pickaxe.runs.run import Run
-    from pickaxe.train.build import resume
-
-    cfg = _tiny_cfg(seed=4)
-    train(cfg, run_dir=tmp_path / "full")
-    run = Run(tmp_path / "cut", config=cfg.to_dict(), seed=cfg.seed)
-    trainer = build_llm_trainer(cfg, run)
-    trainer.fit(total_steps=16)  # stops half-way, checkpointing at step 16
-    run.close()
-    resume(tmp_path / "cut")
-    full, cut = (
-        load_file(str(tmp_path / "full" / "model.safetensors")),
-        load_file(str(tmp_path / "cut" / "model.safetensors")),
-    )
-    assert all(torch.equal(full[k], cut[k]) for k in full)
-    assert _records(tmp_path / "cut") == _records(tmp_path / "full")
+    assert_resume_is_exact(_tiny_cfg(seed=4), tmp_path, cut=16)  # stops half-way, checkpointing at step 16
 
 
 def test_grpo_state_restores_the_mini_batch_shuffle() -> None:
