@@ -81,11 +81,14 @@ def measure(tool: str, warm: int, steps: int, prompts: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short warm start and two steps (smoke run)")
-    parser.add_argument("--tools", default="calculator,python")
+    parser.add_argument("--tools", default="calculator,python", help="tools to measure, comma-separated")
     parser.add_argument("--warm", type=int, default=300, help="SFT warm-start updates before the timed steps")
     parser.add_argument("--steps", type=int, default=4, help="timed GRPO steps per tool")
     parser.add_argument("--prompts", type=int, default=32, help="prompts per step (8 episodes each)")
     args = parser.parse_args(argv)
+    unknown = [t for t in args.tools.split(",") if t not in ("calculator", "python")]
+    if unknown:
+        parser.error(f"--tools: {unknown[0]!r} has no demonstrations; choose calculator, python or both")
     if args.quick:
         args.warm, args.steps, args.prompts = 60, 2, 8
     print(f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cpus)")
