@@ -196,11 +196,6 @@ class AgentRollout:
         function of the weights and leaves the training stream untouched; None when the engine has none here."""
         return getattr(self.engine, "generator", None)
 
-    @property
-    def model(self) -> Any:
-        """The engine's model (an ``HFEngine``'s), for code that reads it."""
-        return getattr(self.engine, "model", None)
-
     def sync_weights(self, policy: nn.Module, version: int) -> None:
         """The engine's ``sync_weights``."""
         self.engine.sync_weights(policy, version)
@@ -220,9 +215,9 @@ class AgentRollout:
         generate_s = tools_s = 0.0
         calls_made = 0
         trajs = [Trajectory(i, list(p), len(p), []) for i, p in enumerate(prompts) for _ in range(params.n)]
+        for t in trajs:  # a first prompt with no room left; later turns stop before filling the budget
+            t.done = len(t.tokens) >= self.env.max_tokens
         for round_ in range(1, self.env.max_turns + 1):
-            for t in trajs:
-                t.done = t.done or len(t.tokens) >= self.env.max_tokens  # a first prompt longer than the budget
             active = [t for t in trajs if not t.done]
             if not active:
                 break

@@ -79,6 +79,16 @@ def completion_text(tokenizer: Any, token_ids: Sequence[int], eos_token_id: int)
     return tokenizer.decode(ids, skip_special_tokens=True)
 
 
+def score_completions(env: Any, examples: Sequence[Example], completions: Sequence[Completion], tokenizer: Any) -> Any:
+    """``env.score_batch`` of every completion against the example of its prompt (``examples[c.prompt_index]``): the
+    text it carries (a multi-turn episode's final answer) or else its decoded tokens (:func:`completion_text`), and
+    an episode's counts when completions carry them."""
+    eos = int(tokenizer.eos_token_id)
+    texts = [c.text if c.text is not None else completion_text(tokenizer, c.token_ids, eos) for c in completions]
+    infos = [c.info for c in completions] if any(c.info is not None for c in completions) else None
+    return env.score_batch([examples[c.prompt_index] for c in completions], texts, infos)
+
+
 class TextCollector:
     """Samples ``prompts`` training prompts from ``env``, ``sampling.n`` completions each (a group), scores them.
 
@@ -179,9 +189,7 @@ class TextCollector:
             completions = self.engine.generate(prompt_ids, self.sampling)
         versions = [version if c.version is None else c.version for c in completions]
         t1 = time.perf_counter()
-        texts = [c.text if c.text is not None else self.decode(c.token_ids) for c in completions]
-        infos = [c.info for c in completions] if any(c.info is not None for c in completions) else None
-        scores = self.env.score_batch([examples[c.prompt_index] for c in completions], texts, infos)
+        scores = score_completions(self.env, examples, completions, self.tokenizer)
         self._report_failures(scores)
         group_of = [c.prompt_index for c in completions]
         rewards = _fill_failed(scores.total, scores.valid, group_of)

@@ -18,7 +18,7 @@ from rich.table import Table
 from pickaxe.errors import ConfigError
 from pickaxe.rollout.engines.base import SamplingParams
 from pickaxe.rollout.engines.hf import HFEngine
-from pickaxe.rollout.text_collector import completion_text, encode_prompts
+from pickaxe.rollout.text_collector import encode_prompts, score_completions
 from pickaxe.runs.run import Run
 from pickaxe.runs.status import write_status
 from pickaxe.train.llm import build_env, start_policy
@@ -76,11 +76,9 @@ class BestOfN:
         most = max(cfg.algo.n)
         params = SamplingParams(e.max_new_tokens, cfg.eval.temperature, e.top_k, e.top_p, n=most)
         completions = self.engine.generate(encode_prompts(self.tokenizer, examples), params)
-        eos = int(self.tokenizer.eos_token_id)
-        texts = [completion_text(self.tokenizer, c.token_ids, eos) for c in completions]
-        scores = self.env.score_batch([examples[c.prompt_index] for c in completions], texts)
+        scores = score_completions(self.env, examples, completions, self.tokenizer)
         proxy = np.asarray(scores.parts["proxy"], dtype=np.float64).reshape(len(examples), most)
-        gold = np.asarray(scores.parts.get("gold", [np.nan] * len(texts)), dtype=np.float64)
+        gold = np.asarray(scores.parts.get("gold", [np.nan] * len(completions)), dtype=np.float64)
         gold = gold.reshape(len(examples), most)
         result = FitResult(steps=most, wall_s=0.0)
         for n in sorted(set(cfg.algo.n)):

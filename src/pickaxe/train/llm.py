@@ -50,7 +50,7 @@ from pickaxe.rollout.agent import AgentDemoCollector, AgentRollout
 from pickaxe.rollout.engines.base import Completion, Engine, SamplingParams
 from pickaxe.rollout.engines.hf import HFEngine
 from pickaxe.rollout.pairs import RewardModelScorer
-from pickaxe.rollout.text_collector import DemoCollector, TextCollector, completion_text, encode_prompts, pack
+from pickaxe.rollout.text_collector import DemoCollector, TextCollector, encode_prompts, pack, score_completions
 from pickaxe.runs.model import load_collector_state, load_model, weights_source
 from pickaxe.runs.run import Run
 from pickaxe.train.evaluate import text_estimates
@@ -95,15 +95,11 @@ class TextEvaluator:
         self.reference = reference
         self.examples = env.eval_examples(config.prompts)
         self.prompt_ids = encode(self.examples) if encode is not None else encode_prompts(tokenizer, self.examples)
-        self.eos = int(tokenizer.eos_token_id)
 
     def _score(self, completions: list[Completion]) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """Per completion: correct by the first reward (>= 1), the total weighted reward, and each term by name
         (NaN where a reward failed; batched rewards score all completions in one call)."""
-        texts = [c.text if c.text is not None else completion_text(self.tokenizer, c.token_ids, self.eos)
-                 for c in completions]  # fmt: skip
-        infos = [c.info for c in completions] if any(c.info is not None for c in completions) else None
-        scores = self.env.score_batch([self.examples[c.prompt_index] for c in completions], texts, infos)
+        scores = score_completions(self.env, self.examples, completions, self.tokenizer)
         terms = {name: np.asarray(v, dtype=np.float64) for name, v in scores.parts.items()}
         correct = np.nan_to_num(next(iter(terms.values())), nan=0.0) >= 1.0
         return correct, np.asarray(scores.total, dtype=np.float64), terms
@@ -357,6 +353,23 @@ def build_tool_env(cfg: LLMTrainConfig, prompts: PromptEnv) -> ToolEnv:
                    describe_tools=a.describe_tools)  # fmt: skip
 
 
+def agent_rollouts(
+    cfg: LLMTrainConfig, env: PromptEnv, engines: Sequence[Engine], tokenizer: Any
+) -> tuple[Any, list[Any], Callable[[Sequence[Example]], list[list[int]]] | None]:
+    """With ``cfg.agent`` on: the ``ToolEnv`` around ``env``, each engine wrapped in one ``AgentRollout`` (an engine
+    listed twice gets the same wrapper) and the encoder of the episodes' first prompts. Off: ``env``, the engines
+    and None."""
+    if not cfg.agent.enabled:
+        return env, list(engines), None
+    tool_env = build_tool_env(cfg, env)
+    wrapped: dict[int, AgentRollout] = {}
+    for e in engines:
+        if id(e) not in wrapped:
+            wrapped[id(e)] = AgentRollout(e, tool_env, tokenizer)
+    rollouts = [wrapped[id(e)] for e in engines]
+    return tool_env, rollouts, rollouts[0].encode
+
+
 def agent_sampling(cfg: LLMTrainConfig, sampling: SamplingParams) -> SamplingParams:
     """The sampling params an algorithm is built with: with tools, the trajectory budget ``agent.max_tokens`` is the
     length normaliser in place of one turn's ``max_new_tokens``."""
@@ -434,9 +447,10 @@ def warm_start(
     w = cfg.warm_start
     env = build_env(cfg, seed, seed)  # its own prompt stream; its held-out set is unused
     device = next(model.parameters()).device
-    collector: Any = DemoCollector(env, tokenizer, w.batch_size, device=device)
     if cfg.agent.enabled:  # demonstration episodes, laid out as the agent's rollouts are
-        collector = AgentDemoCollector(build_tool_env(cfg, env), tokenizer, w.batch_size, device=device)
+        collector: DemoCollector = AgentDemoCollector(build_tool_env(cfg, env), tokenizer, w.batch_size, device=device)
+    else:
+        collector = DemoCollector(env, tokenizer, w.batch_size, device=device)
     # the run's compute options (layout, checkpointing, autocast, chunks) apply to the warm start too
     a = cfg.algo if isinstance(cfg.algo, LMConfig) else SFTConfig()
     compute = {
@@ -610,13 +624,7 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
         engine = rollout_engine = build_engine(cfg, model, tokenizer, seeds["engine"], run)
     e = cfg.engine
     sampling = SamplingParams(e.max_new_tokens, e.temperature, e.top_k, e.top_p, n=cfg.collector.group_size)
-    encode = None
-    if cfg.agent.enabled:  # episodes with tools: the rollout runs them through the engines
-        env = build_tool_env(cfg, env)
-        colocated = rollout_engine is engine
-        engine = AgentRollout(engine, env, tokenizer)
-        rollout_engine = engine if colocated else AgentRollout(rollout_engine, env, tokenizer)
-        encode = engine.encode
+    env, (engine, rollout_engine), encode = agent_rollouts(cfg, env, (engine, rollout_engine), tokenizer)
     reference = None
     if isinstance(cfg.algo, SFTConfig):
         algo: Algorithm = SFT(model, cfg.algo)
@@ -703,13 +711,8 @@ def run_evaluator(cfg: LLMTrainConfig, run_dir: str | Path) -> tuple[nn.Module, 
     device = resolve_device(cfg.device)
     model, tokenizer = build_model(cfg, device, seeds["model"])
     env = build_env(cfg, seeds["env"], seeds["eval_env"], tokenizer, device)
-    engine: Any = HFEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, cfg.engine.max_batch,
-                           seeds["engine"])  # fmt: skip
-    encode = None
-    if cfg.agent.enabled:
-        env = build_tool_env(cfg, env)
-        engine = AgentRollout(engine, env, tokenizer)
-        encode = engine.encode
+    engine = HFEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, cfg.engine.max_batch, seeds["engine"])
+    env, (engine,), encode = agent_rollouts(cfg, env, (engine,), tokenizer)
     reference = _run_reference(cfg, run_dir, model, device)
     evaluator = TextEvaluator(env, engine, tokenizer, cfg.eval, cfg.engine.max_new_tokens, seeds["eval"], reference,
                               encode)  # fmt: skip

@@ -32,16 +32,19 @@ def turns(prompt: str, completion: str, metadata: dict[str, Any]) -> float:
     return float((metadata.get(TRAJECTORY_KEY) or {}).get("turns", 0))
 
 
+def _expression(example: Example) -> str:
+    """The expression of an arithmetic prompt ``a*b=``."""
+    return example.prompt.strip().rstrip("=").strip()
+
+
 def calculator_demo(example: Example, parser: ToolCallParser) -> list[str]:
     """A demonstration for an arithmetic prompt ``a*b=``: call the calculator on ``a*b``, then say its result."""
-    expression = example.prompt.strip().rstrip("=").strip()
-    return [parser.format_call(ToolCall("calculator", {"expression": expression})), str(example.answer)]
+    return [parser.format_call(ToolCall("calculator", {"expression": _expression(example)})), str(example.answer)]
 
 
 def python_demo(example: Example, parser: ToolCallParser) -> list[str]:
     """A demonstration for an arithmetic prompt ``a*b=``: print ``a*b`` with the python tool, then say its output."""
-    expression = example.prompt.strip().rstrip("=").strip()
-    return [parser.format_call(ToolCall("python", {"code": f"print({expression})"})), str(example.answer)]
+    return [parser.format_call(ToolCall("python", {"code": f"print({_expression(example)})"})), str(example.answer)]
 
 
 DEMOS: dict[str, Callable[[Example, ToolCallParser], list[str]]] = {
@@ -98,11 +101,6 @@ class ToolEnv:
         """The rewards' names: the prompt env's, then ``tool_use`` and ``turns``."""
         self.rewards: list[tuple[Any, float]] = [(fn, w) for _, fn, w in self._terms]
         """``(reward, weight)`` pairs in the order of ``reward_names``."""
-
-    @property
-    def task(self) -> Any:
-        """The prompt env's generated task, if it has one."""
-        return self.prompts.task
 
     def sample(self, n: int) -> list[Example]:
         """``n`` training examples (the prompt env's stream)."""
