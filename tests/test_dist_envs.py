@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +91,17 @@ def _steps(ray: Any, env_id: str, kills: dict[int, int], **kwargs: Any) -> tuple
         rng = np.random.default_rng(0)
         for t in range(40):
             if t in kills:
-                ray.kill(envs.worker_actors[kills[t]])
+                actor = envs.worker_actors[kills[t]]
+                ray.kill(actor)
+                # ray.kill returns before the actor is gone: wait until it is, so the kill lands before step t
+                # and not, some runs, after it (the replayed-call count would then be one more)
+                deadline = time.monotonic() + 15
+                while time.monotonic() < deadline:
+                    try:
+                        ray.get(actor.describe.remote(), timeout=5)
+                    except Exception:
+                        break
+                    time.sleep(0.05)
             actions = rng.integers(0, 2, 5)
             _same(ref.step(actions), envs.step(actions), f"step {t}")
         _same(ref.get_attr("pickaxe_state"), envs.get_attr("pickaxe_state"))
