@@ -114,3 +114,9 @@ class DQN(Algorithm):
         self.buffer.load_state_dict(state["buffer"])
         self.num_updates = int(state["num_updates"])
         self.policy.epsilon = float(state["epsilon"])
+
+
+def build_dqn(config: DQNConfig, envs: Any, model: Any, device: torch.device, seed: int) -> DQN:
+    """DQN with a ``QNetwork`` sized from ``envs``' spaces and shaped by ``model``; ``seed`` seeds the replay."""
+    qnet = QNetwork.for_env(envs, hidden=tuple(model.hidden), activation=model.activation)
+    return DQN(qnet.to(device), config, seed=seed)

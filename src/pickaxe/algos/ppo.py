@@ -144,3 +144,9 @@ class PPO(Algorithm):
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.progress = float(state["progress"])
+
+
+def build_ppo(config: PPOConfig, envs: Any, model: Any, device: torch.device, seed: int) -> PPO:
+    """PPO with an ``ActorCritic`` sized from ``envs``' spaces and shaped by ``model`` (``hidden``, ``activation``)."""
+    policy = ActorCritic.for_env(envs, hidden=tuple(model.hidden), activation=model.activation)
+    return PPO(policy.to(device), config)

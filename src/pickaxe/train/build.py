@@ -14,13 +14,8 @@ import numpy as np
 import torch
 
 from pickaxe.algos.base import Algorithm
-from pickaxe.algos.configs import DQNConfig, PPOConfig
-from pickaxe.algos.dqn import DQN
-from pickaxe.algos.ppo import PPO
 from pickaxe.envs.make import SeededVectorEnv, make
 from pickaxe.errors import ConfigError, PickaxeError
-from pickaxe.models.actor_critic import ActorCritic
-from pickaxe.models.q_network import QNetwork
 from pickaxe.rollout.collector import Collector
 from pickaxe.runs.folder import disk_error
 from pickaxe.runs.model import load_model
@@ -39,16 +34,24 @@ def derive_seeds(seed: int) -> dict[str, int]:
     return {"env": int(env), "eval_env": int(eval_env), "buffer": int(buffer)}
 
 
+ALGORITHMS: dict[str, str] = {
+    "ppo": "pickaxe.algos.ppo:build_ppo",
+    "dqn": "pickaxe.algos.dqn:build_dqn",
+}
+"""Classic algorithm name (``TrainConfig.ALGOS``) -> ``module:function`` building it, imported on use. Each builder
+takes ``(algo config, envs, model config, device, seed)`` and sizes its networks from the envs' spaces; adding an
+algorithm is its config in ``TrainConfig.ALGOS``, its module with a builder, and one line here."""
+
+
 def build_algorithm(cfg: TrainConfig, envs) -> Algorithm:
     """The algorithm named by the type of ``cfg.algo``, with networks sized from ``envs``."""
-    device = resolve_device(cfg.device)
-    hidden, act = tuple(cfg.model.hidden), cfg.model.activation
-    if isinstance(cfg.algo, PPOConfig):
-        return PPO(ActorCritic.for_env(envs, hidden=hidden, activation=act).to(device), cfg.algo)
-    if isinstance(cfg.algo, DQNConfig):
-        qnet = QNetwork.for_env(envs, hidden=hidden, activation=act).to(device)
-        return DQN(qnet, cfg.algo, seed=derive_seeds(cfg.seed)["buffer"])
-    raise TypeError(f"no algorithm for config type {type(cfg.algo).__name__}")
+    name = cfg.algo_name()
+    target = ALGORITHMS.get(name)
+    if target is None:
+        raise TypeError(f"no builder for algorithm {name!r}; known: {sorted(ALGORITHMS)}")
+    module, _, function = target.partition(":")
+    builder = getattr(importlib.import_module(module), function)
+    return builder(cfg.algo, envs, cfg.model, resolve_device(cfg.device), derive_seeds(cfg.seed)["buffer"])
 
 
 def make_train_envs(cfg: TrainConfig, seed: int, run: Run | None = None) -> Any:
