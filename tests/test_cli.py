@@ -192,7 +192,8 @@ run.mkdir(parents=True)
 from pickaxe.recipes import get_recipe
 (run / "config.json").write_text(json.dumps(get_recipe("cartpole-ppo").to_dict()))
 (run / "metrics.jsonl").write_text(json.dumps({"step": 100, "eval/return_mean": 10.0}) + "\\n")
-for argv in (["--help"], ["--version"], ["recipes"], ["train", "cartpole-ppo", "--help"], ["sweep", "--help"],
+for argv in (["--help"], ["--version"], ["recipes"], ["algos"], ["algos", "grpo"], ["train", "cartpole-ppo", "--help"],
+             ["sweep", "--help"],
              ["resume", "--help"], ["eval", "--help"], ["worker", "--help"], ["train", "--help"],
              ["set", str(run), "algo.lr=1e-4"], ["queue", "list", "--db", str(root / "q.db")],
              ["queue", "add", "--db", str(root / "q.db"), "--", "pickaxe", "train", "cartpole-ppo"],
@@ -356,3 +357,27 @@ def test_a_repeated_tuple_flag_gathers_its_values() -> None:
     assert merge_repeated(argv, "--checkpoints") == ["RUN", "--episodes", "5", "--checkpoints", "100", "200", "final",
                                                      "best"]  # fmt: skip
     assert merge_repeated(["RUN", "--episodes", "5"], "--checkpoints") == ["RUN", "--episodes", "5"]
+
+
+def test_algos_lists_every_algorithm_with_its_recipes(capsys) -> None:
+    from pickaxe.train.config import TrainConfig
+    from pickaxe.train.llm_config import LLMTrainConfig
+
+    assert main(["algos"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [ln.split()[:3] for ln in lines if not ln.lstrip().startswith("recipes:")]
+    expected = [["classic", n, t.__name__] for n, t in TrainConfig.ALGOS.items()]
+    expected += [["llm", n, t.__name__] for n, t in LLMTrainConfig.ALGOS.items()]
+    assert rows == expected
+    used = {ln.split("recipes:")[1].strip() for ln in lines if "recipes:" in ln}
+    assert any(u.startswith("cartpole-ppo") for u in used) and any(u.startswith("cartpole-dqn") for u in used)
+
+
+def test_algos_name_prints_its_keys_and_a_bad_name_is_one_line(capsys) -> None:
+    assert main(["algos", "dqn", "--kind", "classic"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("dqn (classic, DQNConfig): ") and out[1] == "  recipes: cartpole-dqn"
+    assert "  --algo.gamma 0.99" in out and "  --algo.double True" in out
+    assert main(["algos", "dqm"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["pickaxe: error: unknown algorithm 'dqm'; did you mean 'dqn'? (`pickaxe algos` lists all)"]

@@ -47,6 +47,7 @@ commands:
   queue add|list|cancel|retry ...      the persistent job queue
   worker [--slots N] [--until-empty]   run queued jobs
   recipes                              list the recipes
+  algos [NAME] [--kind classic|llm]    list the algorithms, their configs and recipes; NAME: its config keys
   ui [RUNS_DIR] [--port P] [--host H]  the local web app: runs, queue, checkpoints, playground, arena
   arena RUN_DIR [--checkpoints STEP...|all] [--prompts N]
                                        generate the blind arena's responses of an LLM run's checkpoints"""
@@ -64,6 +65,7 @@ COMMANDS = (
     "queue",
     "worker",
     "recipes",
+    "algos",
     "ui",
     "arena",
 )
@@ -103,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         "queue": _queue,
         "worker": _worker,
         "recipes": _recipes,
+        "algos": _algos,
         "ui": _ui,
         "arena": _arena,
     }
@@ -500,6 +503,51 @@ def _recipes(args: list[str]) -> int:
     width = max(len(name) for name in RECIPES)
     for recipe in RECIPES.values():
         print(f"{recipe.name:<{width}}  {recipe.description}")
+    return 0
+
+
+@dataclass
+class AlgosArgs:
+    """List every algorithm (classic and LLM) with its config and the recipes that use it; with NAME, the config
+    keys of that algorithm (``--algo.KEY VALUE`` on top of a recipe that uses it) and their defaults."""
+
+    name: tyro.conf.Positional[str | None] = None
+    """An algorithm's name (e.g. ppo, dqn, grpo)."""
+    kind: Literal["classic", "llm"] | None = None
+    """Only the classic (gymnasium) or only the LLM algorithms."""
+
+
+def _flag_value(value: Any) -> str:
+    """A config default as it is written after its flag (``0.001``, ``True``, ``None``, ``64 64``)."""
+    if isinstance(value, tuple | list):
+        return " ".join(str(v) for v in value)
+    return json.dumps(value) if isinstance(value, dict) else str(value)
+
+
+def _algos(args: list[str]) -> int:
+    parsed = parse(AlgosArgs, args, "pickaxe algos")
+    from pickaxe.recipes.algos import algo_catalog
+
+    entries = [e for e in algo_catalog() if parsed.kind in (None, e.kind)]
+    if parsed.name is None:
+        width = max(len(e.name) for e in entries)
+        cwidth = max(len(e.config.__name__) for e in entries)
+        for e in entries:
+            used = ", ".join(e.recipes) if e.recipes else "(no recipe: pick one of its kind and change --algo.*)"
+            print(f"{e.kind:<7}  {e.name:<{width}}  {e.config.__name__:<{cwidth}}  {e.summary}")
+            print(f"{'':<7}  {'':<{width}}  {'':<{cwidth}}  recipes: {used}")
+        return 0
+    chosen = [e for e in entries if e.name == parsed.name]
+    if not chosen:
+        names = sorted({e.name for e in entries})
+        close = difflib.get_close_matches(parsed.name, names, n=1, cutoff=0.0)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise PickaxeError(f"unknown algorithm {parsed.name!r}{hint} (`pickaxe algos` lists all)")
+    for e in chosen:
+        print(f"{e.name} ({e.kind}, {e.config.__name__}): {e.summary}")
+        print(f"  recipes: {', '.join(e.recipes) or '(none)'}")
+        for key, default in e.fields():
+            print(f"  --algo.{key.replace('_', '-')} {_flag_value(default)}")
     return 0
 
 
