@@ -75,6 +75,21 @@ def _same(a: Any, b: Any, where: str = "") -> None:
         assert a == b, where
 
 
+def _kill(ray: Any, actor: Any) -> None:
+    """Kill a worker and wait until it is gone: ``ray.kill`` returns at once, and a kill that lands after the next
+    step instead of before it changes what the worker must replay (a replayed-call count one more, or a restart
+    instead of a replay)."""
+    ray.kill(actor)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.describe.remote(), timeout=5)
+        except Exception:
+            return
+        time.sleep(0.05)
+    raise AssertionError("a killed env worker still answered after 15 s")
+
+
 def _steps(ray: Any, env_id: str, kills: dict[int, int], **kwargs: Any) -> tuple[Any, list[str]]:
     """Step an in-process env and a RayVectorEnv (5 envs, 2 workers) side by side with the same random actions,
     killing worker ``kills[t]`` before step ``t``; every result must be the same."""
@@ -91,17 +106,7 @@ def _steps(ray: Any, env_id: str, kills: dict[int, int], **kwargs: Any) -> tuple
         rng = np.random.default_rng(0)
         for t in range(40):
             if t in kills:
-                actor = envs.worker_actors[kills[t]]
-                ray.kill(actor)
-                # ray.kill returns before the actor is gone: wait until it is, so the kill lands before step t
-                # and not, some runs, after it (the replayed-call count would then be one more)
-                deadline = time.monotonic() + 15
-                while time.monotonic() < deadline:
-                    try:
-                        ray.get(actor.describe.remote(), timeout=5)
-                    except Exception:
-                        break
-                    time.sleep(0.05)
+                _kill(ray, envs.worker_actors[kills[t]])
             actions = rng.integers(0, 2, 5)
             _same(ref.step(actions), envs.step(actions), f"step {t}")
         _same(ref.get_attr("pickaxe_state"), envs.get_attr("pickaxe_state"))
@@ -145,7 +150,7 @@ def _restarted_episodes(ray: Any, kills: tuple[int, ...]) -> tuple[list[Any], li
         out = [envs.reset()]
         for t in range(12):
             if t in kills:
-                ray.kill(envs.worker_actors[1])
+                _kill(ray, envs.worker_actors[1])
             out.append(envs.step(np.array([t % 2, 1, 0, t % 3 // 2])))
         return out, events
     finally:
