@@ -6,12 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
 from pickaxe.envs.make import make
-from pickaxe.envs.vector import VectorBackendError
+from pickaxe.envs.vector import NumpyCartPole, VectorBackendError
 from pickaxe.models import ActorCritic
 from pickaxe.recipes import get_recipe
 from pickaxe.rollout import Collector
@@ -102,6 +103,13 @@ def test_vector_backend_refuses_envs_it_does_not_implement() -> None:
         make("Pendulum-v1", 2, vectorization="vector")
     with pytest.raises(VectorBackendError, match=r"takes only \['max_episode_steps'\]"):
         make("CartPole-v1", 2, vectorization="vector", sutton_barto_reward=True)
+
+
+def test_auto_picks_the_numpy_env_where_it_exists_and_sync_elsewhere() -> None:
+    assert isinstance(make("CartPole-v1", 2, vectorization="auto").unwrapped, NumpyCartPole)
+    assert isinstance(make("CartPole-v1", 2, vectorization="auto", max_episode_steps=9).unwrapped, NumpyCartPole)
+    for env_id, kwargs in (("Acrobot-v1", {}), ("CartPole-v1", {"sutton_barto_reward": True})):
+        assert isinstance(make(env_id, 2, vectorization="auto", **kwargs).unwrapped, gym.vector.SyncVectorEnv)
 
 
 def test_cli_bad_vectorization_is_one_line_and_exit_2(tmp_path: Path) -> None:

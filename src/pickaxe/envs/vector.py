@@ -1,5 +1,6 @@
 """Numpy-vectorised env backends: one array operation steps every copy (``vectorization="vector"``), and EnvPool
-(``vectorization="envpool"``) where ``pip install envpool`` works.
+(``vectorization="envpool"``) where ``pip install envpool`` works; ``vectorization="auto"`` picks ``vector``
+where it has the env and ``sync`` otherwise.
 
 Both present gymnasium's ``VectorEnv`` interface with ``SAME_STEP`` autoreset (the final observation in
 ``info["final_obs"]``), as ``pickaxe.envs.make`` promises for ``sync``, and answer ``get_attr("pickaxe_state")`` /
@@ -254,9 +255,9 @@ NUMPY_ENVS: dict[str, tuple[type[NumpyCartPole], dict[str, Any]]] = {
 """Env id -> (numpy implementation, its constructor defaults); the ids ``vectorization="vector"`` serves."""
 
 
-def has_numpy_vector(env_id: str) -> bool:
-    """Whether ``vectorization="vector"`` has a numpy implementation of ``env_id``."""
-    return env_id in NUMPY_ENVS
+def numpy_vector_fits(env_id: str, env_kwargs: dict[str, Any]) -> bool:
+    """Whether ``vectorization="vector"`` can make ``env_id`` with these constructor arguments."""
+    return env_id in NUMPY_ENVS and set(env_kwargs) <= set(NUMPY_ENVS[env_id][1])
 
 
 def make_numpy_vector(env_id: str, n: int, **env_kwargs: Any) -> VectorEnv:
