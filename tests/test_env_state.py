@@ -62,3 +62,36 @@ def test_atari_envs_restore_exactly() -> None:
 
 def test_async_envs_restore_across_processes() -> None:
     _replay("CartPole-v1", "async")
+
+
+@pytest.mark.skipif(not has_mujoco, reason="mujoco not installed (pip install 'pickaxe[mujoco]')")
+@pytest.mark.parametrize(("env_id", "obs_size", "act_size"), [("HalfCheetah-v5", 17, 6), ("Hopper-v5", 11, 3)])
+def test_mujoco_through_make_resumes_in_a_fresh_process(env_id: str, obs_size: int, act_size: int) -> None:
+    """What a resumed run does: the checkpointed state (through runs.state) loaded into envs made anew."""
+    from pickaxe.envs.make import make
+    from pickaxe.runs.state import flatten_state, unflatten_state
+
+    actions = np.random.default_rng(0).uniform(-1, 1, (150, 2, act_size)).astype(np.float32)
+    envs = make(env_id, 2, 3)
+    try:
+        assert envs.single_observation_space.shape == (obs_size,) and envs.single_action_space.shape == (act_size,)
+        envs.reset()
+        for a in actions[:20]:
+            envs.step(a)
+        state = flatten_state(list(envs.get_attr("pickaxe_state")))
+        first = [tuple(np.copy(x) for x in envs.step(a)[:4]) for a in actions[20:]]
+    finally:
+        envs.close()
+    fresh = make(env_id, 2, 3)
+    try:
+        fresh.reset()
+        fresh.set_attr("pickaxe_state", unflatten_state(*state))
+        fresh.mark_seeded()
+        second = [tuple(np.copy(x) for x in fresh.step(a)[:4]) for a in actions[20:]]
+    finally:
+        fresh.close()
+    if env_id == "Hopper-v5":  # random actions topple the hopper: the window crosses episode ends and resets
+        assert any(step[2].any() for step in first)
+    for a, b in zip(first, second, strict=True):
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_array_equal(x, y)

@@ -68,3 +68,72 @@ def test_q_network_refuses_continuous_actions() -> None:
     env = gym.make("Pendulum-v1")
     with pytest.raises(ValueError, match="Discrete actions"):
         QNetwork.for_env(env)
+
+
+def test_multidiscrete_matches_independent_categoricals() -> None:
+    torch.manual_seed(0)
+    ac = ActorCritic(4, gym.spaces.MultiDiscrete([3, 2, 4]))
+    obs = torch.randn(64, 4)
+    action, extra = ac.act(obs)
+    assert action.shape == (64, 3) and (action < torch.tensor([3, 2, 4])).all()
+    logprob, entropy, _ = ac.evaluate_actions(obs, action)
+    dists = [torch.distributions.Categorical(logits=part) for part in ac.actor(obs).split([3, 2, 4], -1)]
+    torch.testing.assert_close(logprob, sum(d.log_prob(action[:, i]) for i, d in enumerate(dists)))
+    torch.testing.assert_close(entropy, sum(d.entropy() for d in dists))
+    torch.testing.assert_close(extra["logprob"], logprob)
+    modes = torch.stack([d.probs.argmax(-1) for d in dists], -1)
+    assert torch.equal(ac.act(obs, deterministic=True)[0], modes)
+
+
+def test_multidiscrete_start_offsets_actions() -> None:
+    torch.manual_seed(0)
+    ac = ActorCritic(2, gym.spaces.MultiDiscrete([2, 3], start=[5, -1]))
+    obs = torch.randn(500, 2)
+    action, extra = ac.act(obs)
+    assert set(action[:, 0].tolist()) == {5, 6} and set(action[:, 1].tolist()) == {-1, 0, 1}
+    torch.testing.assert_close(ac.evaluate_actions(obs, action)[0], extra["logprob"])
+
+
+def test_multibinary_matches_independent_bernoullis() -> None:
+    torch.manual_seed(0)
+    ac = ActorCritic(4, gym.spaces.MultiBinary(5))
+    obs = torch.randn(64, 4)
+    action, extra = ac.act(obs)
+    assert action.shape == (64, 5) and action.dtype == torch.int8
+    logprob, entropy, _ = ac.evaluate_actions(obs, action)
+    dist = torch.distributions.Bernoulli(logits=ac.actor(obs))
+    torch.testing.assert_close(logprob, dist.log_prob(action.float()).sum(-1))
+    torch.testing.assert_close(entropy, dist.entropy().sum(-1))
+    torch.testing.assert_close(extra["logprob"], logprob)
+    assert torch.equal(ac.act(obs, deterministic=True)[0], (ac.actor(obs) > 0).to(torch.int8))
+
+
+def test_multibinary_sampling_frequencies() -> None:
+    torch.manual_seed(0)
+    ac = ActorCritic(1, gym.spaces.MultiBinary(2))
+    with torch.no_grad():
+        ac.actor[-1].weight.zero_()
+        ac.actor[-1].bias.copy_(torch.logit(torch.tensor([0.2, 0.7])))
+    action, _ = ac.act(torch.zeros(20_000, 1))
+    torch.testing.assert_close(action.float().mean(0), torch.tensor([0.2, 0.7]), atol=0.015, rtol=0)
+
+
+def test_image_actor_critic_shares_one_cnn_torso() -> None:
+    torch.manual_seed(0)
+    space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    ac = ActorCritic(space, gym.spaces.Discrete(6), hidden=())
+    names = {n.split(".")[0] for n, _ in ac.named_parameters()}
+    assert names == {"torso", "actor", "critic"}  # one CNN, two linear heads (the standard Atari PPO)
+    assert ac.actor[0].in_features == 512 and ac.critic[0].in_features == 512
+    obs = torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8)
+    action, extra = ac.act(obs)
+    logprob, _, value = ac.evaluate_actions(obs, action)
+    torch.testing.assert_close(extra["logprob"], logprob)
+    torch.testing.assert_close(extra["value"], value)
+    value.sum().backward()
+    assert ac.torso.conv[0].weight.grad is not None and ac.actor[0].weight.grad is None
+
+
+def test_vector_actor_critic_keeps_separate_mlps() -> None:
+    ac = ActorCritic.for_env(gym.make("CartPole-v1"))
+    assert ac.torso is None and {n.split(".")[0] for n, _ in ac.named_parameters()} == {"actor", "critic"}

@@ -9,6 +9,8 @@ from typing import Any, Literal
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
+from pickaxe.envs.atari import BASE_KWARGS, atari_wrapper, is_atari
+from pickaxe.envs.spaces import adapt_observations
 from pickaxe.envs.state import Snapshot
 from pickaxe.errors import PickaxeError
 
@@ -104,7 +106,8 @@ def make(
     env_id: str,
     n: int = 1,
     seed: int = 0,
-    vectorization: Literal["sync", "async"] = "sync",
+    vectorization: Literal["sync", "async", "vector", "envpool", "auto"] = "sync",
+    evaluation: bool = False,
     **env_kwargs: Any,
 ) -> SeededVectorEnv:
     """Make ``n`` copies of gymnasium env ``env_id`` as one vector env seeded from ``seed``.
@@ -115,20 +118,43 @@ def make(
     returned as a transition. Each sub-env is wrapped in ``Snapshot`` so checkpoints can capture it.
     ``env_id`` may be ``module:EnvId`` (the module is imported first); ``env_kwargs`` go to the env's
     constructor (``gymnasium.make``), e.g. ``max_episode_steps=50``.
+
+    Observations are adapted to what the networks take (``pickaxe.envs.spaces``: Discrete, MultiDiscrete,
+    MultiBinary, Dict and Tuple flattened to float32; unsupported spaces raise ``SpaceError``). ALE ids get the
+    standard Atari stack (``pickaxe.envs.atari``); ``evaluation=True`` leaves out its training-only parts (episodic
+    life, reward clipping) so evaluation plays whole games with the raw score; ``atari_wrappers=False`` in
+    ``env_kwargs`` gives the raw ALE env instead.
     """
     check_env_id(env_id)
     env_id = split_env_id(env_id)[1]  # the module is imported: the env is registered under its own id
     if n < 1:
         raise EnvError(f"need at least one environment, got n={n}")
+    if vectorization == "auto":  # numpy-vectorised where pickaxe has it (the same numbers as sync), else sync
+        from pickaxe.envs.vector import numpy_vector_fits
+
+        vectorization = "vector" if numpy_vector_fits(env_id, env_kwargs) else "sync"
+    if vectorization in ("vector", "envpool"):  # numpy-vectorised backends: pickaxe.envs.vector
+        from pickaxe.envs.vector import make_envpool, make_numpy_vector
+
+        env_kwargs.pop("atari_wrappers", None)
+        if vectorization == "vector":
+            return SeededVectorEnv(make_numpy_vector(env_id, n, **env_kwargs), seed)
+        return SeededVectorEnv(make_envpool(env_id, n, seed, **env_kwargs), seed)
     if vectorization not in ("sync", "async"):
-        raise EnvError(f"unknown vectorization {vectorization!r}; use 'sync' or 'async'")
+        raise EnvError(f"unknown vectorization {vectorization!r}; use sync, async, vector, envpool or auto")
+    wrappers: list[Any] = [adapt_observations, Snapshot]
+    if is_atari(env_id) and env_kwargs.pop("atari_wrappers", True):
+        env_kwargs = {**BASE_KWARGS, **env_kwargs}
+        wrappers.insert(0, atari_wrapper(evaluation))
+    else:
+        env_kwargs.pop("atari_wrappers", None)
     try:
         envs = gym.make_vec(
             env_id,
             num_envs=n,
             vectorization_mode=vectorization,
             vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
-            wrappers=[Snapshot],
+            wrappers=wrappers,
             **env_kwargs,
         )
     except gym.error.DependencyNotInstalled as e:

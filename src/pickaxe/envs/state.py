@@ -2,7 +2,9 @@
 
 Supported exactly: gymnasium's classic-control and toy-text envs (their dynamics state is a handful of
 plain attributes), MuJoCo envs (``mj_getState`` with the full integration state) and ALE/Atari envs
-(``cloneState(include_rng=True)``, serialized to bytes: emulator, RAM and sticky-action RNG). For every other
+(``cloneState(include_rng=True)``, serialized to bytes: emulator, RAM and sticky-action RNG), each through its
+wrappers (the Atari stack's max-pool buffers, life counters and frame-stack deque are wrapper attributes and are
+captured with them; the no-op count comes from the env's RNG, captured too). For every other
 env the capture reports ``deterministic``: a resumed run restarts its episodes from a seed derived from
 the run seed and the checkpoint step, so resuming the same checkpoint always gives the same numbers,
 but not the numbers of an uninterrupted run.
@@ -10,6 +12,7 @@ but not the numbers of an uninterrupted run.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -20,6 +23,7 @@ _PLAIN = (bool, int, float, str, type(None), np.ndarray, np.generic)
 _CLASSIC_MODULES = ("gymnasium.envs.classic_control", "gymnasium.envs.toy_text")
 # attributes that are configuration or rendering, never dynamics
 _SKIP = {"render_mode", "screen", "clock", "isopen", "spec", "metadata", "_saved_kwargs", "_cached_spec"}
+_DEQUE = "deque:"
 
 
 def _is_mujoco(env: gym.Env) -> bool:
@@ -44,13 +48,39 @@ def _is_plain(v: Any) -> bool:
     return isinstance(v, _PLAIN)
 
 
+def _copy(v: Any) -> Any:
+    """A copy of plain data deep enough that later in-place writes (a wrapper's frame buffers) cannot reach it."""
+    if isinstance(v, np.ndarray):
+        return v.copy()
+    if isinstance(v, list):
+        return [_copy(x) for x in v]
+    if isinstance(v, tuple):
+        return tuple(_copy(x) for x in v)
+    return v
+
+
 def _plain_attrs(obj: Any) -> dict[str, Any]:
-    """Copies of an object's attributes that are plain data (numbers, arrays, tuples of them)."""
-    return {
-        k: (v.copy() if isinstance(v, np.ndarray) else v)
-        for k, v in vars(obj).items()
-        if k not in _SKIP and _is_plain(v)
-    }
+    """Copies of an object's attributes that are plain data (numbers, arrays, lists and tuples of them); a deque of
+    plain data (a frame stack's buffer) is kept as a list under ``"deque:" + name``."""
+    out: dict[str, Any] = {}
+    for k, v in vars(obj).items():
+        if k in _SKIP:
+            continue
+        if isinstance(v, deque) and _is_plain(list(v)):
+            out[_DEQUE + k] = _copy(list(v))
+        elif _is_plain(v):
+            out[k] = _copy(v)
+    return out
+
+
+def _set_plain_attrs(obj: Any, attrs: dict[str, Any]) -> None:
+    """Restore what ``_plain_attrs`` returned (copies again, so the snapshot can be restored more than once)."""
+    for k, v in attrs.items():
+        if k.startswith(_DEQUE):
+            name = k[len(_DEQUE) :]
+            setattr(obj, name, deque(_copy(list(v)), maxlen=getattr(obj, name).maxlen))
+        else:
+            setattr(obj, k, _copy(v))
 
 
 def get_env_state(env: gym.Env) -> dict[str, Any]:
@@ -77,8 +107,7 @@ def get_env_state(env: gym.Env) -> dict[str, Any]:
 def set_env_state(env: gym.Env, state: dict[str, Any]) -> None:
     """Restore what ``get_env_state`` returned (on an env made the same way)."""
     u = env.unwrapped
-    for k, v in state["attrs"].items():
-        setattr(u, k, v.copy() if isinstance(v, np.ndarray) else v)
+    _set_plain_attrs(u, state["attrs"])
     if "mujoco" in state:
         import mujoco
 
@@ -91,8 +120,7 @@ def set_env_state(env: gym.Env, state: dict[str, Any]) -> None:
     u.np_random.bit_generator.state = state["rng"]
     w, i = env, 0
     while isinstance(w, gym.Wrapper):
-        for k, v in state["wrappers"][i].items():
-            setattr(w, k, v)
+        _set_plain_attrs(w, state["wrappers"][i])
         w, i = w.env, i + 1
 
 

@@ -37,7 +37,10 @@ def obs_dim(space: gym.Space) -> int:
     """Flat size of a Box observation space; other spaces are refused with a clear message."""
     if isinstance(space, gym.spaces.Box):
         return int(np.prod(space.shape))
-    raise ValueError(f"MLP models take Box observations, got {space}; wrap the env (e.g. FlattenObservation)")
+    raise ValueError(
+        f"MLP models take Box observations, got {space}; make the envs with pickaxe.envs.make (it flattens other "
+        "spaces) or wrap the env in gymnasium.wrappers.FlattenObservation"
+    )
 
 
 def single_spaces(envs: gym.vector.VectorEnv | gym.Env) -> tuple[gym.Space, gym.Space]:
