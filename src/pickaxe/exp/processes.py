@@ -2,7 +2,8 @@
 
 A pid with its start time (clock ticks since boot, from ``/proc/PID/stat``) names one process: a reused pid
 has another start time. ``boot_id`` tells boots apart, so a pid recorded before a reboot is never trusted.
-Where ``/proc`` is missing, ``os.kill(pid, 0)`` is the fallback.
+Where ``/proc`` is missing, ``os.kill(pid, 0)`` is the fallback. ``fork_pickaxe`` starts a pickaxe command as a
+forked child of an interpreter that has already imported pickaxe (the queue worker's warm start).
 """
 
 from __future__ import annotations
@@ -10,10 +11,23 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["boot_id", "group_alive", "kill_group", "process_alive", "process_start"]
+__all__ = [
+    "ForkedProcess",
+    "boot_id",
+    "fork_pickaxe",
+    "group_alive",
+    "kill_group",
+    "preload_pickaxe",
+    "process_alive",
+    "process_start",
+]
 
 
 def boot_id() -> str:
@@ -86,3 +100,99 @@ def kill_group(pgid: int, leader_start: int | None = None, sig: int = signal.SIG
     deadline = time.monotonic() + wait_s
     while wait_s > 0 and group_alive(pgid) and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+class ForkedProcess:
+    """A job started by ``fork_pickaxe`` with the ``subprocess.Popen`` surface the worker uses: ``pid``,
+    ``poll()``, ``wait()`` and ``returncode`` (negative: the signal that ended it)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        """The exit status if the child has ended (reaping it), else None."""
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the child to end; ``subprocess.TimeoutExpired`` after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
+            time.sleep(0.005)
+        return self.returncode  # type: ignore[return-value]
+
+
+def preload_pickaxe() -> None:
+    """Import what a ``pickaxe.cli train``/``resume`` job imports (the CLI, torch, the trainer, the classic
+    algorithms, gymnasium's classic-control envs), so forked jobs start with that done."""
+    import importlib
+
+    import pickaxe.cli
+    import pickaxe.recipes.args
+    import pickaxe.train.build
+
+    for module in [
+        "gymnasium.envs.classic_control",
+        *(m.partition(":")[0] for m in pickaxe.train.build.ALGORITHMS.values()),
+    ]:
+        with contextlib.suppress(Exception):  # a job that needs a broken module still gets its own error
+            importlib.import_module(module)
+
+
+def fork_pickaxe(
+    args: list[str], cwd: str | None, env: dict[str, str], log_fd: int, threads: int, setup: Callable[[], None] | None
+) -> ForkedProcess:
+    """Run ``pickaxe.cli.main(args)`` in a forked child of this process, as ``python -m pickaxe.cli ARGS`` would:
+    its own session, ``env`` as its environment, ``cwd``, stdin from /dev/null, stdout and stderr to ``log_fd``,
+    ``threads`` torch threads; ``setup`` runs first (the worker's parent-death signal).
+
+    The child skips the interpreter start and the imports this process has done (``preload_pickaxe``): with runs
+    of a few seconds those were most of a sweep's wall time. The caller must be single-threaded when it forks, and
+    the job must use one torch thread (an OpenMP pool the caller started does not survive a fork).
+    """
+    for stream in (sys.stdout, sys.stderr):  # nothing buffered here is written twice by the child
+        with contextlib.suppress(Exception):
+            stream.flush()
+    pid = os.fork()
+    if pid:
+        return ForkedProcess(pid)
+    code = 1
+    try:  # the child: never returns into the caller's code
+        os.setsid()
+        if setup is not None:
+            setup()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        # the caller's sys.stdout/stderr may not be fds 1 and 2 (a test's capture): write to the log itself
+        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+        if cwd:
+            os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv = [sys.argv[0], *args]
+        if "torch" in sys.modules:  # OMP_NUM_THREADS was read when this process imported torch
+            sys.modules["torch"].set_num_threads(max(1, threads))
+        from pickaxe.cli import main
+
+        code = main(args)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)

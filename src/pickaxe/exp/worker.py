@@ -22,6 +22,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from secrets import token_hex
 from typing import IO
 
 from pickaxe.errors import PickaxeError
-from pickaxe.exp.processes import kill_group, process_start
+from pickaxe.exp.processes import ForkedProcess, fork_pickaxe, kill_group, preload_pickaxe, process_start
 from pickaxe.exp.queue_store import HOST, TERMINAL, Job, JobQueue
 from pickaxe.subprocesses import parent_death_signal
 
@@ -69,7 +70,7 @@ def resume_command(job: Job) -> list[str] | None:
 class _Running:
     job: Job
     attempt: int
-    proc: subprocess.Popen
+    proc: subprocess.Popen | ForkedProcess
     pid_start: int | None
     pidfd: int | None
     stop_sent: float | None = None  # monotonic time SIGTERM went to the group (cancel)
@@ -82,6 +83,12 @@ class Worker:
     worker waits between looks at the queue (a finished job wakes it at once). ``echo`` receives one line
     per job start and end (e.g. ``print``); ``on_finish`` gets each job this worker finished. One ``Worker``
     object runs in one thread at a time.
+
+    With ``warm`` the worker imports pickaxe and torch once and starts each CPU job whose command is
+    ``python -m pickaxe.cli ...`` (this interpreter) as a forked child instead of a fresh interpreter: the same
+    session, log, environment, parent-death signal and queue records, without the seconds of interpreter start
+    and imports per job. Other commands, and jobs given GPUs, start as subprocesses. Only for a worker whose
+    process runs no other threads (``pickaxe sweep``'s in-process worker).
     """
 
     def __init__(
@@ -97,6 +104,7 @@ class Worker:
         kill_grace: float = 5.0,
         echo: Callable[[str], None] | None = None,
         on_finish: Callable[[Job], None] | None = None,
+        warm: bool = False,
     ) -> None:
         self.queue = queue
         self.slots = int(slots if slots is not None else (os.cpu_count() or 1))
@@ -110,6 +118,9 @@ class Worker:
         self.on_finish = on_finish
         self._running: dict[int, _Running] = {}
         self._child_setup = parent_death_signal(signal.SIGKILL)
+        self.warm = warm and hasattr(os, "fork")
+        if self.warm:
+            preload_pickaxe()
 
     # --------------------------------------------------------------------------------------------- loop
     def run(self, until_empty: bool = True, jobs: Iterable[int] | None = None) -> dict[int, int]:
@@ -205,10 +216,14 @@ class Worker:
                     f"{shlex.join(argv)}\n".encode())  # fmt: skip
             f.flush()
             try:
-                proc = subprocess.Popen(
-                    argv, cwd=job.cwd, env=env, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                    start_new_session=True, preexec_fn=self._child_setup,
-                )  # fmt: skip
+                proc: subprocess.Popen | ForkedProcess
+                if self._forkable(argv, job):
+                    proc = fork_pickaxe(argv[3:], job.cwd, env, f.fileno(), job.cpus, self._child_setup)
+                else:
+                    proc = subprocess.Popen(
+                        argv, cwd=job.cwd, env=env, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                        start_new_session=True, preexec_fn=self._child_setup,
+                    )  # fmt: skip
             except OSError as e:
                 f.write(f"### cannot start the command: {e}\n".encode())
                 self._say(f"job {job.id}: cannot start {argv[0]!r}: {e}")
@@ -223,6 +238,18 @@ class Worker:
             self._drop(running, "was taken over by another worker")
             return
         self._say(f"job {job.id} started (attempt {attempt}{how}): {shlex.join(argv)}")
+
+    def _forkable(self, argv: list[str], job: Job) -> bool:
+        """Whether ``warm`` starts this job as a forked child: ``python -m pickaxe.cli ...`` of this interpreter
+        (a train, resume, ... command) on one cpu and no GPU (CUDA must not be set up before the child's own
+        devices), while this process runs no other thread."""
+        return (
+            self.warm
+            and not job.gpu_ids
+            and job.cpus == 1  # one torch thread: an OpenMP pool of this process would not survive the fork
+            and threading.active_count() == 1
+            and argv[:3] == [sys.executable, "-m", "pickaxe.cli"]
+        )
 
     def _reap(self, results: dict[int, int]) -> None:
         for job_id, r in list(self._running.items()):
@@ -303,17 +330,18 @@ class Worker:
 
 def run_jobs(
     queue: JobQueue, job_ids: Iterable[int], slots: int | None = None, gpus: Sequence[str | int] | None = None,
-    poll: float = 0.05, on_finish: Callable[[Job], None] | None = None,
+    poll: float = 0.05, on_finish: Callable[[Job], None] | None = None, warm: bool = False,
 ) -> dict[int, int | None]:  # fmt: skip
     """Run ``job_ids`` (and the jobs they depend on) with an in-process worker until they have all ended.
 
     Returns each job's exit status (None for a job that never ran: blocked, or cancelled while queued).
-    ``on_finish`` is called with each job as it ends (e.g. to print progress).
+    ``on_finish`` is called with each job as it ends (e.g. to print progress); ``warm`` forks pickaxe jobs from
+    this process (``Worker``).
     ``queue.timing(job_ids)`` then tells how much of the wall time was spent inside the jobs' processes.
     Raises ``PickaxeError`` if a job needs more cpus or GPUs than the worker has.
     """
     ids = [int(j) for j in job_ids]
-    worker = Worker(queue, slots=slots, gpus=gpus, poll=poll, on_finish=on_finish)
+    worker = Worker(queue, slots=slots, gpus=gpus, poll=poll, on_finish=on_finish, warm=warm)
     for j in sorted(queue.dependency_closure(ids)):
         job = queue.get(j)
         if job.cpus > worker.slots or job.gpus > len(worker.gpus):
