@@ -1,26 +1,26 @@
-"""Wall time and env steps to solve CartPole-v1 (eval mean return >= 475) with the PPO and DQN recipes.
+"""Wall time and env steps to solve CartPole-v1 (eval mean return >= 475): pickaxe's PPO and DQN recipes side
+by side with Stable-Baselines3's (RL Baselines3 Zoo settings, ``benchmarks/baselines.py``) in the same run.
 
-For each algorithm (``cartpole-ppo``, ``cartpole-dqn``) and each seed, the recipe is trained with
-``target_return=475``, an evaluation (10 deterministic episodes on separate eval envs) every 6,000 env steps,
-and at most 100k (PPO) / 150k (DQN) env steps; training stops at the first evaluation that reaches the
-target. Recorded per seed: ``solved_wall_s`` (wall seconds from the start of ``fit``, evaluations included,
-env and network construction excluded) and ``solved_step`` (env steps); a seed that never reaches the target
-is reported as unsolved and counts as infinitely slow in the median.
-
-Reference figures (2-core CPU), printed for comparison: PPO target median <= 2.5 s; Stable-Baselines3 PPO
-with its tuned zoo hyper-parameters 5.0 s median, 24k steps; Tianshou PPO 11.1 s, 30k steps. DQN target
-median <= 25 s with every seed solved; SB3 DQN 50 s, 42k steps; Tianshou's DQN defaults solved 1 of 3 seeds
-within 200k steps.
+For each algorithm (``cartpole-ppo``, ``cartpole-dqn``) and each seed, every library trains with an evaluation
+(10 deterministic episodes on 10 separate eval envs) every 6,000 env steps and at most 100k (PPO) / 150k (DQN)
+env steps, stopping at the first evaluation that reaches 475. Each run is a fresh Python process (torch 1 thread),
+and the runs are interleaved (pickaxe seed 0, SB3 seed 0, pickaxe seed 1, ...) so load changes on a shared
+machine hit both alike. Recorded per run: ``solved_wall_s`` (wall seconds from the start of training --
+pickaxe's ``fit``, SB3's ``learn`` -- evaluations included, env and network construction excluded) and
+``solved_step``; a seed that never reaches the target counts as infinitely slow in the median. The ratio
+reported is pickaxe's median over SB3's median (targets: PPO <= 0.35, DQN <= 0.2).
 
 Usage::
 
-    python benchmarks/cartpole.py                       # PPO and DQN, seeds 0..4
-    python benchmarks/cartpole.py --algos ppo --seeds 3  # PPO only, seeds 0..2
-    python benchmarks/cartpole.py --quick               # CI smoke run: 2 seeds each
+    python benchmarks/cartpole.py                          # PPO (5 seeds) and DQN (3 seeds), pickaxe and SB3
+    python benchmarks/cartpole.py --algos ppo --seeds 3    # PPO only, seeds 0..2
+    python benchmarks/cartpole.py --no-baseline            # pickaxe only (no SB3 needed)
+    python benchmarks/cartpole.py --quick                  # CI smoke run: 2 seeds each, pickaxe only
     python benchmarks/cartpole.py --set ppo:algo.epochs=10 --set dqn:model.hidden=64,64
 
 ``--set ALGO:FIELD=VALUE`` overrides a config field on top of the recipe (value parsed as a Python literal;
-a comma-separated value becomes a tuple). The last line printed is one JSON object with the figures.
+a comma-separated value becomes a tuple). SB3: ``pip install -r benchmarks/requirements-baselines.txt``. The last
+line printed is one JSON object with the figures.
 """
 
 from __future__ import annotations
@@ -31,32 +31,19 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
-
-import torch
-
-from pickaxe.recipes import get_recipe
-from pickaxe.train.build import build_trainer
 
 TARGET_RETURN = 475.0
 EVAL_EVERY = 6_000
 EVAL_EPISODES = 10
 MAX_STEPS = {"ppo": 100_000, "dqn": 150_000}
-TARGET_MEDIAN_S = {"ppo": 2.5, "dqn": 25.0}
-REFERENCES = {
-    "ppo": [
-        ("target (2-core CPU)", "median <= 2.5 s"),
-        ("Stable-Baselines3 (zoo hyper-parameters)", "5.0 s median, 24k steps"),
-        ("Tianshou", "11.1 s median, 30k steps"),
-    ],
-    "dqn": [
-        ("target (2-core CPU)", "median <= 25 s, every seed solved"),
-        ("Stable-Baselines3 (zoo hyper-parameters)", "50 s median, 42k steps"),
-        ("Tianshou (defaults)", "solved 1 of 3 seeds within 200k steps"),
-    ],
-}
+DEFAULT_SEEDS = {"ppo": 5, "dqn": 3}
+TARGET_RATIO = {"ppo": 0.35, "dqn": 0.2}
+LIBS = ("pickaxe", "sb3")
 
 
 def parse_value(text: str) -> Any:
@@ -79,8 +66,11 @@ def apply_override(cfg: Any, field: str, value: Any) -> None:
     setattr(obj, name, value)
 
 
-def run_seed(algo: str, seed: int, overrides: list[tuple[str, Any]], device: str) -> dict[str, Any]:
-    """Train one seed to the target; returns its solved step / seconds (None when unsolved)."""
+def run_pickaxe(algo: str, seed: int, overrides: list[tuple[str, Any]], device: str) -> dict[str, Any]:
+    """Train one seed of the pickaxe recipe to the target; its solved step / seconds (None when unsolved)."""
+    from pickaxe.recipes import get_recipe
+    from pickaxe.train.build import build_trainer
+
     cfg = get_recipe(f"cartpole-{algo}")
     cfg.seed = seed
     cfg.device = device
@@ -91,21 +81,65 @@ def run_seed(algo: str, seed: int, overrides: list[tuple[str, Any]], device: str
     for field, value in overrides:
         apply_override(cfg, field, value)
     trainer = build_trainer(cfg)
-    cpu0 = time.process_time()
     result = trainer.fit()
-    cpu_s = time.process_time() - cpu0
     trainer.collector.envs.close()
     if trainer.eval_envs is not None:
         trainer.eval_envs.close()
     return {
-        "seed": seed,
         "solved_step": result.solved_step,
         "solved_wall_s": result.solved_wall_s,
         "steps": result.steps,
         "wall_s": result.wall_s,
-        "cpu_s": cpu_s,
         "best_eval_return": result.best_eval_return,
     }
+
+
+def run_sb3(algo: str, seed: int) -> dict[str, Any]:
+    """Train one seed of SB3's zoo settings to the target (``benchmarks/baselines.py``)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import baselines
+
+    run = baselines.sb3_ppo_cartpole if algo == "ppo" else baselines.sb3_dqn_cartpole
+    return run(seed, EVAL_EVERY, EVAL_EPISODES, TARGET_RETURN, MAX_STEPS[algo])
+
+
+def run_child(spec: str, overrides: list[str], device: str) -> None:
+    """``--one LIB:ALGO:SEED``: one run in this (fresh) process; prints its JSON line."""
+    import torch
+
+    torch.set_num_threads(1)
+    lib, algo, seed = spec.split(":")
+    cpu0 = time.process_time()
+    if lib == "pickaxe":
+        row = run_pickaxe(algo, int(seed), parse_overrides(overrides)[algo], device)
+    else:
+        row = run_sb3(algo, int(seed))
+    row.update(lib=lib, algo=algo, seed=int(seed), cpu_s=time.process_time() - cpu0)
+    print(json.dumps(row))
+
+
+def parse_overrides(items: list[str]) -> dict[str, list[tuple[str, Any]]]:
+    """``ALGO:FIELD=VALUE`` items -> per-algorithm ``(field, value)`` lists."""
+    overrides: dict[str, list[tuple[str, Any]]] = {a: [] for a in MAX_STEPS}
+    for item in items:
+        try:
+            algo, rest = item.split(":", 1)
+            field, value = rest.split("=", 1)
+        except ValueError:
+            raise SystemExit(f"--set expects ALGO:FIELD=VALUE, got {item!r}") from None
+        if algo not in overrides:
+            raise SystemExit(f"--set: unknown algo {algo!r}")
+        overrides[algo].append((field, parse_value(value)))
+    return overrides
+
+
+def spawn(lib: str, algo: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One run in a fresh interpreter; its JSON line."""
+    cmd = [sys.executable, __file__, "--one", f"{lib}:{algo}:{seed}", "--device", args.device]
+    for item in args.set:
+        cmd += ["--set", item]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def median_or_inf(values: list[float | None]) -> float:
@@ -117,81 +151,105 @@ def fmt(value: float | None, spec: str) -> str:
     return "unsolved" if value is None or math.isinf(value) else format(value, spec)
 
 
-def print_table(algo: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per-seed table, median and references; returns the summary figures of this algorithm."""
-    solved = sum(r["solved_step"] is not None for r in rows)
-    med_s = median_or_inf([r["solved_wall_s"] for r in rows])
-    med_steps = median_or_inf([r["solved_step"] for r in rows])
-    print(f"\n{algo.upper()} (cartpole-{algo}): env steps and wall seconds to eval return >= {TARGET_RETURN:g}")
-    print(f"{'seed':>6} {'steps':>9} {'wall s':>9} {'cpu s':>8} {'best eval':>10}")
-    for r in rows:
+def num(x: float) -> float | None:
+    return None if math.isinf(x) else round(x, 3)
+
+
+def print_table(algo: str, rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per-seed table of every library, medians and the ratio; returns this algorithm's summary figures."""
+    print(f"\n{algo.upper()} CartPole-v1: env steps and wall seconds to eval return >= {TARGET_RETURN:g}")
+    print(f"{'library':>8} {'seed':>5} {'steps':>9} {'wall s':>9} {'cpu s':>8} {'best eval':>10}")
+    summary: dict[str, Any] = {}
+    medians = {}
+    for lib, lib_rows in rows.items():
+        for r in lib_rows:
+            print(
+                f"{lib:>8} {r['seed']:>5} {fmt(r['solved_step'], ',d'):>9} {fmt(r['solved_wall_s'], '.2f'):>9} "
+                f"{r['cpu_s']:>8.2f} {r['best_eval_return'] or float('nan'):>10.1f}"
+            )
+        solved = sum(r["solved_step"] is not None for r in lib_rows)
+        med_s = median_or_inf([r["solved_wall_s"] for r in lib_rows])
+        med_steps = median_or_inf([r["solved_step"] for r in lib_rows])
+        medians[lib] = med_s
+        steps_s, wall_s = fmt(med_steps, ",.0f"), fmt(med_s, ".2f")
+        print(f"{lib:>8} {'median':>5} {steps_s:>9} {wall_s:>9}   solved {solved}/{len(lib_rows)}")
+        key = f"{algo}_{lib}"
+        summary.update({
+            f"{key}_median_s": num(med_s),
+            f"{key}_median_steps": num(med_steps),
+            f"{key}_solved": f"{solved}/{len(lib_rows)}",
+            f"{key}_seconds": [None if r["solved_wall_s"] is None else round(r["solved_wall_s"], 3) for r in lib_rows],
+            f"{key}_steps": [r["solved_step"] for r in lib_rows],
+        })  # fmt: skip
+    if "sb3" in medians and math.isfinite(medians["sb3"]):
+        ratio = medians["pickaxe"] / medians["sb3"]
+        ok = ratio <= TARGET_RATIO[algo]
         print(
-            f"{r['seed']:>6} {fmt(r['solved_step'], ',d'):>9} {fmt(r['solved_wall_s'], '.2f'):>9} "
-            f"{r['cpu_s']:>8.2f} {r['best_eval_return'] or float('nan'):>10.1f}"
+            f"  pickaxe / SB3 = {fmt(ratio, '.3f')} ({fmt(medians['pickaxe'], '.2f')} s / "
+            f"{medians['sb3']:.2f} s medians); target <= {TARGET_RATIO[algo]}: {'met' if ok else 'NOT met'}"
         )
-    print(f"{'median':>6} {fmt(med_steps, ',.0f'):>9} {fmt(med_s, '.2f'):>9}   solved {solved}/{len(rows)}")
-    ok = med_s <= TARGET_MEDIAN_S[algo] and (algo != "dqn" or solved == len(rows))
-    print(f"  -> target {'met' if ok else 'NOT met'} (median <= {TARGET_MEDIAN_S[algo]:g} s"
-          f"{', every seed solved' if algo == 'dqn' else ''})")
-    print("  reference figures:")
-    for name, figure in REFERENCES[algo]:
-        print(f"    {name:<42} {figure}")
-
-    def num(x: float) -> float | None:
-        return None if math.isinf(x) else round(x, 3)
-
-    return {
-        f"{algo}_median_s": num(med_s),
-        f"{algo}_median_steps": num(med_steps),
-        f"{algo}_solved": f"{solved}/{len(rows)}",
-        f"{algo}_seconds": [None if r["solved_wall_s"] is None else round(r["solved_wall_s"], 3) for r in rows],
-        f"{algo}_steps": [r["solved_step"] for r in rows],
-    }
+        summary[f"{algo}_ratio_to_sb3"] = num(ratio)
+    return summary
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 (default 5)")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default: PPO 5, DQN 3)")
     parser.add_argument("--algos", default="ppo,dqn", help="comma-separated subset of ppo,dqn")
-    parser.add_argument("--quick", action="store_true", help="CI smoke run: 2 seeds")
+    parser.add_argument("--quick", action="store_true", help="CI smoke run: 2 seeds, pickaxe only")
+    parser.add_argument("--no-baseline", action="store_true", help="pickaxe only (Stable-Baselines3 not needed)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu; the targets are CPU figures)")
-    parser.add_argument("--set", action="append", default=[], metavar="ALGO:FIELD=VALUE",
-                        help="override a config field of one algorithm's recipe (repeatable)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="ALGO:FIELD=VALUE",
+        help="override a config field of one algorithm's pickaxe recipe (repeatable)",
+    )
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # LIB:ALGO:SEED, run by the parent in a fresh process
     args = parser.parse_args(argv)
+    if args.one:
+        run_child(args.one, args.set, args.device)
+        return
     algos = [a.strip() for a in args.algos.split(",") if a.strip()]
     for algo in algos:
         if algo not in MAX_STEPS:
             parser.error(f"unknown algo {algo!r}; choose from {', '.join(MAX_STEPS)}")
-    overrides: dict[str, list[tuple[str, Any]]] = {a: [] for a in MAX_STEPS}
-    for item in args.set:
-        try:
-            algo, rest = item.split(":", 1)
-            field, value = rest.split("=", 1)
-        except ValueError:
-            parser.error(f"--set expects ALGO:FIELD=VALUE, got {item!r}")
-        if algo not in overrides:
-            parser.error(f"--set: unknown algo {algo!r}")
-        overrides[algo].append((field, parse_value(value)))
-    seeds = list(range(2 if args.quick else args.seeds))
-    torch.set_num_threads(1)
+    overrides = parse_overrides(args.set)
+    libs = ["pickaxe"] if args.quick or args.no_baseline else list(LIBS)
+    if "sb3" in libs:
+        sys.path.insert(0, str(Path(__file__).parent))
+        import baselines
+
+        if not baselines.available():
+            parser.error(baselines.SB3_MISSING + " (or --no-baseline)")
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"CartPole-v1 time-to-solve: seeds {seeds}, target {TARGET_RETURN:g}, eval every {EVAL_EVERY:,} steps "
-          f"({EVAL_EPISODES} episodes); {os.cpu_count()} CPUs, load average {load:.2f}, torch "
-          f"{torch.__version__} ({torch.get_num_threads()} thread)")
+    print(
+        f"CartPole-v1 time-to-solve, {' vs '.join(libs)}: target {TARGET_RETURN:g}, eval every {EVAL_EVERY:,} "
+        f"steps ({EVAL_EPISODES} episodes); fresh process per run, interleaved; {os.cpu_count()} CPUs, "
+        f"load average {load:.2f}, torch 1 thread"
+    )
     for algo in algos:
         if overrides[algo]:
             print(f"{algo} overrides: " + ", ".join(f"{f}={v!r}" for f, v in overrides[algo]))
 
     summary: dict[str, Any] = {}
     for algo in algos:
-        rows = []
-        for seed in seeds:
-            row = run_seed(algo, seed, overrides[algo], args.device)
-            rows.append(row)
-            print(f"  {algo} seed {seed}: steps {fmt(row['solved_step'], ',d')}, "
-                  f"{fmt(row['solved_wall_s'], '.2f')} s", file=sys.stderr, flush=True)
+        n = 2 if args.quick else args.seeds or DEFAULT_SEEDS[algo]
+        rows: dict[str, list[dict[str, Any]]] = {lib: [] for lib in libs}
+        for seed in range(n):
+            for lib in libs:
+                row = spawn(lib, algo, seed, args)
+                rows[lib].append(row)
+                print(
+                    f"  {algo} {lib} seed {seed}: steps {fmt(row['solved_step'], ',d')}, "
+                    f"{fmt(row['solved_wall_s'], '.2f')} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
         summary.update(print_table(algo, rows))
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
     print(json.dumps(summary))
 
 

@@ -1,22 +1,23 @@
-"""Collection speed: pickaxe's ``Collector`` against a raw gymnasium loop with the same policy.
+"""Collection speed: pickaxe's ``Collector`` against Stable-Baselines3's PPO rollout collection (measured live, in
+the same run) and against the bare loops doing the same arithmetic (the floor).
 
-Three loops over 8 CartPole-v1 envs, one torch thread, the same ``ActorCritic`` policy (64x64 tanh MLP,
-``ActorCritic.for_env``) for the first two:
+Loops over 8 CartPole-v1 envs, one torch thread, a 64x64 tanh actor and critic for every policy loop (pickaxe's
+``ActorCritic.for_env``; SB3's default ``MlpPolicy`` has the same two networks):
 
-* ``ours``: ``pickaxe.rollout.Collector(pickaxe.envs.make("CartPole-v1", n=8, seed=0), policy, steps=S).collect()``
-  (time-major ``Batch`` with obs, action, reward, terminated, truncated, next_obs, logprob, value; true final
-  observations; episode bookkeeping).
-* ``raw``: ``gym.make_vec("CartPole-v1", num_envs=8, vectorization_mode="sync")`` and the minimal loop
-  obs -> ``torch.from_numpy`` -> ``with torch.no_grad(): policy.act(obs)`` -> ``.numpy()`` -> ``envs.step``,
-  keeping nothing.
-* ``random``: the same raw vector env stepped with random actions (numpy), no policy: the ceiling.
+* ``pickaxe vector``: ``Collector(make("CartPole-v1", n=8, vectorization="vector"), policy).collect(S)`` (the
+  numpy-vectorised CartPole of ``pickaxe.envs.vector``; what ``cartpole-ppo`` uses through ``auto``);
+* ``pickaxe sync``: the same with gymnasium's ``SyncVectorEnv`` (``vectorization="sync"``);
+* ``bare vector`` / ``bare sync``: the floor of each: obs -> ``torch.from_numpy`` -> ``policy.act`` ->
+  ``.numpy()`` -> ``envs.step``, keeping nothing;
+* ``SB3``: ``PPO.collect_rollouts`` into its rollout buffer (``benchmarks/baselines.py``), as ``learn`` runs it;
+* ``random sync``: gymnasium's sync vector env stepped with random actions, no policy.
 
-Each repeat times one collection of ``--steps`` env steps (all envs together) of each loop; repeats are
-interleaved (ours, raw, random, ours, raw, random, ...) so load changes hit all three alike, and medians are
-reported. Reference figures (2-core machine): raw random stepping ~146k steps/s; Stable-Baselines3's PPO
-rollout ~22k steps/s; Tianshou's Collector ~8k steps/s. Targets: ours / raw >= 0.9; ours >= 3x SB3 (66k steps/s).
+Each repeat times one collection of ``--steps`` env steps (all envs together) of every loop, the loops
+interleaved within the repeat so load changes on a shared machine hit all alike; medians are reported. Targets:
+pickaxe / SB3 >= 3; pickaxe's overhead over the bare loop on the same envs <= 25% (ours / bare >= 0.8).
 
-Usage: ``python benchmarks/collector.py [--steps 4096] [--repeats 9]``; the last line printed is one JSON object.
+Usage: ``python benchmarks/collector.py [--steps 4096] [--repeats 9] [--no-baseline]``; the last line printed is
+one JSON object.
 """
 
 from __future__ import annotations
@@ -25,106 +26,125 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import torch
 
 from pickaxe.envs import make
+from pickaxe.envs.vector import NumpyCartPole
 from pickaxe.models import ActorCritic
 from pickaxe.rollout import Collector
 
 NUM_ENVS = 8
-SB3_PPO_ROLLOUT = 22_000.0
-TIANSHOU_COLLECTOR = 8_000.0
-RAW_RANDOM_REFERENCE = 146_000.0
 
 
-def time_ours(collector: Collector, steps: int) -> float:
+def ours(collector: Collector, steps: int) -> Callable[[], float]:
     """Steps/s of one ``collect``."""
-    start = time.perf_counter()
-    collector.collect(steps)
-    return steps / (time.perf_counter() - start)
+
+    def run() -> float:
+        start = time.perf_counter()
+        collector.collect(steps)
+        return steps / (time.perf_counter() - start)
+
+    return run
 
 
-def time_raw(envs: gym.vector.VectorEnv, policy: ActorCritic, steps: int, state: dict) -> float:
-    """Steps/s of the minimal policy loop (gymnasium's default NEXT_STEP autoreset)."""
-    obs = state["obs"]
-    start = time.perf_counter()
-    with torch.no_grad():
-        for _ in range(steps // envs.num_envs):
-            action, _ = policy.act(torch.from_numpy(obs))
-            obs, _, _, _, _ = envs.step(action.numpy())
-    elapsed = time.perf_counter() - start
-    state["obs"] = obs
-    return steps / elapsed
+def bare(envs: gym.vector.VectorEnv, policy: ActorCritic, steps: int) -> Callable[[], float]:
+    """Steps/s of the minimal policy loop on ``envs``."""
+    state = {"obs": envs.reset(seed=0)[0]}
+
+    def run() -> float:
+        obs = state["obs"]
+        start = time.perf_counter()
+        with torch.no_grad():
+            for _ in range(steps // NUM_ENVS):
+                action, _ = policy.act(torch.from_numpy(obs))
+                obs, _, _, _, _ = envs.step(action.numpy())
+        elapsed = time.perf_counter() - start
+        state["obs"] = obs
+        return steps / elapsed
+
+    return run
 
 
-def time_random(envs: gym.vector.VectorEnv, steps: int, rng: np.random.Generator) -> float:
+def random_actions(envs: gym.vector.VectorEnv, steps: int) -> Callable[[], float]:
     """Steps/s of stepping with random actions (drawn in one numpy call up front)."""
-    actions = rng.integers(0, 2, size=(steps // envs.num_envs, envs.num_envs))
-    start = time.perf_counter()
-    for a in actions:
-        envs.step(a)
-    return steps / (time.perf_counter() - start)
+    envs.reset(seed=1)
+    rng = np.random.default_rng(0)
+
+    def run() -> float:
+        actions = rng.integers(0, 2, size=(steps // NUM_ENVS, NUM_ENVS))
+        start = time.perf_counter()
+        for a in actions:
+            envs.step(a)
+        return steps / (time.perf_counter() - start)
+
+    return run
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=4096, help="env steps per timed collection (all envs)")
     parser.add_argument("--repeats", type=int, default=9, help="interleaved repeats; medians are reported")
+    parser.add_argument("--no-baseline", action="store_true", help="leave out Stable-Baselines3")
     args = parser.parse_args(argv)
     if args.steps % NUM_ENVS:
         parser.error(f"--steps must be a multiple of {NUM_ENVS}")
     torch.set_num_threads(1)
     torch.manual_seed(0)
 
-    ours_envs = make("CartPole-v1", n=NUM_ENVS, seed=0)
-    policy = ActorCritic.for_env(ours_envs)
-    collector = Collector(ours_envs, policy, steps=args.steps)
-    raw_envs = gym.make_vec("CartPole-v1", num_envs=NUM_ENVS, vectorization_mode="sync")
-    state = {"obs": raw_envs.reset(seed=0)[0]}
-    rand_envs = gym.make_vec("CartPole-v1", num_envs=NUM_ENVS, vectorization_mode="sync")
-    rand_envs.reset(seed=1)
-    rng = np.random.default_rng(0)
+    policy = ActorCritic.for_env(make("CartPole-v1", n=1))
+    loops: dict[str, Callable[[], float]] = {
+        "pickaxe vector": ours(Collector(make("CartPole-v1", NUM_ENVS, 0, "vector"), policy, args.steps), args.steps),
+        "bare vector": bare(NumpyCartPole(NUM_ENVS), policy, args.steps),
+        "pickaxe sync": ours(Collector(make("CartPole-v1", NUM_ENVS, 0, "sync"), policy, args.steps), args.steps),
+        "bare sync": bare(gym.make_vec("CartPole-v1", NUM_ENVS, vectorization_mode="sync"), policy, args.steps),
+        "random sync": random_actions(gym.make_vec("CartPole-v1", NUM_ENVS, vectorization_mode="sync"), args.steps),
+    }
+    if not args.no_baseline:
+        sys.path.insert(0, str(Path(__file__).parent))
+        import baselines
 
-    # warm-up (allocations, first-call dispatch)
-    time_ours(collector, args.steps)
-    time_raw(raw_envs, policy, args.steps, state)
-    time_random(rand_envs, args.steps, rng)
+        if not baselines.available():
+            parser.error(baselines.SB3_MISSING + " (or --no-baseline)")
+        loops["SB3 PPO rollout"] = baselines.sb3_ppo_collector(NUM_ENVS, args.steps)
 
-    ours, raw, rand = [], [], []
+    for run in loops.values():  # warm-up (allocations, first-call dispatch)
+        run()
+    times: dict[str, list[float]] = {name: [] for name in loops}
     for _ in range(args.repeats):
-        ours.append(time_ours(collector, args.steps))
-        raw.append(time_raw(raw_envs, policy, args.steps, state))
-        rand.append(time_random(rand_envs, args.steps, rng))
-    med_ours, med_raw, med_rand = statistics.median(ours), statistics.median(raw), statistics.median(rand)
-    ratios = [o / r for o, r in zip(ours, raw, strict=True)]
-    ratio = med_ours / med_raw
+        for name, run in loops.items():
+            times[name].append(run())
+    med = {name: statistics.median(v) for name, v in times.items()}
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"Collection speed, {NUM_ENVS} CartPole-v1 envs (sync), 64x64 tanh ActorCritic, torch "
-          f"{torch.__version__} (1 thread), {args.steps} steps per timing, median of {args.repeats} interleaved "
-          f"repeats; {os.cpu_count()} CPUs, load average {load:.2f}")
-    print(f"  {'loop':<40} {'steps/s':>10}   (min .. max)")
-    print(f"  {'pickaxe Collector (policy)':<40} {med_ours:>10,.0f}   ({min(ours):,.0f} .. {max(ours):,.0f})")
-    print(f"  {'raw gymnasium loop (same policy)':<40} {med_raw:>10,.0f}   ({min(raw):,.0f} .. {max(raw):,.0f})")
-    print(f"  {'raw gymnasium loop (random actions)':<40} {med_rand:>10,.0f}   ({min(rand):,.0f} .. {max(rand):,.0f})")
-    print(f"  ours / raw = {ratio:.3f} (median of per-repeat ratios {statistics.median(ratios):.3f}); "
-          f"target >= 0.9: {'met' if ratio >= 0.9 else 'NOT met'}")
-    print("  reference figures (2-core machine): raw random stepping ~146k steps/s; SB3 PPO rollout ~22k steps/s; "
-          "Tianshou Collector ~8k steps/s")
-    print(f"  ours / SB3 reference = {med_ours / SB3_PPO_ROLLOUT:.2f}x (target >= 3x = 66k steps/s); "
-          f"this machine's random stepping is {med_rand / RAW_RANDOM_REFERENCE:.2f}x the reference machine's")
-    print(json.dumps({
-        "ours_steps_per_s": round(med_ours),
-        "raw_policy_steps_per_s": round(med_raw),
-        "raw_random_steps_per_s": round(med_rand),
-        "ours_over_raw": round(ratio, 3),
-        "ours_over_sb3_ref": round(med_ours / SB3_PPO_ROLLOUT, 2),
-        "machine_over_ref_random": round(med_rand / RAW_RANDOM_REFERENCE, 2),
-    }))
+    print(
+        f"Collection speed, {NUM_ENVS} CartPole-v1 envs, 64x64 tanh actor and critic, torch {torch.__version__} "
+        f"(1 thread), {args.steps} steps per timing, median of {args.repeats} interleaved repeats; "
+        f"{os.cpu_count()} CPUs, load average {load:.2f}"
+    )
+    print(f"  {'loop':<26} {'steps/s':>10}   (min .. max)")
+    for name, v in times.items():
+        print(f"  {name:<26} {med[name]:>10,.0f}   ({min(v):,.0f} .. {max(v):,.0f})")
+    summary: dict[str, float] = {f"{k.replace(' ', '_').lower()}_steps_per_s": round(v) for k, v in med.items()}
+    for backend in ("vector", "sync"):
+        r = med[f"pickaxe {backend}"] / med[f"bare {backend}"]
+        print(f"  pickaxe {backend} / bare {backend} = {r:.3f} (overhead {100 * (1 / r - 1):.1f}%; target <= 25%)")
+        summary[f"{backend}_over_bare"] = round(r, 3)
+    if "SB3 PPO rollout" in med:
+        for backend in ("vector", "sync"):
+            r = med[f"pickaxe {backend}"] / med["SB3 PPO rollout"]
+            print(
+                f"  pickaxe {backend} / SB3 = {r:.2f}x ({med[f'pickaxe {backend}']:,.0f} / "
+                f"{med['SB3 PPO rollout']:,.0f} steps/s); target >= 3x: {'met' if r >= 3 else 'NOT met'}"
+            )
+            summary[f"{backend}_over_sb3"] = round(r, 2)
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":

@@ -266,8 +266,10 @@ def run_sweep(recipe: str, args: list[str]) -> int:
     else:
         # --workers counts runs; the worker's slots count cpus (a run takes --job-cpus of them)
         cpu_slots = opts.workers * opts.job_cpus if opts.workers else workers
-        # warm: runs are forked from this process with pickaxe imported (seconds saved per run, same numbers)
-        statuses = run_jobs(queue, ids, slots=cpu_slots, on_finish=report, warm=True)
+        # warm: runs are forked from this process with pickaxe imported (seconds saved per run, same numbers);
+        # PICKAXE_SWEEP_FORK=0 starts each in a fresh interpreter instead (benchmarks/sweep.py compares the two)
+        warm = os.environ.get("PICKAXE_SWEEP_FORK", "1") != "0"
+        statuses = run_jobs(queue, ids, slots=cpu_slots, on_finish=report, warm=warm)
     wall = time.perf_counter() - start
     failed = [queue.get(i) for i, status in statuses.items() if status != 0]
     timing = queue.timing(ids)
