@@ -223,3 +223,21 @@ def test_update_reports_explained_variance_and_names_a_nonfinite_loss() -> None:
     bad["value"][:] = float("nan")
     with pytest.raises(NonFiniteError, match="ppo loss"):
         algo.update(bad)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_model_shared_makes_the_value_loss_train_the_actors_torso(shared: bool) -> None:
+    from pickaxe.algos.ppo import build_ppo
+    from pickaxe.envs import make
+    from pickaxe.train.config import ModelConfig
+
+    envs = make("CartPole-v1", 2, seed=0)
+    algo = build_ppo(PPOConfig(), envs, ModelConfig(hidden=(8, 8), shared=shared), torch.device("cpu"), 0)
+    policy = algo.policy
+    obs = torch.randn(16, 4)
+    policy.value(obs).pow(2).mean().backward()  # a value loss alone
+    actor_side = [p for n, p in policy.named_parameters() if not n.startswith("critic")]
+    reached = [p.grad is not None and bool(p.grad.abs().sum() > 0) for p in actor_side]
+    # shared: one torso under two linear heads, so the critic's gradient reaches what the actor reads
+    assert any(reached) is shared
+    assert len(policy.actor) == (1 if shared else 5)

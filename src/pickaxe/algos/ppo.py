@@ -22,6 +22,9 @@ from pickaxe.algos.core import (
 from pickaxe.data.batch import Batch
 from pickaxe.data.buffers import RolloutBuffer
 from pickaxe.models.actor_critic import ActorCritic
+from pickaxe.models.mlp import single_spaces
+from pickaxe.models.normalize import ObsNormalized, RewardScaler
+from pickaxe.models.shared_torso import shared_actor_critic
 
 
 def ppo_loss(
@@ -65,13 +68,22 @@ class PPO(Algorithm):
     """
 
     supports_data_parallel = True
+    loss_name: str = "ppo loss"
 
-    def __init__(self, policy: ActorCritic, config: PPOConfig | None = None) -> None:
+    def __init__(self, policy: nn.Module, config: Any = None) -> None:
         self.policy = policy
         self.config = cfg = config or PPOConfig()
-        self.optimizer = adam(policy.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+        self.optimizer = self._optimizer()
         self.rollout = RolloutBuffer(cfg.gamma, cfg.gae_lambda)
         self.progress = 0.0
+        if cfg.normalize_obs and getattr(policy, "obs_norm", None) is None:
+            raise ValueError(
+                "normalize_obs needs a policy with an obs_norm (wrap it in models.normalize.ObsNormalized)"
+            )
+        self.reward_scaler = RewardScaler(cfg.gamma, cfg.reward_clip) if cfg.normalize_reward else None
+
+    def _optimizer(self) -> torch.optim.Optimizer:
+        return adam(self.policy.parameters(), lr=self.config.lr, eps=self.config.adam_eps)
 
     def set_progress(self, step: int, total_steps: int) -> None:
         """Anneal learning rate and clip range when their schedules are linear."""
@@ -83,6 +95,7 @@ class PPO(Algorithm):
     def update(self, batch: Batch) -> dict[str, float]:
         """GAE on the ``[T, N]`` rollout (bootstrapping from V(next_obs) unless terminated), then PPO epochs."""
         cfg = self.config
+        self._scale_rewards(batch)
         data = compute_targets(self.policy, self.rollout, batch)
         lr = self._scheduled(cfg.lr, cfg.lr_schedule)
         clip = self._scheduled(cfg.clip, cfg.clip_schedule)
@@ -106,7 +119,21 @@ class PPO(Algorithm):
         metrics["ppo/clip"] = clip
         metrics["ppo/epochs"] = float(epochs_done)  # fewer than cfg.epochs when target_kl stopped the update
         metrics["ppo/gradient_steps"] = float(len(history))
+        self._update_obs_stats(batch)
         return metrics
+
+    def _scale_rewards(self, batch: Batch) -> None:
+        """With ``normalize_reward``: replace the rollout's rewards by their scaled values, in place."""
+        if self.reward_scaler is not None:
+            done = batch["terminated"] | batch["truncated"]
+            batch.set("reward", self.reward_scaler.scale(batch["reward"], done))
+
+    def _update_obs_stats(self, batch: Batch) -> None:
+        """With ``normalize_obs``: merge the rollout's raw observations into the statistics, after learning from it
+        (the next rollout is sampled, and learned from, with the new frozen statistics)."""
+        norm = getattr(self.policy, "obs_norm", None)
+        if self.config.normalize_obs and norm is not None:
+            norm.update(batch["obs"])
 
     def _my_share(self, mb: Batch) -> tuple[Batch, float]:
         """This learner's rows of minibatch ``mb`` (advantages normalised over all of ``mb`` when configured) and
@@ -120,33 +147,61 @@ class PPO(Algorithm):
     def _step(self, mb: Batch, cfg: PPOConfig, clip: float, weight: float | None) -> dict[str, float]:
         """One guarded optimizer step on minibatch ``mb`` (or, with ``weight``, this learner's share of one: its
         loss and metrics weighted, then summed over the learners); the step's metrics, read in its one host read."""
-        loss, stats = ppo_loss(self.policy, mb, cfg, clip)
+        loss, stats = self._loss(mb, cfg, clip)
         if weight is not None:
             loss, stats = loss * weight, {k: v * weight for k, v in stats.items()}
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         sums = torch.stack([v.float().reshape(()) for v in stats.values()])
         values = clip_and_step(
-            self.policy, self.optimizer, self.config.max_grad_norm, loss, name="ppo loss", sums=sums, reduce=True
+            self.policy, self.optimizer, self.config.max_grad_norm, loss, name=self.loss_name, sums=sums, reduce=True
         )
         return {**dict(zip(stats, values[2:], strict=True)), "grad_norm": values[0]}
 
+    def _loss(self, mb: Batch, cfg: Any, clip: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return ppo_loss(self.policy, mb, cfg, clip)
+
     def networks(self) -> dict[str, nn.Module]:
-        """The actor-critic."""
+        """The actor-critic (with its observation statistics when ``normalize_obs``)."""
         return {"policy": self.policy}
 
     def state_dict(self) -> dict[str, Any]:
-        """Policy, optimizer and schedule position."""
-        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(), "progress": self.progress}
+        """Policy (observation statistics included), optimizer, schedule position and reward statistics."""
+        state = {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "progress": self.progress,
+        }
+        if self.reward_scaler is not None:
+            state["reward_scaler"] = self.reward_scaler.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.progress = float(state["progress"])
+        if self.reward_scaler is not None:
+            self.reward_scaler.load_state_dict(state["reward_scaler"])
+
+
+def actor_critic(envs: Any, model: Any) -> nn.Module:
+    """The ``ActorCritic`` of ``model``'s shape for ``envs``: separate actor and critic MLPs, or one shared torso
+    with linear heads when ``model.shared``."""
+    if getattr(model, "shared", False):
+        return shared_actor_critic(envs, tuple(model.hidden), model.activation)
+    return ActorCritic.for_env(envs, hidden=tuple(model.hidden), activation=model.activation)
+
+
+def normalized(policy: nn.Module, envs: Any, config: Any) -> nn.Module:
+    """``policy`` behind an observation normaliser when ``config.normalize_obs``, else ``policy`` itself."""
+    if not config.normalize_obs:
+        return policy
+    return ObsNormalized(policy, tuple(single_spaces(envs)[0].shape), config.obs_clip)
 
 
 def build_ppo(config: PPOConfig, envs: Any, model: Any, device: torch.device, seed: int) -> PPO:
-    """PPO with an ``ActorCritic`` sized from ``envs``' spaces and shaped by ``model`` (``hidden``, ``activation``)."""
-    policy = ActorCritic.for_env(envs, hidden=tuple(model.hidden), activation=model.activation)
-    return PPO(policy.to(device), config)
+    """PPO with an ``ActorCritic`` sized from ``envs``' spaces and shaped by ``model`` (``hidden``, ``activation``,
+    ``shared``), behind an observation normaliser when ``config.normalize_obs``."""
+    policy = actor_critic(envs, model)
+    return PPO(normalized(policy, envs, config).to(device), config)

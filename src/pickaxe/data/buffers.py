@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -79,6 +80,7 @@ class RolloutBuffer:
         self.gamma = gamma
         self.gae_lambda = gae_lambda
         self.data: Batch | None = None
+        self.batch: Batch | None = None  # the same rollout, time-major [T, N] (for sequence minibatches)
 
     def add(self, batch: Batch, next_value: torch.Tensor) -> Batch:
         """Store ``batch`` with ``advantage`` and ``return`` filled in; returns the flattened batch."""
@@ -93,6 +95,7 @@ class RolloutBuffer:
         )
         batch.set("advantage", adv)
         batch.set("return", ret)
+        self.batch = batch
         self.data = batch.reshape(-1)
         return self.data
 
@@ -101,3 +104,36 @@ class RolloutBuffer:
         if self.data is None:
             raise RuntimeError("RolloutBuffer is empty: call add() first")
         return minibatches(self.data, size, generator)
+
+
+SEQUENCE_KEYS = ("obs", "action", "logprob", "value", "advantage", "return")
+"""Per-step keys a sequence minibatch carries (with ``starts`` and ``mask``)."""
+
+
+def sequence_chunks(batch: Batch, seq_len: int) -> Batch:
+    """Cut a time-major ``[T, N]`` rollout into ``S = ceil(T / seq_len) * N`` sequences of ``seq_len`` steps.
+
+    Returns a Batch of batch size ``[S]``, sequence ``k * N + n`` being env ``n``'s steps ``k * seq_len ...``:
+    each key of ``SEQUENCE_KEYS`` as ``[S, seq_len, ...]``; ``mask`` (False on the padding that fills the last
+    chunk up to ``seq_len``); ``starts`` (True where a new episode begins inside the chunk: the step after an
+    episode end); ``h0`` and ``c0``, the hidden state the sequence's first step started from (``[S, H]``).
+    """
+    T, N = batch.batch_size
+    K = math.ceil(T / seq_len)
+    pad = K * seq_len - T
+    done = batch["terminated"] | batch["truncated"]
+    starts = torch.zeros_like(done)
+    starts[1:] = done[:-1]
+    out: dict[str, torch.Tensor] = {}
+    per_step = {k: batch[k] for k in SEQUENCE_KEYS}
+    per_step["starts"] = starts
+    per_step["mask"] = torch.ones_like(done)
+    for key, x in per_step.items():
+        if pad:
+            x = torch.cat([x, x.new_zeros((pad, *x.shape[1:]))])
+        # [K * L, N, ...] -> [K, L, N, ...] -> [K, N, L, ...] -> [K * N, L, ...]
+        x = x.reshape(K, seq_len, N, *x.shape[2:]).transpose(1, 2)
+        out[key] = x.reshape(K * N, seq_len, *x.shape[3:])
+    for key in ("h0", "c0"):
+        out[key] = batch[key][::seq_len].reshape(K * N, -1)
+    return TensorDict(out, batch_size=[K * N], device=batch.device)

@@ -1,5 +1,8 @@
 """Environments: gymnasium vector envs (classic RL)."""
 
 from pickaxe.envs.make import EnvError, SeededVectorEnv, check_env_id, make
+from pickaxe.envs.memory import register as _register_memory_tasks
+
+_register_memory_tasks()  # pickaxe/RepeatFirst-v0, pickaxe/CartPoleNoVel-v1
 
 __all__ = ["EnvError", "SeededVectorEnv", "check_env_id", "make"]

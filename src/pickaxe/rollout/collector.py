@@ -13,6 +13,7 @@ from tensordict import TensorDict
 
 from pickaxe.data.batch import Batch
 from pickaxe.models.policy import Policy
+from pickaxe.models.recurrent import is_recurrent
 
 
 class Collector:
@@ -27,6 +28,10 @@ class Collector:
 
     The hot loop writes env outputs into preallocated numpy arrays and keeps policy outputs in a list
     stacked once per collect; no per-step ``TensorDict`` is built.
+
+    A recurrent policy (``models.recurrent``) gets its hidden state carried from step to step and from collect to
+    collect (zeroed per env after each episode end); it is part of ``state_dict``, so a resumed run continues with
+    the state it had.
     """
 
     def __init__(
@@ -57,6 +62,8 @@ class Collector:
         self.total_episodes = 0
         self.episodes: list[tuple[float, int]] = []  # (return, length) of episodes ended in the last collect
         self.steps_per_s = 0.0
+        self._recurrent = is_recurrent(policy)
+        self._state: tuple[torch.Tensor, torch.Tensor] | None = None  # a recurrent policy's hidden state
 
     def collect(self, steps: int | None = None) -> Batch:
         """Collect ``steps`` transitions (default: the constructor's) as a ``[steps // N, N]`` Batch."""
@@ -77,11 +84,18 @@ class Collector:
         self.episodes = []
         obs_buf[0] = self._obs
         on_cpu = self.device.type == "cpu"
+        recurrent = self._recurrent
+        if recurrent and self._state is None:
+            self._state = self.policy.initial_state(N, self.device)
         start = time.perf_counter()
         with torch.no_grad():
             for t in range(T):
                 obs_t = torch.from_numpy(obs_buf[t])
-                action, extra = self.policy.act(obs_t if on_cpu else obs_t.to(self.device, non_blocking=True))
+                obs_t = obs_t if on_cpu else obs_t.to(self.device, non_blocking=True)
+                if recurrent:
+                    action, extra, self._state = self.policy.act_recurrent(obs_t, self._state)
+                else:
+                    action, extra = self.policy.act(obs_t)
                 actions.append(action)
                 extras.append(extra)
                 act_np = action.numpy() if on_cpu else action.cpu().numpy()
@@ -98,6 +112,8 @@ class Collector:
                 done = term | trunc
                 if done.any():
                     self._end_episodes(done, info, next_obs_buf[t], obs_buf[t + 1])
+                    if recurrent:
+                        self._state = self.policy.reset_state(self._state, torch.from_numpy(done))
         self._obs = obs_buf[T].copy()
         elapsed = time.perf_counter() - start
         self.steps_per_s = steps / max(elapsed, 1e-9)
@@ -144,6 +160,7 @@ class Collector:
             "total_steps": self.total_steps,
             "total_episodes": self.total_episodes,
             "envs": list(self.envs.get_attr("pickaxe_state")) if support == "exact" else None,
+            "policy_state": None if self._state is None else [s.detach().cpu().clone() for s in self._state],
         }
 
     def load_state_dict(self, state: dict[str, Any], reseed: int | None = None) -> None:
@@ -155,11 +172,14 @@ class Collector:
             self._obs = np.asarray(state["obs"], dtype=self._obs_dtype).copy()
             self._ep_return = np.asarray(state["ep_return"], dtype=np.float64).copy()
             self._ep_length = np.asarray(state["ep_length"], dtype=np.int64).copy()
+            saved = state.get("policy_state")
+            self._state = None if saved is None else tuple(torch.as_tensor(s).to(self.device) for s in saved)
         else:  # deterministic restart: fresh episodes from a known seed
             obs, _ = self.envs.reset(seed=reseed)
             self._obs = np.asarray(obs, dtype=self._obs_dtype)
             self._ep_return[:] = 0.0
             self._ep_length[:] = 0
+            self._state = None
         if hasattr(self.envs, "mark_seeded"):
             self.envs.mark_seeded()
 

@@ -14,6 +14,7 @@ from pickaxe.envs.make import SeededVectorEnv
 from pickaxe.eval.stats import mean as stats_mean
 from pickaxe.eval.stats import stratified_bootstrap_ci, wilson_interval
 from pickaxe.models.policy import Policy
+from pickaxe.models.recurrent import is_recurrent
 
 
 def evaluate(
@@ -41,10 +42,14 @@ def evaluate(
     returns: list[float] = []
     lengths: list[int] = []
     device = torch.device(device)
+    state = policy.initial_state(n, device) if is_recurrent(policy) else None  # its own, not the collector's
     with torch.no_grad():
         while (done_count < quota).any():
             obs_t = torch.as_tensor(np.asarray(obs, dtype=np.float32), device=device)
-            action, _ = policy.act(obs_t, deterministic=deterministic)
+            if state is None:
+                action, _ = policy.act(obs_t, deterministic=deterministic)
+            else:
+                action, _, state = policy.act_recurrent(obs_t, state, deterministic=deterministic)
             act_np = action.cpu().numpy()
             if clip is not None:
                 act_np = np.clip(act_np, *clip)
@@ -58,6 +63,8 @@ def evaluate(
                     lengths.append(int(ep_len[i]))
                 done_count[i] += 1
             ep_ret[done], ep_len[done] = 0.0, 0
+            if state is not None and done.any():
+                state = policy.reset_state(state, torch.from_numpy(done))
             if done.any() and not same_step:
                 reset_obs, _ = envs.reset(options={"reset_mask": done})
                 obs = np.where(done.reshape(-1, *[1] * (np.ndim(obs) - 1)), reset_obs, obs)

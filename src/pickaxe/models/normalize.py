@@ -1,0 +1,121 @@
+"""Running normalisation of observations and rewards, as Stable-Baselines3's ``VecNormalize`` does it, but with
+statistics that change only between rollouts: the sampler and the learner see identical inputs.
+
+``RunningMeanStd`` keeps mean, variance and count in float64 as module buffers (so they travel with the model
+weights and the checkpoint) and merges a batch with Chan et al.'s parallel update. ``ObsNormalized`` puts one in
+front of an actor-critic; ``RewardScaler`` divides rewards by the running std of the discounted return.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class RunningMeanStd(nn.Module):
+    """Mean and (population) variance of everything seen so far, per feature, in float64.
+
+    ``update(x)`` merges a batch ``[B, *shape]`` (Chan's parallel formula: exact, order-independent up to rounding);
+    ``forward(x)`` is ``clip((x - mean) / sqrt(var + eps))`` in float32. Starts at mean 0, var 1 and a tiny count
+    (as SB3), so the first batch's statistics dominate at once.
+    """
+
+    def __init__(self, shape: tuple[int, ...] = (), clip: float = 10.0, eps: float = 1e-8) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
+        self.register_buffer("count", torch.tensor(1e-4, dtype=torch.float64))
+        self.clip = clip
+        self.eps = eps
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        """Merge the batch ``x`` (leading axis = samples) into the statistics."""
+        x = x.detach().to(self.mean.device, torch.float64).reshape(-1, *self.mean.shape)
+        n = x.shape[0]
+        if n == 0:
+            return
+        b_mean, b_var = x.mean(0), x.var(0, unbiased=False)
+        total = self.count + n
+        delta = b_mean - self.mean
+        m2 = self.var * self.count + b_var * n + delta.pow(2) * self.count * n / total
+        self.mean += delta * n / total
+        self.var.copy_(m2 / total)
+        self.count.copy_(total)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalised and clipped ``x`` (float32)."""
+        z = (x.to(torch.float64) - self.mean) / torch.sqrt(self.var + self.eps)
+        return z.clamp(-self.clip, self.clip).to(torch.float32)
+
+
+class ObsNormalized(nn.Module):
+    """An actor-critic whose observations pass through a frozen ``RunningMeanStd`` first.
+
+    ``act``, ``value`` and ``evaluate_actions`` are the inner policy's on normalised observations; the statistics
+    change only when the algorithm calls ``obs_norm.update`` (once per collect, after learning from the rollout), so
+    a rollout's sampler and its learner normalise identically. The statistics are buffers: they are in the model
+    file, so evaluation after loading it normalises as training did.
+    """
+
+    def __init__(self, inner: nn.Module, obs_shape: tuple[int, ...], clip: float = 10.0) -> None:
+        super().__init__()
+        self.inner = inner
+        self.obs_norm = RunningMeanStd(obs_shape, clip=clip)
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The inner policy's ``act`` on normalised observations."""
+        return self.inner.act(self.obs_norm(obs), deterministic)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """The inner critic on normalised observations."""
+        return self.inner.value(self.obs_norm(obs))
+
+    def evaluate_actions(
+        self, obs: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The inner ``evaluate_actions`` on normalised observations."""
+        return self.inner.evaluate_actions(self.obs_norm(obs), action)
+
+
+class RewardScaler:
+    """Scales rewards by the running std of each env's discounted return (SB3 ``VecNormalize``'s reward part).
+
+    ``scale(reward, done)`` takes a ``[T, N]`` rollout: it accumulates ``ret = gamma * ret + r`` per env (reset
+    after every episode end), merges the rollout's ``ret`` values into the statistics, then returns
+    ``clip(r / sqrt(var + eps))``. The accumulator carries across rollouts and is part of ``state_dict``.
+    """
+
+    def __init__(self, gamma: float, clip: float = 10.0, eps: float = 1e-8) -> None:
+        self.gamma = gamma
+        self.clip = clip
+        self.eps = eps
+        self.stats = RunningMeanStd(())
+        self.ret: torch.Tensor | None = None
+
+    def scale(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+        """Scaled rewards of a ``[T, N]`` rollout (float32); ``done`` marks episode ends (terminated | truncated)."""
+        r = reward.detach().cpu().to(torch.float64)
+        d = done.detach().cpu()
+        ret = torch.zeros(r.shape[1], dtype=torch.float64) if self.ret is None else self.ret
+        seen = torch.empty_like(r)
+        for t in range(r.shape[0]):
+            ret = ret * self.gamma + r[t]
+            seen[t] = ret
+            ret = torch.where(d[t], torch.zeros_like(ret), ret)
+        self.ret = ret
+        self.stats.update(seen.reshape(-1))
+        scaled = (r / torch.sqrt(self.stats.var + self.eps)).clamp(-self.clip, self.clip)
+        return scaled.to(device=reward.device, dtype=reward.dtype)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Statistics and the per-env return accumulator."""
+        return {"stats": self.stats.state_dict(), "ret": self.ret}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+        self.stats.load_state_dict(state["stats"])
+        ret = state["ret"]
+        self.ret = None if ret is None else torch.as_tensor(ret, dtype=torch.float64).clone()
