@@ -3,6 +3,7 @@ little, exact resume, and a bad option is one line at the command line."""
 
 from __future__ import annotations
 
+import copy
 import math
 import subprocess
 import sys
@@ -126,3 +127,44 @@ def test_bad_option_is_one_line_and_exit_2() -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["pickaxe: error: --algo.lr must be > 0 and <= 10, got -1.0"]
+
+
+def _dp_worker(rank: int, port: int, policy: torch.nn.Module, batch: TensorDict, out: str) -> None:
+    from pickaxe.dist import data_parallel
+
+    torch.set_num_threads(1)
+    data_parallel.init(rank, 2, port=port)
+    try:
+        algo = A2C(copy.deepcopy(policy), A2CConfig(normalize_advantage=True))
+        metrics = algo.update(batch.clone())
+        torch.save({"weights": _flat(algo), "metrics": metrics}, Path(out) / f"rank{rank}.pt")
+    finally:
+        data_parallel.shutdown()
+
+
+def _flat(algo: A2C) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in algo.policy.parameters()])
+
+
+def test_two_learners_apply_the_single_process_update(tmp_path: Path) -> None:
+    import torch.multiprocessing as mp
+
+    from pickaxe.dist import data_parallel
+    from pickaxe.envs import make
+    from pickaxe.rollout.collector import Collector
+
+    torch.manual_seed(0)
+    envs = make("CartPole-v1", 4, seed=0)
+    policy = ActorCritic.for_env(envs, hidden=(16,))
+    batch = Collector(envs, policy, steps=4 * 25).collect()  # 100 rows: shares of 50
+    mp.start_processes(
+        _dp_worker, args=(data_parallel.free_port(), policy, batch, str(tmp_path)), nprocs=2, join=True,
+        start_method="fork",
+    )  # fmt: skip
+    single = A2C(copy.deepcopy(policy), A2CConfig(normalize_advantage=True))
+    metrics = single.update(batch.clone())
+    for rank in range(2):
+        got = torch.load(tmp_path / f"rank{rank}.pt", weights_only=False)
+        torch.testing.assert_close(got["weights"], _flat(single), atol=1e-6, rtol=0)
+        assert got["metrics"]["loss/value"] == pytest.approx(metrics["loss/value"], rel=1e-5)
+    assert not torch.equal(_flat(single), torch.cat([p.detach().flatten() for p in policy.parameters()]))
