@@ -42,11 +42,11 @@ def _chain(env: gym.Env) -> list[str]:
 
 
 def test_stack_shapes_and_base_settings() -> None:
-    train, evaluation = make("ALE/Pong-v5", 2, 0), make("ALE/Pong-v5", 1, 0, evaluation=True)
+    train, evaluation = make("ALE/Pong-v5", 1, 0), make("ALE/Pong-v5", 1, 0, evaluation=True)
     try:
         assert train.single_observation_space == gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
         obs, _ = train.reset()
-        assert obs.shape == (2, 4, 84, 84) and obs.dtype == np.uint8
+        assert obs.shape == (1, 4, 84, 84) and obs.dtype == np.uint8
         base = _sub(train).unwrapped
         assert base._frameskip == 1 and base.ale.getFloat("repeat_action_probability") == 0.0
         chain = _chain(_sub(train))
@@ -173,3 +173,20 @@ def test_ppo_and_dqn_update_on_atari_frames() -> None:
         assert np.isfinite(dqn.update(Collector(envs, dqn.policy, steps=16).collect())["loss/q"])
     finally:
         envs.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["breakout-ppo", "pong-dqn"])
+def test_atari_recipes_train_and_evaluate_end_to_end(recipe: str, tmp_path: Any) -> None:
+    import json
+
+    from pickaxe.cli import main
+
+    argv = ["train", recipe, "--env.num-envs", "2", "--collector.steps", "64", "--trainer.total-steps", "256"]
+    argv += ["--trainer.eval-every", "256", "--env.eval-envs", "1", "--trainer.eval-episodes", "1"]
+    argv += ["--algo.buffer-size", "512", "--algo.learning-starts", "128"] if recipe == "pong-dqn" else []
+    assert main([*argv, "--run-dir", str(tmp_path / "run")]) == 0
+    last = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["step"] == 256 and np.isfinite(last["eval/return_mean"])
+    if recipe == "pong-dqn":  # a whole game: one side reaches 21 points
+        assert last["eval/return_mean"] <= -1 and last["eval/length_mean"] > 500
