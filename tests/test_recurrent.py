@@ -171,3 +171,25 @@ def test_recurrent_resume_is_exact(tmp_path: Path) -> None:
     cfg.collector = replace(cfg.collector, steps=8 * 15)  # sequences straddle collects and episode ends
     cfg.trainer = replace(cfg.trainer, total_steps=480, eval_every=240, eval_episodes=2, target_return=None)
     assert_classic_resume_is_exact(cfg, tmp_path, cut=240)
+
+
+def test_memory_tasks_are_registered_and_behave_as_documented() -> None:
+    env = gym.make("pickaxe/RepeatFirst-v0", delay=3)
+    obs, _ = env.reset(seed=0)
+    cue = int(obs[:2].argmax())
+    assert obs.tolist().count(1.0) == 1 and obs[2] == 0  # one cue, no query flag
+    rewards = []
+    for _ in range(3):
+        obs, r, term, _, _ = env.step(1 - cue)  # actions before the query do not count
+        rewards.append(r)
+    assert obs.tolist() == [0.0, 0.0, 1.0] and not term  # the query step: blank cue, flag set
+    _, r, term, _, _ = env.step(cue)
+    assert rewards == [0.0] * 3 and r == 1.0 and term
+    env.reset(seed=0)
+    for _ in range(3):
+        env.step(0)
+    assert env.step(1 - cue)[1] == -1.0
+    masked = gym.make("pickaxe/CartPoleNoVel-v1")
+    full = gym.make("CartPole-v1")
+    m, f = masked.reset(seed=3)[0], full.reset(seed=3)[0]
+    assert m.tolist() == f[[0, 2]].tolist() and masked.spec.max_episode_steps == 500
