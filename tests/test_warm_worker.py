@@ -4,6 +4,7 @@ SIGKILLed worker takes its forked job with it, and the next worker resumes the r
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pickaxe.exp import worker as worker_module
-from pickaxe.exp.processes import process_alive
+from pickaxe.exp.processes import fork_pickaxe, process_alive
 from pickaxe.exp.queue_store import JobQueue
 from pickaxe.exp.worker import Worker
 from pickaxe.runs.run import read_metrics
@@ -74,6 +75,7 @@ def test_warm_worker_forks_only_pickaxe_commands_on_one_cpu(tmp_path: Path, monk
         return real(args, *rest)
 
     monkeypatch.setattr(worker_module, "fork_pickaxe", spy)
+    monkeypatch.setattr(worker_module, "preload_pickaxe", lambda: None)  # a speed-up only; the child imports
     q = JobQueue(tmp_path / "q.db")
     out = tmp_path / "out"
     version = q.add([sys.executable, "-m", "pickaxe.cli", "--version"], name="fork")
@@ -87,3 +89,22 @@ def test_warm_worker_forks_only_pickaxe_commands_on_one_cpu(tmp_path: Path, monk
     assert q.get(shell).state == "succeeded" and out.read_text() == "shell\n"
     assert q.get(two).state == "succeeded"  # two cpus: a fresh interpreter (torch threads across a fork hang)
     q.close()
+
+
+def test_forked_child_logs_to_its_file_and_skips_the_callers_exit_handlers(tmp_path: Path) -> None:
+    marker, log = tmp_path / "marker", tmp_path / "job.log"
+
+    def handler() -> None:  # the caller's: must not run when the child exits
+        marker.write_text(str(os.getpid()))
+
+    atexit.register(handler)
+    try:
+        with open(log, "ab") as f:
+            proc = fork_pickaxe(["--version"], str(tmp_path), dict(os.environ), f.fileno(), 1, None)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        atexit.unregister(handler)
+    assert not marker.exists()
+    assert log.read_text().startswith("pickaxe ")
+    failing = fork_pickaxe(["no-such-command"], None, dict(os.environ), os.open(os.devnull, os.O_WRONLY), 1, None)
+    assert failing.wait(timeout=60) == 2 and failing.poll() == 2

@@ -8,6 +8,7 @@ forked child of an interpreter that has already imported pickaxe (the queue work
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -164,6 +165,7 @@ def fork_pickaxe(
         return ForkedProcess(pid)
     code = 1
     try:  # the child: never returns into the caller's code
+        atexit._clear()  # the caller's exit handlers are not the job's; the job's own run at its end
         os.setsid()
         if setup is not None:
             setup()
@@ -192,6 +194,8 @@ def fork_pickaxe(
         traceback.print_exc()
         code = 1
     finally:
+        with contextlib.suppress(BaseException):
+            atexit._run_exitfuncs()  # as interpreter exit would (trackers, writers)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
