@@ -21,7 +21,7 @@ from pickaxe.algos.configs import DQNConfig
 from pickaxe.algos.dqn import DQN, categorical_projection, dqn_loss, quantile_huber_loss
 from pickaxe.data.replay import NStepAccumulator, PrioritizedReplayBuffer, SumTree, importance_weights, nstep_windows
 from pickaxe.errors import ConfigError
-from pickaxe.models.q_network import QNetwork, dueling_combine
+from pickaxe.models.q_network import EpsilonGreedy, NoisyLinear, QNetwork, dueling_combine
 from pickaxe.recipes.args import parse_train
 from pickaxe.runs.run import read_metrics
 
@@ -216,6 +216,40 @@ def test_c51_network_q_is_the_expected_return_of_its_distribution() -> None:
     torch.testing.assert_close(net(obs), (probs * SUPPORT).sum(-1))
 
 
+def test_noisy_layer_is_mean_plus_factorised_noise() -> None:
+    layer = NoisyLinear(2, 2, sigma0=0.5)
+    with torch.no_grad():
+        layer.weight_mu.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
+        layer.bias_mu.copy_(torch.tensor([0.5, -0.5]))
+        layer.weight_sigma.fill_(0.1)
+        layer.bias_sigma.fill_(0.2)
+        layer.eps_in.copy_(torch.tensor([1.0, -2.0]))
+        layer.eps_out.copy_(torch.tensor([3.0, 0.5]))
+    x = torch.tensor([[1.0, 1.0]])
+    # W = mu + 0.1 * outer([3, .5], [1, -2]) = [[1.3, -0.6], [0.05, 0.9]]; b = mu + 0.2 * [3, .5] = [1.1, -0.4]
+    torch.testing.assert_close(layer(x), torch.tensor([[1.3 - 0.6 + 1.1, 0.05 + 0.9 - 0.4]]))
+    layer.noise = False
+    torch.testing.assert_close(layer(x), torch.tensor([[1.5, 0.5]]))
+    assert NoisyLinear.scaled(torch.tensor([-4.0, 0.25])).tolist() == [-2.0, 0.5]
+
+
+def test_noisy_network_resamples_from_its_generator_and_evaluates_on_mean_weights() -> None:
+    torch.manual_seed(0)
+    net = QNetwork(3, 2, hidden=(8,), noisy=True)
+    obs = torch.randn(6, 3)
+    net.reset_noise(torch.Generator().manual_seed(5))
+    a = net(obs)
+    net.reset_noise(torch.Generator().manual_seed(6))
+    assert not torch.equal(a, net(obs))  # new noise, new values
+    net.reset_noise(torch.Generator().manual_seed(5))
+    assert torch.equal(a, net(obs))  # the same generator state, the same noise
+    net.set_noise(False)
+    mean_q = net(obs)
+    net.set_noise(True)
+    action, _ = EpsilonGreedy(net, epsilon=0.0).act(obs, deterministic=True)
+    assert torch.equal(action, mean_q.argmax(-1)) and all(layer.noise for layer in net.noisy_layers())
+
+
 def _mb(n: int = 8) -> TensorDict:
     g = torch.Generator().manual_seed(1)
     return TensorDict(
@@ -333,18 +367,19 @@ def _cartpole_batches(count: int, seed: int = 0) -> list[TensorDict]:
 
 @pytest.mark.parametrize("distributional", ["none", "c51", "qr"])
 def test_state_dict_round_trip_continues_bit_for_bit(distributional: str) -> None:
-    # through the checkpoint's pickle-free flattening, every option on: the restored learner continues identically
+    # through the checkpoint's pickle-free flattening, every option on (noisy too): the restored learner continues
+    # identically
     from pickaxe.runs.state import flatten_state, unflatten_state
 
     cfg = DQNConfig(
         n_step=3, prioritized=True, dueling=True, distributional=distributional, atoms=7, v_min=0.0, v_max=20.0,
-        learning_starts=32, batch_size=16, gradient_steps=3, target_update_every=4, buffer_size=100,
+        noisy=True, learning_starts=32, batch_size=16, gradient_steps=3, target_update_every=4, buffer_size=100,
     )  # fmt: skip
+    head = {"dueling": True, "distributional": distributional, "atoms": 7, "v_min": 0.0, "v_max": 20.0, "noisy": True}
 
     def make() -> DQN:
         torch.manual_seed(0)
-        net = QNetwork(4, 2, hidden=(16,), dueling=True, distributional=distributional, atoms=7, v_min=0.0, v_max=20.0)
-        return DQN(net, cfg, seed=3)
+        return DQN(QNetwork(4, 2, hidden=(16,), **head), cfg, seed=3)
 
     first, batches = make(), _cartpole_batches(6)
     for i, batch in enumerate(batches[:3]):
@@ -379,3 +414,17 @@ def test_bad_option_is_one_line(flag: str, value: str, words: str) -> None:
 def test_bad_option_exits_2(tmp_path: Path) -> None:
     proc = _cli("train", "cartpole-rainbow", "--algo.v-max", "-20", "--run-dir", str(tmp_path / "r"))
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "v_max" in proc.stderr
+
+
+def test_cartpole_rainbow_solves_cartpole() -> None:
+    # seed 1 reaches the target at its first evaluation (6,144 env steps, ~7 CPU seconds); the budget leaves one more
+    from pickaxe.recipes import get_recipe
+    from pickaxe.train.build import build_trainer
+
+    cfg = get_recipe("cartpole-rainbow")
+    cfg.seed = 1
+    cfg.trainer.total_steps = 12_288
+    cfg.trainer.eval_every = 6_000
+    cfg.trainer.eval_episodes = 10
+    result = build_trainer(cfg).fit()
+    assert result.solved_step is not None and result.best_eval_return >= 475.0

@@ -113,7 +113,8 @@ def dqn_loss(
         loss = huber(q, y) if cfg.loss == "huber" else F.mse_loss(q, y)
         return loss, {"loss/q": loss.detach(), "dqn/q_mean": q.detach().mean()}
     batch = mb["obs"].shape[0]
-    if cfg.double:  # one online pass over obs and next_obs; the next_obs half only picks the next action
+    online_picks = cfg.double
+    if online_picks:  # one online pass over obs and next_obs; the next_obs half only picks the next action
         both = qnet.dist(torch.cat([mb["obs"], mb["next_obs"]]))
         head = both[:batch]
         next_action = qnet.q_values(both[batch:].detach()).argmax(-1, keepdim=True)
@@ -122,7 +123,7 @@ def dqn_loss(
     chosen = head.gather(1, action.unsqueeze(-1).expand(-1, 1, head.shape[-1])).squeeze(1)  # [B, atoms]
     with torch.no_grad():
         next_head = target.dist(mb["next_obs"])
-        if not cfg.double:
+        if not online_picks:
             next_action = target.q_values(next_head).argmax(-1, keepdim=True)
         next_chosen = next_head.gather(1, next_action.unsqueeze(-1).expand(-1, 1, next_head.shape[-1])).squeeze(1)
     if cfg.distributional == "c51":
@@ -153,16 +154,31 @@ def dqn_loss(
     return loss, stats
 
 
+def _step(
+    module: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss: torch.Tensor,
+    max_grad_norm: float,
+    name: str,
+    extra: torch.Tensor | None,
+) -> list[float]:
+    """Backward, then ``clip_and_step`` (one host read: norm, loss and ``extra``); returns what it read."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    return clip_and_step(module, optimizer, max_grad_norm, loss, extra=extra, name=name)
+
+
 class DQN(Algorithm):
     """DQN and its family: stores each collected batch in replay (as n-step transitions when ``n_step > 1``,
     prioritized when ``prioritized``), then takes ``gradient_steps`` steps on ``cfg``'s head."""
 
     def __init__(self, qnet: QNetwork, config: DQNConfig | None = None, seed: int = 0) -> None:
         self.config = cfg = config or DQNConfig()
-        if cfg.distributional != qnet.distributional or cfg.dueling != qnet.dueling:
+        if (cfg.distributional, cfg.dueling, cfg.noisy) != (qnet.distributional, qnet.dueling, qnet.noisy):
             raise ValueError(
-                f"the Q-network's head (distributional={qnet.distributional!r}, dueling={qnet.dueling}) does not "
-                f"match the config ({cfg.distributional!r}, {cfg.dueling}); build it with QNetwork.for_env"
+                f"the Q-network (distributional={qnet.distributional!r}, dueling={qnet.dueling}, noisy={qnet.noisy}) "
+                f"does not match the config ({cfg.distributional!r}, {cfg.dueling}, {cfg.noisy}); build it with "
+                "QNetwork.for_env"
             )
         self.qnet = qnet
         self.target = copy.deepcopy(qnet).requires_grad_(False)
@@ -179,6 +195,10 @@ class DQN(Algorithm):
         self.nstep = NStepAccumulator(cfg.n_step, cfg.gamma) if cfg.n_step > 1 else None
         self.beta = cfg.priority_beta_start
         self.num_updates = 0
+        self.noise_generator = torch.Generator().manual_seed(seed + 1) if cfg.noisy else None
+        if self.noise_generator is not None:
+            self.qnet.reset_noise(self.noise_generator)
+            self.target.reset_noise(self.noise_generator)
 
     def set_progress(self, step: int, total_steps: int) -> None:
         """Decay epsilon linearly over the first ``eps_fraction`` of training; anneal the importance-weight
@@ -201,12 +221,15 @@ class DQN(Algorithm):
         metrics: dict[str, float] = {"dqn/epsilon": self.policy.epsilon, "dqn/lr": cfg.lr}
         if cfg.prioritized:
             metrics["dqn/beta"] = self.beta
-        if len(self.buffer) < max(cfg.learning_starts, 1):
+        if len(self.buffer) < cfg.learning_starts or len(self.buffer) == 0:
             return metrics
         for group in self.optimizer.param_groups:
             group["lr"] = cfg.lr
         history = []
         for _ in range(cfg.gradient_steps):
+            if self.noise_generator is not None:  # fresh noise for every step, online and target
+                self.qnet.reset_noise(self.noise_generator)
+                self.target.reset_noise(self.noise_generator)
             if isinstance(self.buffer, PrioritizedReplayBuffer):
                 mb, index, weights = self.buffer.sample(cfg.batch_size, self.beta)
                 loss, stats = dqn_loss(self.qnet, self.target, mb, cfg, weights)
@@ -214,9 +237,7 @@ class DQN(Algorithm):
             else:
                 loss, stats = dqn_loss(self.qnet, self.target, self.buffer.sample(cfg.batch_size), cfg)
                 priority = None
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            values = clip_and_step(self.qnet, self.optimizer, cfg.max_grad_norm, loss, extra=priority, name="td loss")
+            values = _step(self.qnet, self.optimizer, loss, cfg.max_grad_norm, "td loss", priority)
             if priority is not None:
                 self.buffer.update_priorities(index, values[2:])
             self.num_updates += 1
@@ -253,6 +274,8 @@ class DQN(Algorithm):
             state["nstep"] = self.nstep.state_dict()
         if self.config.prioritized:
             state["beta"] = self.beta
+        if self.noise_generator is not None:
+            state["noise_rng"] = self.noise_generator.get_state()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -267,6 +290,8 @@ class DQN(Algorithm):
             self.nstep.load_state_dict(state["nstep"])
         if self.config.prioritized:
             self.beta = float(state["beta"])
+        if self.noise_generator is not None:
+            self.noise_generator.set_state(state["noise_rng"])
 
 
 def build_dqn(config: DQNConfig, envs: Any, model: Any, device: torch.device, seed: int) -> DQN:
@@ -281,5 +306,7 @@ def build_dqn(config: DQNConfig, envs: Any, model: Any, device: torch.device, se
         atoms=config.atoms,
         v_min=config.v_min,
         v_max=config.v_max,
+        noisy=config.noisy,
+        noisy_sigma=config.noisy_sigma,
     )
     return DQN(qnet.to(device), config, seed=seed)

@@ -22,6 +22,44 @@ def dueling_combine(value: torch.Tensor, advantage: torch.Tensor) -> torch.Tenso
     return value + advantage - advantage.mean(dim=1, keepdim=True)
 
 
+class NoisyLinear(nn.Module):
+    """A linear layer with factorised Gaussian parameter noise (Fortunato et al. 2018, NoisyNet):
+    ``W = mu_W + sigma_W * f(eps_out) f(eps_in)^T``, ``b = mu_b + sigma_b * f(eps_out)``, ``f(x) = sign(x) sqrt|x|``.
+
+    The noise (``eps_in``, ``eps_out``, buffers kept in the state dict) changes only in :meth:`reset_noise`, from
+    the caller's generator; with ``noise`` off the layer uses the mean weights.
+    """
+
+    def __init__(self, in_features: int, out_features: int, sigma0: float = 0.5) -> None:
+        super().__init__()
+        bound = 1.0 / math.sqrt(in_features)
+        self.weight_mu = nn.Parameter(torch.empty(out_features, in_features).uniform_(-bound, bound))
+        self.weight_sigma = nn.Parameter(torch.full((out_features, in_features), sigma0 * bound))
+        self.bias_mu = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound))
+        self.bias_sigma = nn.Parameter(torch.full((out_features,), sigma0 * bound))
+        self.register_buffer("eps_in", torch.zeros(in_features))
+        self.register_buffer("eps_out", torch.zeros(out_features))
+        self.noise = True
+
+    @staticmethod
+    def scaled(x: torch.Tensor) -> torch.Tensor:
+        """NoisyNet's ``f(x) = sign(x) sqrt(|x|)``."""
+        return x.sign() * x.abs().sqrt()
+
+    @torch.no_grad()
+    def reset_noise(self, generator: torch.Generator) -> None:
+        """Draw new factorised noise from ``generator`` (a CPU generator)."""
+        self.eps_in.copy_(self.scaled(torch.randn(self.eps_in.shape, generator=generator)))
+        self.eps_out.copy_(self.scaled(torch.randn(self.eps_out.shape, generator=generator)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x W^T + b`` with the current noise (or the mean weights with ``noise`` off)."""
+        if not self.noise:
+            return nn.functional.linear(x, self.weight_mu, self.bias_mu)
+        weight = self.weight_mu + self.weight_sigma * torch.outer(self.eps_out, self.eps_in)
+        return nn.functional.linear(x, weight, self.bias_mu + self.bias_sigma * self.eps_out)
+
+
 class QNetwork(nn.Module):
     """From observations to Q-values, through ``encoder_for(observation space)`` and an MLP.
 
@@ -43,6 +81,8 @@ class QNetwork(nn.Module):
         atoms: int = 51,
         v_min: float = -10.0,
         v_max: float = 10.0,
+        noisy: bool = False,
+        noisy_sigma: float = 0.5,
     ) -> None:
         super().__init__()
         if distributional not in DISTRIBUTIONAL:
@@ -51,18 +91,26 @@ class QNetwork(nn.Module):
         self.distributional = distributional
         self.atoms = 1 if distributional == "none" else atoms
         self.dueling = dueling
+        self.noisy = noisy
         self.encoder, features = (FlatEncoder(obs), obs) if isinstance(obs, int) else encoder_for(obs)
         out = n_actions * self.atoms
-        if not dueling:
+
+        def linear(a: int, b: int, gain: float) -> nn.Module:
+            return NoisyLinear(a, b, noisy_sigma) if noisy else _orthogonal(nn.Linear(a, b), gain)
+
+        if not dueling and not noisy:
             self.net = mlp(features, hidden, out, activation)
         else:
             layers: list[nn.Module] = []
             for a, b in itertools.pairwise([features, *hidden]):
-                layers += [_orthogonal(nn.Linear(a, b), math.sqrt(2)), ACTIVATIONS[activation]()]
-            self.net = nn.Sequential(*layers)
+                layers += [linear(a, b, math.sqrt(2)), ACTIVATIONS[activation]()]
             width = hidden[-1] if hidden else features
-            self.value = _orthogonal(nn.Linear(width, self.atoms), 1.0)
-            self.advantage = _orthogonal(nn.Linear(width, out), 1.0)
+            if dueling:
+                self.net = nn.Sequential(*layers)
+                self.value = linear(width, self.atoms, 1.0)
+                self.advantage = linear(width, out, 1.0)
+            else:
+                self.net = nn.Sequential(*layers, linear(width, out, 1.0))
         if distributional == "c51":
             self.register_buffer("support", torch.linspace(v_min, v_max, atoms), persistent=False)
 
@@ -73,6 +121,20 @@ class QNetwork(nn.Module):
         if not isinstance(act_space, gym.spaces.Discrete):
             raise ValueError(f"Q-networks need Discrete actions, got {act_space}; use PPO for continuous actions")
         return cls(obs_space, int(act_space.n), **kwargs)
+
+    def noisy_layers(self) -> list[NoisyLinear]:
+        """The network's NoisyNet layers (none unless ``noisy``)."""
+        return [m for m in self.modules() if isinstance(m, NoisyLinear)]
+
+    def reset_noise(self, generator: torch.Generator) -> None:
+        """New noise in every NoisyNet layer, from ``generator``."""
+        for layer in self.noisy_layers():
+            layer.reset_noise(generator)
+
+    def set_noise(self, on: bool) -> None:
+        """Use the noisy weights (``on``) or the mean weights in every NoisyNet layer."""
+        for layer in self.noisy_layers():
+            layer.noise = on
 
     def dist(self, obs: torch.Tensor) -> torch.Tensor:
         """The head's output, ``[B, n_actions, atoms]``: Q-values (atoms = 1), C51 logits or QR quantiles."""
@@ -111,7 +173,13 @@ class EpsilonGreedy:
         self.epsilon = epsilon
 
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Greedy or epsilon-random actions; no extras."""
+        """Greedy or epsilon-random actions; no extras. Deterministic actions of a NoisyNet use its mean weights."""
+        if deterministic and getattr(self.qnet, "noisy", False):
+            self.qnet.set_noise(False)
+            try:
+                return self.qnet(obs).argmax(-1), {}
+            finally:
+                self.qnet.set_noise(True)
         greedy = self.qnet(obs).argmax(-1)
         if deterministic or self.epsilon <= 0.0:
             return greedy, {}
