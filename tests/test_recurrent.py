@@ -54,9 +54,11 @@ def test_sequence_chunks_cut_each_env_into_padded_sequences_with_their_initial_s
     assert seqs["c0"][:, 0].tolist() == [-0.5, -1.5, -20.5, -21.5, -40.5, -41.5]
 
 
-def _policy(obs_dim: int = 1, lstm: int = 4, seed: int = 0) -> RecurrentActorCritic:
+def _policy(obs_dim: int = 1, lstm: int = 4, seed: int = 0, separate: bool = False) -> RecurrentActorCritic:
     torch.manual_seed(seed)
-    return RecurrentActorCritic(gym.spaces.Box(-1, 1, (obs_dim,)), gym.spaces.Discrete(2), hidden=(8,), lstm=lstm)
+    return RecurrentActorCritic(
+        gym.spaces.Box(-1, 1, (obs_dim,)), gym.spaces.Discrete(2), hidden=(8,), lstm=lstm, separate_critic=separate
+    )
 
 
 def test_padding_does_not_reach_the_loss() -> None:
@@ -91,9 +93,10 @@ def test_collector_carries_the_hidden_state_across_collects_and_resets_it_at_epi
     assert torch.all(second["h0"][0] != 0)  # mid-episode across the collect boundary (t = 4 of 3-step episodes)
 
 
-def test_learner_log_probs_and_values_equal_the_samplers() -> None:
+@pytest.mark.parametrize("separate", [False, True])
+def test_learner_log_probs_and_values_equal_the_samplers(separate: bool) -> None:
     envs = make("CartPole-v1", 4, seed=0)
-    policy = _policy(obs_dim=4, lstm=16)
+    policy = _policy(obs_dim=4, lstm=16, separate=separate)
     batch = Collector(envs, policy, steps=4 * 64).collect()
     assert (batch["terminated"] | batch["truncated"]).any()  # episodes end inside the rollout
     seqs = sequence_chunks(batch.set("advantage", batch["value"]).set("return", batch["value"]), seq_len=24)
@@ -107,9 +110,10 @@ def test_learner_log_probs_and_values_equal_the_samplers() -> None:
     assert (value.T - seqs["value"])[mask].abs().max() <= 1e-6
 
 
-def test_bootstrap_uses_the_hidden_state_after_the_step_also_at_truncation() -> None:
+@pytest.mark.parametrize("separate", [False, True])
+def test_bootstrap_uses_the_hidden_state_after_the_step_also_at_truncation(separate: bool) -> None:
     envs = make("CartPole-v1", 2, seed=0, max_episode_steps=5)
-    policy = _policy(obs_dim=4, lstm=16)
+    policy = _policy(obs_dim=4, lstm=16, separate=separate)
     batch = Collector(envs, policy, steps=2 * 12).collect()
     assert batch["truncated"].any()
     next_value = recurrent_targets(policy, batch)
@@ -123,6 +127,17 @@ def test_bootstrap_uses_the_hidden_state_after_the_step_also_at_truncation() -> 
         _, without, _ = policy.step(batch["next_obs"][t, n : n + 1], policy.initial_state(1))
     assert next_value[t, n].item() == pytest.approx(with_memory.item(), abs=1e-6)
     assert abs(with_memory.item() - without.item()) > 1e-4
+
+
+def test_separate_critic_keeps_the_value_loss_off_the_actors_weights() -> None:
+    policy = _policy(obs_dim=4, lstm=8, separate=True)
+    assert policy.initial_state(3)[0].shape == (3, 16)  # both LSTMs' states side by side
+    state = (torch.randn(3, 16), torch.randn(3, 16))
+    _, value, _ = policy.step(torch.randn(3, 4), state)
+    value.pow(2).sum().backward()
+    for name, p in policy.named_parameters():
+        reached = p.grad is not None and bool(p.grad.abs().sum() > 0)
+        assert reached == name.startswith(("critic_stream.", "critic.")), name
 
 
 def test_recurrent_update_runs_whole_sequences_and_reports_ppo_metrics() -> None:

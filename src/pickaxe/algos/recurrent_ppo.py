@@ -128,5 +128,6 @@ def build_recurrent_ppo(
         activation=model.activation,
         normalize_obs=config.normalize_obs,
         obs_clip=config.obs_clip,
+        separate_critic=config.separate_critic,
     )
     return RecurrentPPO(policy.to(device), config)

@@ -38,34 +38,11 @@ def _linear(a: int, b: int, gain: float) -> nn.Linear:
     return layer
 
 
-class RecurrentActorCritic(nn.Module):
-    """Encoder -> MLP torso (``hidden``) -> one-layer LSTM (``lstm`` units) -> actor and critic heads.
+class RecurrentStream(nn.Module):
+    """Encoder -> MLP torso (``hidden``) -> one-layer LSTM (``lstm`` units): the recurrent part of a network."""
 
-    Discrete actions are categorical, Box actions a diagonal Gaussian with a state-independent ``log_std`` (as
-    ``ActorCritic``). With ``normalize_obs`` the observations pass through a ``RunningMeanStd`` (``obs_norm``)
-    first, whose statistics the algorithm updates between rollouts.
-    """
-
-    def __init__(
-        self,
-        obs_space: gym.Space,
-        action_space: gym.Space,
-        hidden: Sequence[int] = (64,),
-        lstm: int = 64,
-        activation: str = "tanh",
-        normalize_obs: bool = False,
-        obs_clip: float = 10.0,
-    ) -> None:
+    def __init__(self, obs_space: gym.Space, hidden: Sequence[int], lstm: int, activation: str) -> None:
         super().__init__()
-        if isinstance(action_space, gym.spaces.Discrete):
-            self.discrete, out = True, int(action_space.n)
-        elif isinstance(action_space, gym.spaces.Box):
-            self.discrete, out = False, int(np.prod(action_space.shape))
-            self.log_std = nn.Parameter(torch.zeros(out))
-        else:
-            raise ValueError(f"RecurrentActorCritic supports Discrete and Box actions, got {action_space}")
-        self.action_shape: tuple[int, ...] = () if self.discrete else tuple(action_space.shape)
-        self.obs_norm = RunningMeanStd(tuple(obs_space.shape), clip=obs_clip) if normalize_obs else None
         self.encoder, features = encoder_for(obs_space)
         layers: list[nn.Module] = []
         for size in hidden:
@@ -78,7 +55,52 @@ class RecurrentActorCritic(nn.Module):
                 nn.init.zeros_(p)
             else:
                 nn.init.orthogonal_(p, 1.0)
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """Torso features of ``[B, *obs_shape]`` observations."""
+        return self.torso(self.encoder(obs))
+
+    def core(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        """One LSTM step on features ``[B, F]``: ``(output [B, H], new state)``."""
+        out, (h, c) = self.lstm(x.unsqueeze(0), (state[0].unsqueeze(0), state[1].unsqueeze(0)))
+        return out.squeeze(0), (h.squeeze(0), c.squeeze(0))
+
+
+class RecurrentActorCritic(nn.Module):
+    """Encoder -> MLP torso (``hidden``) -> one-layer LSTM (``lstm`` units) -> actor and critic heads.
+
+    With ``separate_critic`` the critic has its own encoder, torso and LSTM (Stable-Baselines3's default), so the
+    value loss's gradient never reaches the actor's weights; the carried state is then both LSTMs' states side by
+    side (``[B, 2 * lstm]``). Discrete actions are categorical, Box actions a diagonal Gaussian with a
+    state-independent ``log_std`` (as ``ActorCritic``). With ``normalize_obs`` the observations pass through a
+    ``RunningMeanStd`` (``obs_norm``) first, whose statistics the algorithm updates between rollouts.
+    """
+
+    def __init__(
+        self,
+        obs_space: gym.Space,
+        action_space: gym.Space,
+        hidden: Sequence[int] = (64,),
+        lstm: int = 64,
+        activation: str = "tanh",
+        normalize_obs: bool = False,
+        obs_clip: float = 10.0,
+        separate_critic: bool = False,
+    ) -> None:
+        super().__init__()
+        if isinstance(action_space, gym.spaces.Discrete):
+            self.discrete, out = True, int(action_space.n)
+        elif isinstance(action_space, gym.spaces.Box):
+            self.discrete, out = False, int(np.prod(action_space.shape))
+            self.log_std = nn.Parameter(torch.zeros(out))
+        else:
+            raise ValueError(f"RecurrentActorCritic supports Discrete and Box actions, got {action_space}")
+        self.action_shape: tuple[int, ...] = () if self.discrete else tuple(action_space.shape)
+        self.obs_norm = RunningMeanStd(tuple(obs_space.shape), clip=obs_clip) if normalize_obs else None
+        self.stream = RecurrentStream(obs_space, hidden, lstm, activation)
+        self.critic_stream = RecurrentStream(obs_space, hidden, lstm, activation) if separate_critic else None
         self.lstm_size = lstm
+        self.state_size = lstm * (2 if separate_critic else 1)
         self.actor = _linear(lstm, out, 0.01)
         self.critic = _linear(lstm, 1, 1.0)
 
@@ -91,7 +113,7 @@ class RecurrentActorCritic(nn.Module):
     # ------------------------------------------------------------------------------------------- state
     def initial_state(self, n: int, device: str | torch.device = "cpu") -> State:
         """Zero state for ``n`` envs."""
-        zeros = torch.zeros(n, self.lstm_size, device=device)
+        zeros = torch.zeros(n, self.state_size, device=device)
         return zeros, zeros.clone()
 
     @staticmethod
@@ -101,21 +123,31 @@ class RecurrentActorCritic(nn.Module):
         return state[0] * keep, state[1] * keep
 
     # ------------------------------------------------------------------------------------------- steps
-    def features(self, obs: torch.Tensor) -> torch.Tensor:
-        """Torso features of ``[B, *obs_shape]`` observations (normalised first when configured)."""
+    def _inputs(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Torso features of ``[B, *obs_shape]`` observations (normalised first when configured): the actor's
+        (shared with the critic), and the critic's own with ``separate_critic``."""
         if self.obs_norm is not None:
             obs = self.obs_norm(obs)
-        return self.torso(self.encoder(obs))
+        critic = None if self.critic_stream is None else self.critic_stream.features(obs)
+        return self.stream.features(obs), critic
 
-    def core(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        """One LSTM step on features ``[B, F]``: ``(output [B, H], new state)``."""
-        out, (h, c) = self.lstm(x.unsqueeze(0), (state[0].unsqueeze(0), state[1].unsqueeze(0)))
-        return out.squeeze(0), (h.squeeze(0), c.squeeze(0))
+    def _advance(
+        self, x: torch.Tensor, x_critic: torch.Tensor | None, state: State
+    ) -> tuple[torch.Tensor, torch.Tensor, State]:
+        """One step of the LSTM(s): ``(actor output, critic output, new state)``."""
+        if x_critic is None or self.critic_stream is None:
+            out, new = self.stream.core(x, state)
+            return out, out, new
+        H = self.lstm_size
+        (h, hc), (c, cc) = state[0].split(H, -1), state[1].split(H, -1)
+        out, (h, c) = self.stream.core(x, (h, c))
+        out_critic, (hc, cc) = self.critic_stream.core(x_critic, (hc, cc))
+        return out, out_critic, (torch.cat([h, hc], -1), torch.cat([c, cc], -1))
 
     def step(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, State]:
         """``(action logits or mean, value, new state)`` of one step."""
-        out, new = self.core(self.features(obs), state)
-        return self.actor(out), self.critic(out).squeeze(-1), new
+        out, out_critic, new = self._advance(*self._inputs(obs), state)
+        return self.actor(out), self.critic(out_critic).squeeze(-1), new
 
     def act_recurrent(
         self, obs: torch.Tensor, state: State, deterministic: bool = False
@@ -151,16 +183,18 @@ class RecurrentActorCritic(nn.Module):
         replayed from ``state`` (``[B, H]`` each); ``starts[t]`` (``[L, B]`` bool) zeroes the state before step
         ``t`` where a new episode begins there."""
         L, B = obs.shape[:2]
-        x = self.features(obs.flatten(0, 1)).view(L, B, -1)
-        outs = []
+        x, x_critic = self._inputs(obs.flatten(0, 1))
+        x = x.view(L, B, -1)
+        x_critic = None if x_critic is None else x_critic.view(L, B, -1)
+        outs, outs_critic = [], []
         for t in range(L):
             if t > 0:
                 state = self.reset_state(state, starts[t])
-            out, state = self.core(x[t], state)
+            out, out_critic, state = self._advance(x[t], None if x_critic is None else x_critic[t], state)
             outs.append(out)
-        h = torch.stack(outs)
-        out = self.actor(h)
-        value = self.critic(h).squeeze(-1)
+            outs_critic.append(out_critic)
+        out = self.actor(torch.stack(outs))
+        value = self.critic(torch.stack(outs_critic)).squeeze(-1)
         if self.discrete:
             logp_all = torch.log_softmax(out, -1)
             logprob = logp_all.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
