@@ -44,6 +44,62 @@ class PPOConfig:
     target_kl: float | None = ranged(None, gt=0)
     """Stop the epochs of an update early once the approximate KL exceeds this."""
     adam_eps: float = ranged(1e-5, gt=0)
+    normalize_obs: bool = False
+    """Normalise observations by their running mean and std (updated once per collect, kept in the model)."""
+    obs_clip: float = ranged(10.0, gt=0)
+    """Normalised observations are clipped to [-obs_clip, obs_clip]."""
+    normalize_reward: bool = False
+    """Scale rewards by the running std of the discounted return (as SB3's VecNormalize); logged returns stay raw."""
+    reward_clip: float = ranged(10.0, gt=0)
+    """Scaled rewards are clipped to [-reward_clip, reward_clip]."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+@dataclass
+class RecurrentPPOConfig(PPOConfig):
+    """Recurrent PPO: an LSTM policy trained on fixed-length chunks of each env's rollout (truncated BPTT)."""
+
+    lstm: int = ranged(64, ge=1, le=65_536)
+    """LSTM units (the actor and critic heads share the LSTM, on top of the model's MLP torso; with returns much
+    larger than 1 the value loss dominates that shared gradient: turn normalize_reward on, or separate_critic)."""
+    separate_critic: bool = False
+    """Give the critic its own encoder, torso and LSTM (Stable-Baselines3's default): the value loss no longer
+    reaches the actor's weights; twice the network."""
+    seq_len: int = ranged(16, ge=1, le=65_536)
+    """Steps per training sequence; each starts from the hidden state the collector had there."""
+    minibatch_size: int = ranged(256, ge=1)
+    """Steps per minibatch (whole sequences: rounded to a multiple of seq_len, at least one)."""
+
+
+@dataclass
+class A2CConfig:
+    """A2C hyper-parameters (defaults: Stable-Baselines3's A2C)."""
+
+    mutable: ClassVar[tuple[str, ...]] = ("lr", "ent_coef", "vf_coef", "max_grad_norm")
+    """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""
+
+    lr: float = ranged(7e-4, gt=0, le=10)
+    lr_schedule: Literal["constant", "linear"] = "constant"
+    gamma: float = ranged(0.99, ge=0, le=1)
+    gae_lambda: float = ranged(1.0, ge=0, le=1)
+    """1.0: plain n-step returns (A2C); lower values are GAE."""
+    vf_coef: float = ranged(0.5, ge=0)
+    ent_coef: float = ranged(0.0, ge=0)
+    max_grad_norm: float = ranged(0.5, gt=0)
+    normalize_advantage: bool = False
+    optimizer: Literal["rmsprop", "adam"] = "rmsprop"
+    """rmsprop: torch RMSprop with alpha and eps as below (SB3's default); adam: fused Adam."""
+    rms_alpha: float = ranged(0.99, gt=0, lt=1)
+    eps: float = ranged(1e-5, gt=0)
+    """The optimizer's epsilon."""
+    normalize_obs: bool = False
+    """Normalise observations by their running mean and std (updated once per collect, kept in the model)."""
+    obs_clip: float = ranged(10.0, gt=0)
+    normalize_reward: bool = False
+    """Scale rewards by the running std of the discounted return; logged returns stay raw."""
+    reward_clip: float = ranged(10.0, gt=0)
 
     def __post_init__(self) -> None:
         validate(self)
@@ -77,9 +133,42 @@ class DQNConfig:
     """Fraction of the total env steps over which epsilon decays linearly."""
     max_grad_norm: float = ranged(10.0, gt=0)
     loss: Literal["huber", "mse"] = "huber"
+    """Per-sample TD loss of the scalar (non-distributional) head."""
+    n_step: int = ranged(1, ge=1, le=1_000)
+    """Rewards summed per stored transition (per env, across collects); the window stops at an episode end."""
+    prioritized: bool = False
+    """Prioritized replay (sum-tree, stratified sampling, importance weights)."""
+    priority_alpha: float = ranged(0.6, ge=0, le=1)
+    """Sampling probability is priority ** alpha (0: uniform)."""
+    priority_beta_start: float = ranged(0.4, ge=0, le=1)
+    """Importance-weight exponent at the start; annealed linearly to 1 over the run's total steps."""
+    priority_eps: float = ranged(1e-6, gt=0)
+    """Added to each |TD error| (or distributional loss) so no transition's priority is 0."""
+    dueling: bool = False
+    """Dueling head: Q = V + A - mean(A) (per atom for the distributional heads)."""
+    distributional: Literal["none", "c51", "qr"] = "none"
+    """none: one Q per action; c51: a categorical distribution over ``atoms`` fixed returns in [v_min, v_max];
+    qr: ``atoms`` quantiles of the return (QR-DQN)."""
+    atoms: int = ranged(51, ge=2, le=10_000)
+    """Atoms (c51) or quantiles (qr) per action."""
+    v_min: float = -10.0
+    """Lowest return of the C51 support."""
+    v_max: float = 10.0
+    """Highest return of the C51 support (must exceed v_min)."""
+    kappa: float = ranged(1.0, gt=0)
+    """Huber threshold of the QR-DQN quantile loss."""
+    noisy: bool = False
+    """NoisyNet layers (factorised Gaussian, resampled every gradient step) after the encoder: learned exploration
+    (set eps_start = eps_end = 0 to explore by the noise alone); evaluation acts on the mean weights."""
+    noisy_sigma: float = ranged(0.5, gt=0)
+    """Initial noise scale sigma_0 of the NoisyNet layers (each weight's sigma starts at sigma_0 / sqrt(fan-in))."""
 
     def __post_init__(self) -> None:
         validate(self)
+        if not self.v_min < self.v_max:
+            from pickaxe.errors import ConfigError
+
+            raise ConfigError(f"algo.v_max ({self.v_max}) must exceed algo.v_min ({self.v_min}): widen the support")
 
 
 @dataclass

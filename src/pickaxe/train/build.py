@@ -37,6 +37,11 @@ def derive_seeds(seed: int) -> dict[str, int]:
 ALGORITHMS: dict[str, str] = {
     "ppo": "pickaxe.algos.ppo:build_ppo",
     "dqn": "pickaxe.algos.dqn:build_dqn",
+    "a2c": "pickaxe.algos.a2c:build_a2c",
+    "recurrent-ppo": "pickaxe.algos.recurrent_ppo:build_recurrent_ppo",
+    "sac": "pickaxe.algos.sac:build_sac",
+    "td3": "pickaxe.algos.td3:build_td3",
+    "ddpg": "pickaxe.algos.td3:build_ddpg",
 }
 """Classic algorithm name (``TrainConfig.ALGOS``) -> ``module:function`` building it, imported on use. Each builder
 takes ``(algo config, envs, model config, device, seed)`` and sizes its networks from the envs' spaces; adding an
@@ -96,7 +101,10 @@ def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = Fal
     device = resolve_device(cfg.device)
     e = cfg.env
     envs = make_train_envs(cfg, seeds["env"], run)
-    eval_envs = make(e.id, e.eval_envs, seeds["eval_env"], **e.kwargs) if e.eval_envs > 0 else None
+    eval_vec = e.vectorization if e.vectorization in ("vector", "auto") else "sync"  # same numbers as sync
+    eval_envs = (
+        make(e.id, e.eval_envs, seeds["eval_env"], eval_vec, evaluation=True, **e.kwargs) if e.eval_envs > 0 else None
+    )
     algo = build_algorithm(cfg, envs)
     collector = Collector(envs, algo.policy, steps=cfg.collector.steps, device=device)
     return Trainer(
@@ -290,7 +298,7 @@ def run_evaluation_setup(cfg: TrainConfig) -> tuple[SeededVectorEnv, Algorithm, 
     set_torch_threads(cfg.torch_threads)
     device = resolve_device(cfg.device)
     n = cfg.env.eval_envs or 1
-    envs = make(cfg.env.id, n, derive_seeds(cfg.seed)["eval_env"], **cfg.env.kwargs)
+    envs = make(cfg.env.id, n, derive_seeds(cfg.seed)["eval_env"], evaluation=True, **cfg.env.kwargs)
     try:
         return envs, build_algorithm(cfg, envs), device
     except BaseException:

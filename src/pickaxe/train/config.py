@@ -8,7 +8,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from pickaxe.algos.configs import DQNConfig, PPOConfig
+from pickaxe.algos.configs import A2CConfig, DQNConfig, PPOConfig, RecurrentPPOConfig
+from pickaxe.algos.control_configs import DDPGConfig, SACConfig, TD3Config
 from pickaxe.config_keys import check_field, ranged, validate
 from pickaxe.errors import ConfigError
 from pickaxe.eval.selection import SelectConfig
@@ -63,8 +64,10 @@ class EnvConfig:
     id: str = "CartPole-v1"
     """A registered gymnasium id, or ``module:EnvId`` to import ``module`` (which registers it) first."""
     num_envs: int = ranged(8, ge=1, le=65_536)
-    vectorization: Literal["sync", "async"] = "sync"
-    """sync: step copies in this process (cheap envs); async: one subprocess per copy (expensive envs)."""
+    vectorization: Literal["sync", "async", "vector", "envpool", "auto"] = "sync"
+    """sync: step copies in this process (cheap envs); async: one subprocess per copy (expensive envs); vector:
+    numpy-vectorised in one array step (CartPole; same numbers as sync, faster); envpool: EnvPool's C++ pool;
+    auto: vector where pickaxe has a numpy implementation of the env, else sync."""
     eval_envs: int = ranged(10, ge=0, le=65_536)
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the env's constructor (gymnasium.make), e.g. {"max_episode_steps": 50}; on the
@@ -82,6 +85,9 @@ class ModelConfig:
 
     hidden: tuple[int, ...] = ranged(default_factory=lambda: (64, 64), ge=1, le=1_000_000)
     activation: Literal["tanh", "relu", "elu", "gelu"] = "tanh"
+    shared: bool = False
+    """Actor-critics (ppo, a2c): actor and critic share the hidden layers, with a linear head each (False: two
+    separate MLPs). The recurrent policy shares its torso and LSTM unless --algo.separate-critic."""
 
     def __post_init__(self) -> None:
         validate(self)
@@ -237,7 +243,15 @@ class TrainConfig(RunConfig):
     """Everything that decides a run's numbers."""
 
     KIND: ClassVar[str] = "classic"
-    ALGOS: ClassVar[dict[str, type]] = {"ppo": PPOConfig, "dqn": DQNConfig}
+    ALGOS: ClassVar[dict[str, type]] = {
+        "ppo": PPOConfig,
+        "dqn": DQNConfig,
+        "a2c": A2CConfig,
+        "recurrent-ppo": RecurrentPPOConfig,
+        "sac": SACConfig,
+        "td3": TD3Config,
+        "ddpg": DDPGConfig,
+    }
 
     algo: Any = field(default_factory=PPOConfig)
     """The algorithm's config; its type picks the algorithm (PPOConfig, DQNConfig)."""
@@ -267,6 +281,9 @@ class TrainConfig(RunConfig):
                 f"use --collector.steps {lower} or {upper}"
             )
         check_env_id(self.env.id)
+        from pickaxe.envs.spaces import check_env_spaces
+
+        check_env_spaces(self.env.id, self.env.kwargs, self.algo_name())  # spaces a network and the algo can take
         self.dist.check(llm=False)
         if self.dist.learners > 1 and isinstance(self.algo, DQNConfig):
             raise ConfigError(
