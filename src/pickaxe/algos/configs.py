@@ -20,7 +20,8 @@ KLEstimator = Literal["k1", "k2", "k3"]
 
 @dataclass
 class PPOConfig:
-    """PPO hyper-parameters."""
+    """Proximal Policy Optimization: clipped surrogate and GAE on an actor-critic (Discrete, Box, MultiDiscrete or
+    MultiBinary actions), with optional observation and reward normalisation."""
 
     mutable: ClassVar[tuple[str, ...]] = (
         "lr", "clip", "ent_coef", "vf_coef", "max_grad_norm", "target_kl", "epochs", "minibatch_size",
@@ -75,7 +76,8 @@ class RecurrentPPOConfig(PPOConfig):
 
 @dataclass
 class A2CConfig:
-    """A2C hyper-parameters (defaults: Stable-Baselines3's A2C)."""
+    """Advantage actor-critic (synchronous A3C): one gradient step per rollout on n-step advantages; the defaults
+    are Stable-Baselines3's A2C."""
 
     mutable: ClassVar[tuple[str, ...]] = ("lr", "ent_coef", "vf_coef", "max_grad_norm")
     """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""
@@ -107,7 +109,8 @@ class A2CConfig:
 
 @dataclass
 class DQNConfig:
-    """DQN hyper-parameters."""
+    """Deep Q-learning with a target network and double-DQN targets; Rainbow's parts are options: n-step returns,
+    prioritized replay, dueling heads, C51 or QR distributional heads, noisy nets."""
 
     mutable: ClassVar[tuple[str, ...]] = (
         "lr", "gradient_steps", "batch_size", "target_update_every", "max_grad_norm", "eps_end",
@@ -208,14 +211,15 @@ class LMConfig:
 
 @dataclass
 class SFTConfig(LMConfig):
-    """SFT hyper-parameters."""
+    """Supervised fine-tuning of a causal LM on demonstrations (the loss on the completion tokens only)."""
 
 
 @dataclass
 class GRPOConfig(LMConfig):
-    """GRPO hyper-parameters; the defaults are DeepSeekMath's GRPO. Variants are a few flags away (see
-    ``GRPOConfig.variant``): Dr. GRPO ``scale_rewards=False, aggregation=seq-mean-token-sum-norm``; DAPO
-    ``clip_high=0.28, dynamic_sampling=True``; GSPO ``ratio_level=sequence``."""
+    """Critic-free policy gradient on groups of completions per prompt (GRPO; RLOO, REINFORCE++ and the Dr. GRPO,
+    DAPO and GSPO variants by flags); the defaults are DeepSeekMath's GRPO. Variants (see ``GRPOConfig.variant``):
+    Dr. GRPO ``scale_rewards=False, aggregation=seq-mean-token-sum-norm``; DAPO ``clip_high=0.28,
+    dynamic_sampling=True``; GSPO ``ratio_level=sequence``."""
 
     mutable: ClassVar[tuple[str, ...]] = ("lr", "clip_low", "clip_high", "max_grad_norm")
     """Fields read afresh at every optimizer step, so ``pickaxe set`` may change them while the run trains."""
@@ -273,8 +277,8 @@ class GRPOConfig(LMConfig):
 
 @dataclass
 class RewardModelConfig(LMConfig):
-    """Reward-model (Bradley–Terry) hyper-parameters. ``micro_batch_size`` counts sequences and is rounded down to
-    whole pairs (at least one pair: both responses of a pair share a forward)."""
+    """A Bradley–Terry reward model trained on preference pairs. ``micro_batch_size`` counts sequences and is
+    rounded down to whole pairs (at least one pair: both responses of a pair share a forward)."""
 
     mutable: ClassVar[tuple[str, ...]] = ("lr", "max_grad_norm", "margin")
     """Fields read afresh at every optimizer step, so ``pickaxe set`` may change them while the run trains."""
@@ -291,8 +295,8 @@ DPOLoss = Literal["sigmoid", "ipo"]
 
 @dataclass
 class DPOConfig(LMConfig):
-    """Direct Preference Optimization hyper-parameters. ``micro_batch_size`` counts sequences and is rounded down
-    to whole pairs (at least one pair)."""
+    """Direct Preference Optimization on preference pairs against a frozen reference. ``micro_batch_size`` counts
+    sequences and is rounded down to whole pairs (at least one pair)."""
 
     mutable: ClassVar[tuple[str, ...]] = ("lr", "max_grad_norm", "beta")
     """Fields read afresh at every optimizer step, so ``pickaxe set`` may change them while the run trains."""

@@ -35,7 +35,7 @@ def summary_of(config: type) -> str:
     text = getattr(config, "summary", None)
     if isinstance(text, str) and text:
         return text
-    doc = " ".join((config.__doc__ or "").split())
+    doc = " ".join((config.__doc__ or "").split()).replace("``", "")
     return doc.split(". ")[0].rstrip(".")
 
 
