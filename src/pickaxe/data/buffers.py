@@ -34,10 +34,13 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return self._size
 
-    def extend(self, batch: Batch) -> None:
-        """Append every transition of ``batch`` (any batch shape; it is flattened), overwriting the oldest."""
+    def extend(self, batch: Batch) -> torch.Tensor:
+        """Append every transition of ``batch`` (any batch shape; it is flattened), overwriting the oldest; returns
+        the slots written (a CPU tensor, in order)."""
         flat = batch.reshape(-1)
         n = flat.batch_size[0]
+        if n == 0:
+            return torch.zeros(0, dtype=torch.long)
         if n > self.capacity:
             flat, n = flat[-self.capacity :], self.capacity
         if self._storage is None:
@@ -46,6 +49,7 @@ class ReplayBuffer:
         self._storage[idx.to(self.device)] = flat.to(self.device)
         self._pos = (self._pos + n) % self.capacity
         self._size = min(self._size + n, self.capacity)
+        return idx
 
     def sample(self, n: int) -> Batch:
         """Draw ``n`` transitions uniformly with replacement."""

@@ -19,6 +19,7 @@ import torch
 from tensordict import TensorDict
 
 from pickaxe.data.batch import Batch
+from pickaxe.data.buffers import ReplayBuffer
 
 NSTEP_KEYS = ("obs", "action", "reward", "terminated", "truncated", "next_obs")
 """Keys :class:`NStepAccumulator` reads from a collected batch."""
@@ -179,13 +180,13 @@ def importance_weights(probs: torch.Tensor, size: int, beta: float) -> torch.Ten
     return (w / w.max()).to(torch.float32)
 
 
-class PrioritizedReplayBuffer:
+class PrioritizedReplayBuffer(ReplayBuffer):
     """Fixed-capacity replay with proportional prioritized sampling (Schaul et al. 2016).
 
     Transition ``i`` is drawn with probability ``p_i^alpha / sum_j p_j^alpha``; a batch of ``n`` is stratified
     (one draw uniformly inside each of ``n`` equal segments of the total) from the buffer's own seeded generator.
     New transitions get the largest priority seen so far; :meth:`update_priorities` sets ``|error| + eps``.
-    Storage, tree, maximum and generator are all in ``state_dict``.
+    Storage, tree, maximum and generator are all in ``state_dict``; the ring storage is ``ReplayBuffer``'s.
     """
 
     def __init__(
@@ -196,39 +197,20 @@ class PrioritizedReplayBuffer:
         seed: int = 0,
         device: str | torch.device = "cpu",
     ) -> None:
-        if capacity < 1:
-            raise ValueError(f"replay capacity must be >= 1, got {capacity}")
-        self.capacity = capacity
+        super().__init__(capacity, seed=seed, device=device)
         self.alpha = alpha
         self.eps = eps
-        self.device = torch.device(device)
-        self.generator = torch.Generator().manual_seed(seed)
         self.tree = SumTree(capacity)
         self.max_priority = 1.0  # of |error| + eps, before the alpha power
-        self._storage: TensorDict | None = None
-        self._pos = 0
-        self._size = 0
 
-    def __len__(self) -> int:
-        return self._size
-
-    def extend(self, batch: Batch) -> None:
+    def extend(self, batch: Batch) -> torch.Tensor:
         """Append every transition of ``batch`` (flattened) with the maximum priority, overwriting the oldest."""
-        flat = batch.reshape(-1)
-        n = flat.batch_size[0]
-        if n == 0:
-            return
-        if n > self.capacity:
-            flat, n = flat[-self.capacity :], self.capacity
-        if self._storage is None:
-            self._storage = flat[:1].expand(self.capacity).clone().to(self.device)
-        idx = (torch.arange(n) + self._pos) % self.capacity
-        self._storage[idx.to(self.device)] = flat.to(self.device)
-        self.tree.update(idx, np.full(n, self.max_priority**self.alpha))
-        self._pos = (self._pos + n) % self.capacity
-        self._size = min(self._size + n, self.capacity)
+        idx = super().extend(batch)
+        if len(idx):
+            self.tree.update(idx, np.full(len(idx), self.max_priority**self.alpha))
+        return idx
 
-    def sample(self, n: int, beta: float) -> tuple[Batch, torch.Tensor, torch.Tensor]:
+    def sample(self, n: int, beta: float) -> tuple[Batch, torch.Tensor, torch.Tensor]:  # type: ignore[override]
         """``(transitions, indices, importance weights)`` of ``n`` stratified proportional draws."""
         if self._storage is None or self._size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer; extend it first")
@@ -248,23 +230,10 @@ class PrioritizedReplayBuffer:
 
     def state_dict(self) -> dict[str, Any]:
         """Contents, write position, priorities, their maximum and the sampling RNG."""
-        storage = None if self._storage is None else self._storage[: self._size].to_dict()
-        return {
-            "storage": storage,
-            "pos": self._pos,
-            "size": self._size,
-            "tree": self.tree.tree.copy(),
-            "max_priority": self.max_priority,
-            "rng": self.generator.get_state(),
-        }
+        return {**super().state_dict(), "tree": self.tree.tree.copy(), "max_priority": self.max_priority}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
-        self._pos, self._size = int(state["pos"]), int(state["size"])
-        if state["storage"] is not None:
-            data = TensorDict(state["storage"], batch_size=[self._size])
-            self._storage = data[:1].expand(self.capacity).clone().to(self.device)
-            self._storage[: self._size] = data.to(self.device)
+        super().load_state_dict(state)
         self.tree.tree = np.array(state["tree"], dtype=np.float64)
         self.max_priority = float(state["max_priority"])
-        self.generator.set_state(state["rng"])
