@@ -66,6 +66,7 @@ def test_recipes_lists_one_line_each(capsys) -> None:
         (["train", "cartpole-ppo", "--algo.epoch", "3"], "did you mean --algo.epochs?"),
         (["train", "cartpole-ppo", "--algo.lr", "fast"], "--algo.lr takes float, got 'fast'"),
         (["train", "cartpole-ppo", "--seed", "1.5"], "--seed takes int, got '1.5'"),
+        (["train", "pendulum-sac", "--algo.alpha", "foo"], "--algo.alpha takes float or auto, got 'foo'"),
         (["train", "cartpole-ppo", "--algo.lr-schedule", "cosine"], "must be one of constant, linear"),
         (
             ["train", "cartpole-ppo", "--env.id", "CartPol-v1"],

@@ -86,6 +86,15 @@ def test_ddpg_is_one_critic_without_delay_or_smoothing() -> None:
     assert "loss/actor" in algo.update(_batch())
 
 
+def test_kept_policies_hold_the_actor_alone() -> None:
+    # regression: the target actor was kept with every evaluated policy (twice the files, nothing acts with it)
+    from pickaxe.runs.policies import acting_networks
+
+    algo = _td3(TD3Config())
+    assert set(algo.networks()) == {"actor", "critic", "q_target", "actor_target"}
+    assert set(acting_networks(algo.networks())) == {"actor"}
+
+
 def test_pendulum_td3_recipe_solves_pendulum() -> None:
     """The recipe as shipped (it stops at eval >= -250) on seed 0."""
     cfg = get_recipe("pendulum-td3")

@@ -180,13 +180,20 @@ def parse_value(key: str, hint: Any, text: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if text == "None" and type(None) in args:
             return None
-        errors = []
-        for arg in (a for a in args if a is not type(None)):
+        choices = [a for a in args if a is not type(None)]
+        for arg in choices:
             try:
                 return parse_value(key, arg, text)
-            except ConfigError as e:
-                errors.append(str(e))
-        raise ConfigError(errors[0] if errors else f"bad value {text!r} for {key}")
+            except ConfigError:
+                pass
+        if len(choices) == 1:  # an optional value: the one type's own message
+            return parse_value(key, choices[0], text)
+        kinds = [
+            " or ".join(map(str, typing.get_args(a))) if typing.get_origin(a) is Literal else getattr(a, "__name__", a)
+            for a in choices
+        ]
+        none = " or None" if type(None) in args else ""
+        raise ConfigError(f"{key} takes {' or '.join(kinds)}{none}, got {text!r}")
     if origin is Literal:
         for a in args:
             if text == str(a):

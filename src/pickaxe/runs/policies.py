@@ -43,8 +43,8 @@ from pickaxe.runs.model import (
 POLICIES_DIR = "policies"
 _STEP_RE = re.compile(r"step-(\d{12})")
 _TMP = ".tmp-"
-NOT_ACTING = ("critic", "q_target")
-"""Networks an algorithm trains but does not act with (PPO's critic, DQN's target network): not kept."""
+NOT_ACTING = ("critic", "q_target", "actor_target")
+"""Networks an algorithm trains but does not act with (critics, target networks): not kept."""
 
 
 @dataclass(frozen=True)
