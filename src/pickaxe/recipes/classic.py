@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pickaxe.algos.configs import A2CConfig, DQNConfig, PPOConfig, RecurrentPPOConfig
-from pickaxe.algos.control_configs import SACConfig, TD3Config
+from pickaxe.algos.control_configs import DDPGConfig, SACConfig, TD3Config
 from pickaxe.recipes.recipe import Recipe
 from pickaxe.train.config import CollectorConfig, EnvConfig, ModelConfig, TrainConfig, TrainerConfig
 
@@ -145,6 +145,21 @@ def _pendulum_td3() -> TrainConfig:
     )  # fmt: skip
 
 
+def _pendulum_ddpg() -> TrainConfig:
+    # pendulum-td3's settings with one critic and no target smoothing: DDPG as the TD3 paper re-implemented it.
+    return TrainConfig(
+        recipe="pendulum-ddpg",
+        algo=DDPGConfig(
+            lr=3e-3, gamma=0.99, tau=0.02, buffer_size=100_000, batch_size=256, learning_starts=500,
+            gradient_steps=16, exploration_noise=0.2,
+        ),
+        env=EnvConfig(id="Pendulum-v1", num_envs=4),
+        model=ModelConfig(hidden=(64, 64), activation="relu"),
+        collector=CollectorConfig(steps=32),
+        trainer=TrainerConfig(total_steps=20_000, eval_every=1_000, target_return=-250.0),
+    )  # fmt: skip
+
+
 def _halfcheetah_sac() -> TrainConfig:
     # The SAC paper's / SB3 zoo's MuJoCo settings (256x256 relu, lr 3e-4, batch 256, tau 0.005, 10k random steps,
     # one gradient step per env step); a short CPU budget here, --trainer.total-steps 1000000 for the paper's.
@@ -233,6 +248,11 @@ CLASSIC_RECIPES: dict[str, Recipe] = {
             "pendulum-td3",
             "TD3 (twin critics, delayed actor, target smoothing) on Pendulum-v1; stops when solved (eval >= -250)",
             _pendulum_td3,
+        ),
+        Recipe(
+            "pendulum-ddpg",
+            "DDPG (one critic, no delay, no target smoothing) on Pendulum-v1; stops when solved (eval >= -250)",
+            _pendulum_ddpg,
         ),
         Recipe(
             "halfcheetah-sac",
