@@ -91,6 +91,21 @@ def test_warm_worker_forks_only_pickaxe_commands_on_one_cpu(tmp_path: Path, monk
     q.close()
 
 
+def test_a_job_needing_a_new_pythonpath_folder_gets_a_fresh_interpreter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # PYTHONPATH is read at interpreter start: a fork would not see a folder the worker's environment gained later
+    forked: list[list[str]] = []
+    monkeypatch.setattr(worker_module, "fork_pickaxe", lambda args, *rest: forked.append(args))
+    monkeypatch.setattr(worker_module, "preload_pickaxe", lambda: None)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "envs"))
+    q = JobQueue(tmp_path / "q.db")
+    job = q.add([sys.executable, "-m", "pickaxe.cli", "--version"], name="fresh")
+    Worker(q, slots=1, gpus=(), poll=0.02, warm=True).run(until_empty=True)
+    assert forked == [] and q.get(job).state == "succeeded"
+    q.close()
+
+
 def test_forked_child_logs_to_its_file_and_skips_the_callers_exit_handlers(tmp_path: Path) -> None:
     marker, log = tmp_path / "marker", tmp_path / "job.log"
 

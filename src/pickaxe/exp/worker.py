@@ -217,7 +217,7 @@ class Worker:
             f.flush()
             try:
                 proc: subprocess.Popen | ForkedProcess
-                if self._forkable(argv, job):
+                if self._forkable(argv, job, env):
                     proc = fork_pickaxe(argv[3:], job.cwd, env, f.fileno(), job.cpus, self._child_setup)
                 else:
                     proc = subprocess.Popen(
@@ -239,16 +239,19 @@ class Worker:
             return
         self._say(f"job {job.id} started (attempt {attempt}{how}): {shlex.join(argv)}")
 
-    def _forkable(self, argv: list[str], job: Job) -> bool:
+    def _forkable(self, argv: list[str], job: Job, env: dict[str, str]) -> bool:
         """Whether ``warm`` starts this job as a forked child: ``python -m pickaxe.cli ...`` of this interpreter
         (a train, resume, ... command) on one cpu and no GPU (CUDA must not be set up before the child's own
-        devices), while this process runs no other thread."""
+        devices), while this process runs no other thread, and every PYTHONPATH folder of the job is on this
+        process's ``sys.path`` (PYTHONPATH is read at interpreter start: a worker whose environment gained a folder
+        later, for a ``module:EnvId`` env, starts such jobs in a fresh interpreter)."""
         return (
             self.warm
             and not job.gpu_ids
             and job.cpus == 1  # one torch thread: an OpenMP pool of this process would not survive the fork
             and threading.active_count() == 1
             and argv[:3] == [sys.executable, "-m", "pickaxe.cli"]
+            and _on_sys_path(env.get("PYTHONPATH", ""))
         )
 
     def _reap(self, results: dict[int, int]) -> None:
@@ -351,3 +354,9 @@ def run_jobs(
             )
     worker.run(until_empty=False, jobs=ids)
     return {j: queue.get(j).exit_status for j in ids}
+
+
+def _on_sys_path(pythonpath: str) -> bool:
+    """Whether every folder of a PYTHONPATH value is on this process's ``sys.path``."""
+    here = {os.path.abspath(p) for p in sys.path if p}
+    return all(os.path.abspath(p) in here for p in pythonpath.split(os.pathsep) if p)
