@@ -141,3 +141,6 @@ def test_envpool_backend_is_same_step_and_deterministic() -> None:
     assert set(envs.get_attr("pickaxe_state_support")) == {"deterministic"}
     again = make("CartPole-v1", 3, seed=5, vectorization="envpool")
     np.testing.assert_array_equal(again.reset()[0], envs.reset(seed=5)[0])
+    # regression: run seeds are derived as any 32-bit unsigned int, and EnvPool asserted on those above int32
+    big = make("CartPole-v1", 2, seed=2**32 - 1, vectorization="envpool")
+    assert big.reset()[0].shape == (2, 4)

@@ -185,7 +185,7 @@ class EnvPoolVectorEnv(VectorEnv):
         self.num_envs = num_envs
         self.render_mode = None
         self._pool_seed = seed
-        self._pool = envpool.make_gymnasium(env_id, num_envs=num_envs, seed=seed, **env_kwargs)
+        self._pool = envpool.make_gymnasium(env_id, num_envs=num_envs, seed=_int32(seed), **env_kwargs)
         self._fresh = True  # built with _pool_seed and not reset yet: reset(seed=_pool_seed) needs no rebuild
         self.single_observation_space = self._pool.observation_space
         self.single_action_space = self._pool.action_space
@@ -200,7 +200,9 @@ class EnvPoolVectorEnv(VectorEnv):
             raise VectorBackendError("envpool takes one int seed for the whole pool; fix: pass reset(seed=int)")
         if seed is not None and not (self._fresh and seed == self._pool_seed):
             self._pool.close()
-            self._pool = self._envpool.make_gymnasium(self._env_id, num_envs=self.num_envs, seed=seed, **self._kwargs)
+            self._pool = self._envpool.make_gymnasium(
+                self._env_id, num_envs=self.num_envs, seed=_int32(seed), **self._kwargs
+            )
             self._pool_seed = seed
         self._fresh = False
         mask = (options or {}).get("reset_mask")
@@ -277,6 +279,11 @@ def make_numpy_vector(env_id: str, n: int, **env_kwargs: Any) -> VectorEnv:
     env = cls(n, **{**defaults, **env_kwargs})
     env.spec = gym.spec(env_id)
     return env
+
+
+def _int32(seed: int) -> int:
+    """EnvPool takes int32 seeds; pickaxe's derived seeds are any non-negative int (folded, not refused)."""
+    return seed % 2**31
 
 
 def make_envpool(env_id: str, n: int, seed: int, **env_kwargs: Any) -> VectorEnv:
