@@ -5,7 +5,7 @@ Two ways of starting the runs, interleaved (``--repeats`` rounds of cold then wa
 machine hit both alike:
 
 * ``warm`` (the default of ``pickaxe sweep``): the sweep's worker forks each run from its own process, which has
-  imported pickaxe and torch once (``pickaxe.exp.processes.fork_pickaxe``);
+  imported pickaxe and torch once (``pickaxe.exp.processes.fork_module``);
 * ``cold`` (``PICKAXE_SWEEP_FORK=0``): a fresh ``python -m pickaxe.cli train`` interpreter per run.
 
 Per run, from its ``status.json`` and ``events.jsonl``: start-up (process creation to the trainer's ``started``

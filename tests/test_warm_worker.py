@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pickaxe.exp import worker as worker_module
-from pickaxe.exp.processes import fork_pickaxe, process_alive
+from pickaxe.exp.processes import fork_module, process_alive
 from pickaxe.exp.queue_store import JobQueue
 from pickaxe.exp.worker import Worker
 from pickaxe.runs.run import read_metrics
@@ -66,16 +66,24 @@ def test_forked_job_is_killed_with_its_worker_and_resumes_to_the_uninterrupted_n
     q.close()
 
 
+def _no_fork_spy(forked: list[list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Record what the worker would fork and run it as ``python -m`` instead: a test process may hold other threads
+    (Ray's, a server's), and forking it then is what the worker refuses; the decision is what is under test."""
+
+    def spy(module: str, args: list[str], cwd: str | None, env: dict[str, str], log_fd: int, *rest: object):
+        forked.append(args)
+        return subprocess.Popen(
+            [sys.executable, "-m", module, *args], cwd=cwd, env=env, stdout=log_fd, stderr=subprocess.STDOUT
+        )
+
+    monkeypatch.setattr(worker_module, "fork_module", spy)
+    monkeypatch.setattr(worker_module, "preload_pickaxe", lambda: None)  # a speed-up only; the child imports
+    monkeypatch.setattr(worker_module.threading, "active_count", lambda: 1)
+
+
 def test_warm_worker_forks_only_pickaxe_commands_on_one_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     forked: list[list[str]] = []
-    real = worker_module.fork_pickaxe
-
-    def spy(args: list[str], *rest):
-        forked.append(args)
-        return real(args, *rest)
-
-    monkeypatch.setattr(worker_module, "fork_pickaxe", spy)
-    monkeypatch.setattr(worker_module, "preload_pickaxe", lambda: None)  # a speed-up only; the child imports
+    _no_fork_spy(forked, monkeypatch)
     q = JobQueue(tmp_path / "q.db")
     out = tmp_path / "out"
     version = q.add([sys.executable, "-m", "pickaxe.cli", "--version"], name="fork")
@@ -96,8 +104,7 @@ def test_a_job_needing_a_new_pythonpath_folder_gets_a_fresh_interpreter(
 ) -> None:
     # PYTHONPATH is read at interpreter start: a fork would not see a folder the worker's environment gained later
     forked: list[list[str]] = []
-    monkeypatch.setattr(worker_module, "fork_pickaxe", lambda args, *rest: forked.append(args))
-    monkeypatch.setattr(worker_module, "preload_pickaxe", lambda: None)
+    _no_fork_spy(forked, monkeypatch)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "envs"))
     q = JobQueue(tmp_path / "q.db")
     job = q.add([sys.executable, "-m", "pickaxe.cli", "--version"], name="fresh")
@@ -115,11 +122,13 @@ def test_forked_child_logs_to_its_file_and_skips_the_callers_exit_handlers(tmp_p
     atexit.register(handler)
     try:
         with open(log, "ab") as f:
-            proc = fork_pickaxe(["--version"], str(tmp_path), dict(os.environ), f.fileno(), 1, None)
+            proc = fork_module("pickaxe.cli", ["--version"], str(tmp_path), dict(os.environ), f.fileno(), 1, None)
         assert proc.wait(timeout=60) == 0
     finally:
         atexit.unregister(handler)
     assert not marker.exists()
     assert log.read_text().startswith("pickaxe ")
-    failing = fork_pickaxe(["no-such-command"], None, dict(os.environ), os.open(os.devnull, os.O_WRONLY), 1, None)
+    failing = fork_module(
+        "pickaxe.cli", ["no-such-command"], None, dict(os.environ), os.open(os.devnull, os.O_WRONLY), 1, None
+    )
     assert failing.wait(timeout=60) == 2 and failing.poll() == 2

@@ -2,7 +2,7 @@
 
 A pid with its start time (clock ticks since boot, from ``/proc/PID/stat``) names one process: a reused pid
 has another start time. ``boot_id`` tells boots apart, so a pid recorded before a reboot is never trusted.
-Where ``/proc`` is missing, ``os.kill(pid, 0)`` is the fallback. ``fork_pickaxe`` starts a pickaxe command as a
+Where ``/proc`` is missing, ``os.kill(pid, 0)`` is the fallback. ``fork_module`` starts a ``python -m`` command as a
 forked child of an interpreter that has already imported pickaxe (the queue worker's warm start).
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import runpy
 import signal
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from pathlib import Path
 __all__ = [
     "ForkedProcess",
     "boot_id",
-    "fork_pickaxe",
+    "fork_module",
     "group_alive",
     "kill_group",
     "preload_pickaxe",
@@ -104,7 +105,7 @@ def kill_group(pgid: int, leader_start: int | None = None, sig: int = signal.SIG
 
 
 class ForkedProcess:
-    """A job started by ``fork_pickaxe`` with the ``subprocess.Popen`` surface the worker uses: ``pid``,
+    """A job started by ``fork_module`` with the ``subprocess.Popen`` surface the worker uses: ``pid``,
     ``poll()``, ``wait()`` and ``returncode`` (negative: the signal that ended it)."""
 
     def __init__(self, pid: int) -> None:
@@ -130,11 +131,10 @@ class ForkedProcess:
 
 
 def preload_pickaxe() -> None:
-    """Import what a ``pickaxe.cli train``/``resume`` job imports (the CLI, torch, the trainer, the classic
+    """Import what a ``pickaxe.cli train``/``resume`` job imports (config parsing, torch, the trainer, the classic
     algorithms, gymnasium's classic-control envs), so forked jobs start with that done."""
     import importlib
 
-    import pickaxe.cli
     import pickaxe.recipes.args
     import pickaxe.train.build
 
@@ -146,11 +146,17 @@ def preload_pickaxe() -> None:
             importlib.import_module(module)
 
 
-def fork_pickaxe(
-    args: list[str], cwd: str | None, env: dict[str, str], log_fd: int, threads: int, setup: Callable[[], None] | None
+def fork_module(
+    module: str,
+    args: list[str],
+    cwd: str | None,
+    env: dict[str, str],
+    log_fd: int,
+    threads: int,
+    setup: Callable[[], None] | None,
 ) -> ForkedProcess:
-    """Run ``pickaxe.cli.main(args)`` in a forked child of this process, as ``python -m pickaxe.cli ARGS`` would:
-    its own session, ``env`` as its environment, ``cwd``, stdin from /dev/null, stdout and stderr to ``log_fd``,
+    """Run ``python -m MODULE ARGS`` in a forked child of this process (``runpy``, as the interpreter would): its
+    own session, ``env`` as its environment, ``cwd``, stdin from /dev/null, stdout and stderr to ``log_fd``,
     ``threads`` torch threads; ``setup`` runs first (the worker's parent-death signal).
 
     The child skips the interpreter start and the imports this process has done (``preload_pickaxe``): with runs
@@ -185,9 +191,8 @@ def fork_pickaxe(
         sys.argv = [sys.argv[0], *args]
         if "torch" in sys.modules:  # OMP_NUM_THREADS was read when this process imported torch
             sys.modules["torch"].set_num_threads(max(1, threads))
-        from pickaxe.cli import main
-
-        code = main(args)
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        code = 0  # a module that returns without SystemExit exits 0, as under python -m
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except BaseException:

@@ -31,7 +31,7 @@ from secrets import token_hex
 from typing import IO
 
 from pickaxe.errors import PickaxeError
-from pickaxe.exp.processes import ForkedProcess, fork_pickaxe, kill_group, preload_pickaxe, process_start
+from pickaxe.exp.processes import ForkedProcess, fork_module, kill_group, preload_pickaxe, process_start
 from pickaxe.exp.queue_store import HOST, TERMINAL, Job, JobQueue
 from pickaxe.subprocesses import parent_death_signal
 
@@ -218,7 +218,7 @@ class Worker:
             try:
                 proc: subprocess.Popen | ForkedProcess
                 if self._forkable(argv, job, env):
-                    proc = fork_pickaxe(argv[3:], job.cwd, env, f.fileno(), job.cpus, self._child_setup)
+                    proc = fork_module(argv[2], argv[3:], job.cwd, env, f.fileno(), job.cpus, self._child_setup)
                 else:
                     proc = subprocess.Popen(
                         argv, cwd=job.cwd, env=env, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
