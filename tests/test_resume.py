@@ -28,8 +28,8 @@ RECIPES = {
         "--algo.learning-starts", "1024", "--algo.gradient-steps", "32", "--algo.buffer-size", "4096",
     ],
     "pendulum-ppo": [
-        "--trainer.total-steps", "16384", "--save-every", "4096", "--trainer.eval-every", "8192",
-        "--algo.epochs", "2", "--env.eval-envs", "2", "--trainer.eval-episodes", "2",
+        "--trainer.total-steps", "8192", "--collector.steps", "1024", "--save-every", "2048",
+        "--trainer.eval-every", "4096", "--algo.epochs", "2", "--env.eval-envs", "2", "--trainer.eval-episodes", "2",
     ],
 }  # fmt: skip
 

@@ -96,8 +96,10 @@ def test_kept_policies_hold_the_actor_alone() -> None:
 
 
 def test_pendulum_td3_recipe_solves_pendulum() -> None:
-    """The recipe as shipped (it stops at eval >= -250) on seed 0."""
+    """The recipe as shipped (it stops at eval >= -250) on seed 2, the quickest of seeds 0-2 (4,000 / 3,008 / 2,016
+    env steps), to keep the suite short."""
     cfg = get_recipe("pendulum-td3")
+    cfg.seed = 2
     cfg.trainer.save_at_eval, cfg.trainer.keep_policies = False, False
     start = time.perf_counter()
     result = build_trainer(cfg).fit()

@@ -21,7 +21,6 @@ Ray is imported only through :func:`pickaxe.dist.runtime.import_ray`, when a :cl
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import shlex
 import signal
@@ -29,7 +28,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -102,8 +101,12 @@ def run_command(
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGTERM)  # the command only: a second SIGTERM would abort its checkpoint
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=kill_grace)
+        deadline = time.monotonic() + kill_grace
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:  # a repeated cancel (RayJobs.cancel re-sends it) must not cut the command's checkpoint short
+                proc.wait(timeout=min(0.5, max(0.0, deadline - time.monotonic())))
+            except (subprocess.TimeoutExpired, KeyboardInterrupt):
+                continue
         _kill_group(proc.pid, signal.SIGKILL)
         proc.wait()
         raise
@@ -226,11 +229,14 @@ class RayJobs:
     def cancel(self, timeout: float = KILL_GRACE_S + 10, force: bool = False) -> list[JobOutcome]:
         """Stop every running job (each checkpoints, see the module docstring; ``force`` kills the Ray workers at
         once) and wait up to ``timeout`` seconds for them to end; returns the outcomes collected."""
-        for ref in self._refs:
-            with contextlib.suppress(Exception):
-                self.ray.cancel(ref, force=force)
         out: list[JobOutcome] = []
         deadline = time.monotonic() + timeout
+        resend = 0.0
         while self._refs and time.monotonic() < deadline:
+            if time.monotonic() >= resend:  # again every few seconds: a cancel that reaches a task as it starts is lost
+                for ref in self._refs:
+                    with contextlib.suppress(Exception):
+                        self.ray.cancel(ref, force=force)
+                resend = time.monotonic() + 3.0
             out += self.wait(min(1.0, max(0.0, deadline - time.monotonic())))
         return out
