@@ -126,6 +126,33 @@ def test_cancelling_a_job_lets_its_command_checkpoint_before_it_returns(ray_loca
     assert (tmp_path / "job.log").read_text().startswith("### pickaxe job 7 on ray:")
 
 
+def test_a_cancel_reaches_the_command_even_where_sigint_was_ignored(tmp_path: Path) -> None:
+    # what ray.cancel does to a running task (interrupt_main, a no-op while SIGINT is ignored), in a process that
+    # inherited an ignored SIGINT as Ray workers do from a sweep started in the background
+    import subprocess
+    import sys
+
+    script = "trap 'sleep 1; echo checkpointed > done; exit 130' TERM; touch up; while true; do sleep 0.1; done"
+    code = f"""
+import _thread, signal, threading, time
+from pathlib import Path
+from pickaxe.dist.jobs import run_command
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+def cancel():
+    while not Path("up").exists():
+        time.sleep(0.02)
+    _thread.interrupt_main()
+threading.Thread(target=cancel, daemon=True).start()
+try:
+    run_command(["bash", "-c", {script!r}], ".", "job.log")
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "interrupted", proc.stderr
+    assert (tmp_path / "done").read_text() == "checkpointed\n"
+
+
 def test_bad_backend_and_address_without_ray_are_one_line_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sweep", "cartpole-ppo", "--algo.lr", "1e-3,3e-4", "--backend", "rayy"]) == 2
     err = capsys.readouterr().err

@@ -57,6 +57,19 @@ def _kill_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
 
 
+def _accept_interrupts() -> None:
+    """Let a cancel interrupt this thread. ``ray.cancel`` raises ``KeyboardInterrupt`` through
+    ``_thread.interrupt_main``, which does nothing while SIGINT is ignored, and a Ray worker inherits an ignored
+    SIGINT from whatever started Ray (a non-interactive shell starts background commands with it ignored)."""
+    import threading
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) in (
+        signal.SIG_IGN,
+        signal.SIG_DFL,
+    ):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def run_command(
     argv: Sequence[str],
     cwd: str,
@@ -73,6 +86,7 @@ def run_command(
     docstring says, then propagates. A command that cannot be started gives exit status 127.
     """
     argv = _local_python(argv)
+    _accept_interrupts()
     host = socket.gethostname()
     child_env = {k: v for k, v in os.environ.items() if k not in RAY_WORKER_VARIABLES}
     child_env.update(env or {})
