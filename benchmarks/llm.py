@@ -597,6 +597,7 @@ def pickaxe_grpo_child(spec: dict[str, Any]) -> dict[str, Any]:
     """``warmup + steps`` pickaxe GRPO steps from the model folder; per-step times, split, tokens and peak RSS."""
     from pickaxe.models.lm import load_lm
     from pickaxe.models.tokenizer import load_tokenizer
+    from pickaxe.train.runtime import settle_for_training
 
     torch.manual_seed(spec["seed"])
     model, tok = load_lm(spec["folder"], "cpu"), load_tokenizer(spec["folder"])
@@ -615,6 +616,7 @@ def pickaxe_grpo_child(spec: dict[str, Any]) -> dict[str, Any]:
     engine = HFEngine(model, tok.eos_token_id, tok.pad_token_id, max_batch=512, seed=spec["seed"])
     env = StreamEnv(spec["stream"])
     collector = TextCollector(env, engine, tok, spec["prompts"], sampling, model, reference, lambda: algo.version)  # type: ignore[arg-type]
+    settle_for_training()  # what build_llm_trainer does once the models are built
     rows: dict[str, list[float]] = {k: [] for k in ROW_KEYS}
     life_peak = 0
     for i in range(spec["warmup"] + spec["steps"]):

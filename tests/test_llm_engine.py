@@ -86,6 +86,30 @@ def test_sampler_logprobs_equal_learner_logprobs(tok, model, params: SamplingPar
     assert torch.allclose(learner[m], data["logprob"][m], atol=1e-5), (learner[m] - data["logprob"][m]).abs().max()
 
 
+def test_samples_of_a_prompt_share_one_prefill(tok, model) -> None:
+    """n samples of a prompt are prefilled once (the KV cache rows are copied): the prefill runs on the distinct
+    prompts only, and the completions equal those of the prompts written out n times (same seed)."""
+    prompts = [tok(p)["input_ids"] for p in PROMPTS]
+    params = SamplingParams(max_new_tokens=6, temperature=1.0, n=4)
+    rows: list[int] = []
+    hook = model.register_forward_hook(
+        lambda m, args, kwargs, out: rows.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    try:
+        shared = HFEngine(model, tok.eos_token_id, tok.pad_token_id, max_batch=6, seed=3).generate(prompts, params)
+    finally:
+        hook.remove()
+    assert rows[0] == 2  # the first chunk of 6 rows holds prompts 0 (4 samples) and 1 (2 samples)
+    spelled = [p for p in prompts for _ in range(params.n)]
+    plain = HFEngine(model, tok.eos_token_id, tok.pad_token_id, max_batch=6, seed=3).generate(
+        spelled, SamplingParams(max_new_tokens=6, temperature=1.0, n=1)
+    )
+    assert [c.token_ids for c in shared] == [c.token_ids for c in plain]
+    a = torch.tensor([x for c in shared for x in c.logprobs])
+    b = torch.tensor([x for c in plain for x in c.logprobs])
+    assert torch.allclose(a, b, atol=1e-5)
+
+
 def test_sampling_is_seeded(tok, model) -> None:
     prompts = [tok(p)["input_ids"] for p in PROMPTS]
     params = SamplingParams(max_new_tokens=5, n=2)

@@ -1,6 +1,7 @@
 """The LLM learner at scale: completion-only, vocabulary-chunked log-probs equal the full-logits ones; no
 vocabulary-wide tensor is kept for the backward pass; every compute option (gradient checkpointing, bf16 autocast,
-length-sorted and packed micro-batches, chunk size) gives the plain update; one host read per optimizer step."""
+length-sorted, packed and shared-prefix micro-batches, chunk size) gives the plain update; one host read per
+optimizer step."""
 
 import copy
 import json
@@ -56,6 +57,71 @@ def test_completion_logprobs_equal_full_logits_values_and_gradients(arch: str, m
         assert torch.allclose(p.grad, g, atol=2e-6), (p.grad - g).abs().max()
 
 
+def _groups(vocab: int, groups: int = 4, n: int = 4, seed: int = 2) -> dict[str, torch.Tensor]:
+    """``groups`` prompts of uneven lengths, each with ``n`` completions of uneven lengths, in the collector's
+    layout (a GRPO batch)."""
+    g = torch.Generator().manual_seed(seed)
+    prompts, comps = [], []
+    for _ in range(groups):
+        prompt = torch.randint(2, vocab, (int(torch.randint(3, 9, (), generator=g)),), generator=g).tolist()
+        for _ in range(n):
+            prompts.append(prompt)
+            comps.append(torch.randint(2, vocab, (int(torch.randint(1, 7, (), generator=g)),), generator=g).tolist())
+    return pack(prompts, comps, 0)
+
+
+@pytest.mark.parametrize(
+    ("rows", "min_width", "chunk"),
+    [(0, 512, 0), (6, 512, 3), (0, 1, 0)],
+    ids=["one-row-per-prompt", "groups-split-by-micro-batch", "groups-split-by-row-width"],
+)
+def test_shared_prefix_logprobs_equal_full_logits_with_fewer_tokens(
+    rows: int, min_width: int, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The completions of a prompt share one pass over it: values and gradients equal the full-logits ones (top-k
+    included), and the decoder sees each prompt once per row instead of once per completion."""
+    monkeypatch.setattr("pickaxe.data.shared_prefix.MIN_WIDTH", min_width)
+    model = tiny_lm(97, hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64, seed=0)
+    d = _groups(97)
+    ids, attn, mask = d["input_ids"], d["attention_mask"], d["loss_mask"].bool()
+    full = sequence_logprobs(model, ids, attn, 0.7, 5, 1.0)
+    full[mask].sum().backward()
+    want = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    fed: list[int] = []
+    model.model.embed_tokens.register_forward_hook(lambda m, inp, out: fed.append(int((inp[0] != 0).sum())))
+    got = completion_logprobs(model, ids, attn, mask, 0.7, 5, 1.0, chunk_tokens=chunk, rows=rows, mode="shared-prefix")
+    got[mask].sum().backward()
+    assert torch.allclose(got[mask], full[mask], atol=2e-6)
+    assert (got[~mask] == 0).all()
+    for p, g in zip(model.parameters(), want, strict=True):
+        assert torch.allclose(p.grad, g, atol=2e-6), (p.grad - g).abs().max()
+    prompt_tokens = int(attn.sum() - mask.sum())  # every copy of every prompt
+    if min_width > 1 and rows == 0:
+        assert sum(fed) == int(attn.sum()) - prompt_tokens * 3 // 4  # 4 completions per prompt: 1 copy of 4 left
+    else:
+        assert sum(fed) < int(attn.sum())
+
+
+def test_shared_prefix_needs_a_4d_mask_kernel() -> None:
+    """A model whose attention cannot take the tree-shaped mask gets the padded layout (same numbers); asking a
+    shared-prefix layout for a 2-D mask names the fix."""
+    from pickaxe.data.layout import sequence_bounds
+    from pickaxe.data.shared_prefix import plan_shared_prefix
+
+    model = tiny_lm(97, hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64, seed=0)
+    d = _groups(97)
+    ids, attn, mask = d["input_ids"], d["attention_mask"], d["loss_mask"]
+    with torch.no_grad():
+        sdpa = completion_logprobs(model, ids, attn, mask, mode="shared-prefix")
+        model.config._attn_implementation = "eager"
+        eager = completion_logprobs(model, ids, attn, mask, mode="shared-prefix")
+    assert torch.allclose(sdpa, eager, atol=2e-6)
+    layout = plan_shared_prefix(ids, sequence_bounds(attn, mask))
+    with pytest.raises(ValueError, match="attn_implementation='sdpa' or set share_prompts=False"):
+        layout.padding_mask()
+
+
 def test_no_vocabulary_wide_tensor_is_kept_for_the_backward_pass() -> None:
     vocab, chunk = 4096, 4
     model = tiny_lm(vocab, hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32, seed=0)
@@ -107,8 +173,9 @@ def grpo_case():
         ({"micro_batch_layout": "length-sorted"}, 2e-6),
         ({"micro_batch_layout": "packed"}, 2e-6),
         ({"logprob_chunk_tokens": 3}, 2e-6),
+        ({"share_prompts": False}, 2e-6),  # the plain update runs each prompt once per micro-batch
     ],
-    ids=["checkpointing", "length-sorted", "packed", "chunked"],
+    ids=["checkpointing", "length-sorted", "packed", "chunked", "unshared-prompts"],
 )
 def test_each_compute_option_gives_the_plain_update(grpo_case, options: dict, atol: float) -> None:
     base, batch = grpo_case
@@ -197,7 +264,8 @@ def test_one_host_read_per_optimizer_step() -> None:
 
     one = reads(micro_batch_size=n)
     assert reads(micro_batch_size=5) == one  # not per micro-batch
-    assert reads(micro_batch_size=1, micro_batch_layout="packed") == one
+    assert reads(micro_batch_size=1, micro_batch_layout="packed") == one - 1  # no token ids to read: no prompt sharing
+    assert reads(micro_batch_size=n, share_prompts=False) == one - 1
     assert reads(micro_batch_size=n, epochs=3) == one + 2  # one per optimizer step
     deep = GRPO(
         tiny_lm(len(TOK), hidden=32, layers=6, heads=4, kv_heads=2, intermediate=64, seed=0),
@@ -207,7 +275,7 @@ def test_one_host_read_per_optimizer_step() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # another model than the sampler's: the on-policy check warns
         assert _count_reads(lambda: deep.update(batch.clone())) == one  # not per parameter (3x the tensors)
-    assert one == 2  # the planning read of the sequence bounds and the step's one read
+    assert one == 3  # the planning reads of the sequence bounds and of the token ids, and the step's one read
 
 
 def test_sft_reads_once_per_update() -> None:

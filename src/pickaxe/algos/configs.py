@@ -255,6 +255,9 @@ class GRPOConfig(LMConfig):
     min(pi_learner / pi_sampler, tis_cap) (for engines whose numerics differ from the learner's, e.g. vLLM)."""
     ratio_tolerance: float = ranged(1e-3, gt=0)
     """Warn when the first on-policy micro-batch has max |learner - sampler log-prob| above this."""
+    share_prompts: bool = True
+    """The completions of a prompt share one pass over it in the learner's and the reference's forward passes
+    (padded layout, SDPA attention; same numbers up to float rounding, fewer FLOPs)."""
 
     @classmethod
     def variant(cls, name: Literal["grpo", "dr-grpo", "dapo", "gspo"], **overrides) -> GRPOConfig:

@@ -36,7 +36,7 @@ from pickaxe.algos.llm_core import (
 from pickaxe.algos.rlhf_core import reinforce_pp_advantages, rloo_advantages
 from pickaxe.data.batch import Batch
 from pickaxe.data.layout import sequence_bounds
-from pickaxe.models.lm import completion_logprobs
+from pickaxe.models.lm import completion_logprobs, shares_prompts
 from pickaxe.rollout.engines.base import SamplingParams
 
 
@@ -168,6 +168,15 @@ class GRPO(LMAlgorithm):
         self._processing = (t if t > 0 else 1.0, self.sampling.top_k, self.sampling.top_p)
         self.generator = torch.Generator().manual_seed(seed)
 
+    @property
+    def layout(self) -> str:
+        """The micro-batch layout of the forward passes: ``shared-prefix`` (each prompt once per micro-batch) for the
+        ``padded`` layout when ``share_prompts`` is on and the model's attention takes a 4-D mask, else the config's."""
+        cfg = self.config
+        if cfg.share_prompts and cfg.micro_batch_layout == "padded" and shares_prompts(self.model):
+            return "shared-prefix"
+        return cfg.micro_batch_layout
+
     def state_dict(self) -> dict[str, Any]:
         """``LMAlgorithm``'s state and the mini-batch shuffling generator (so a resume with ``mini_batches`` > 1
         draws the same mini-batches)."""
@@ -183,7 +192,8 @@ class GRPO(LMAlgorithm):
     def update(self, batch: Batch) -> dict[str, float]:
         """Advantages, optional dynamic sampling and TIS, then ``epochs x mini_batches`` optimizer steps.
 
-        Device synchronisations: one read of the sequence bounds to plan the micro-batches, one per optimizer step
+        Device synchronisations: one read of the sequence bounds to plan the micro-batches (and one of the token ids
+        when prompts are shared, see ``layout``), one per optimizer step
         (the guard's loss and gradient norm; the last step also reads every metric), plus one for dynamic sampling
         (the number of kept sequences).
         """
@@ -197,6 +207,8 @@ class GRPO(LMAlgorithm):
         tis_diff = self.add_behaviour_logprobs(data, reads)
         norm = float(cfg.loss_norm or self.sampling.max_new_tokens)
         bounds = sequence_bounds(data["attention_mask"], data["loss_mask"])
+        layout = self.layout
+        host_ids = data["input_ids"].cpu().numpy() if layout == "shared-prefix" else None  # planned once per update
         zero = torch.zeros((), device=self.device)
         totals = {"tokens": zero, "clipped": zero, "ratio_sum": zero, "kl_sum": zero}
         first = {"diff_sum": zero, "diff_max": zero, "diff_max_mb0": zero}  # before the first step: should be 0
@@ -217,7 +229,7 @@ class GRPO(LMAlgorithm):
                 # rows without scored tokens (a sample a reward failed on: loss mask zeroed) are not sequences
                 step_seqs = float(sum(1 for r in mini if len(bounds.scored[r]) > 0))
                 loss_total = zero
-                plan = plan_micro_batches(data["input_ids"], bounds, mini, cfg.micro_batch_size, cfg.micro_batch_layout)
+                plan = plan_micro_batches(data["input_ids"], bounds, mini, cfg.micro_batch_size, layout, host_ids)
                 if epoch == 0 and k == 0:  # counted over every learner's micro-batches (host numbers of the plan)
                     for _, layout in plan:
                         first_tokens += len(layout.targets)
@@ -334,7 +346,11 @@ class GRPO(LMAlgorithm):
                 chunk_tokens=cfg.logprob_chunk_tokens,
                 precision=cfg.autocast,
                 rows=cfg.micro_batch_size,
-                mode="packed" if cfg.micro_batch_layout == "packed" else "padded",
+                mode="packed"
+                if self.layout == "packed"
+                else "shared-prefix"
+                if self.layout == "shared-prefix"
+                else "padded",
             )
 
         with torch.no_grad():

@@ -16,12 +16,14 @@ import math
 import warnings
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from pickaxe.algos.base import Algorithm, clip_and_step
 from pickaxe.algos.configs import Aggregation, KLEstimator
 from pickaxe.data.layout import SequenceBounds, TokenLayout, plan_layout
+from pickaxe.data.shared_prefix import plan_shared_prefix
 from pickaxe.errors import NonFiniteError
 from pickaxe.models.lm import enable_checkpointing, layout_logprobs
 
@@ -229,21 +231,30 @@ def plan_micro_batches(
     rows: list[int],
     size: int,
     layout: str = "padded",
+    host_ids: np.ndarray | None = None,
 ) -> list[tuple[list[int], TokenLayout]]:
     """Cut sequences ``rows`` of a batch into micro-batches of ``size`` and lay each out for the model.
 
     ``layout``: ``padded`` keeps ``rows``' order, one sequence per model row; ``length-sorted`` orders them by
     length first (similar lengths share a micro-batch, so less padding); ``packed`` packs each micro-batch's
-    sequences into as few rows as fit the longest. The sum of the micro-batch losses is the same in every layout
+    sequences into as few rows as fit the longest; ``shared-prefix`` keeps ``rows``' order and runs a prompt that
+    several sequences of a micro-batch start with once (:mod:`pickaxe.data.shared_prefix`; one host read of
+    ``input_ids`` unless ``host_ids`` holds them). The sum of the micro-batch losses is the same in every layout
     (losses are normalised by the whole step's counts), so only float rounding differs.
     """
     if layout == "length-sorted":
         rows = sorted(rows, key=lambda r: bounds.length[r])
     mode = "packed" if layout == "packed" else "padded"
-    out = []
+    host = None
+    if layout == "shared-prefix":
+        host = input_ids.detach().cpu().numpy() if host_ids is None else host_ids
+    out: list[tuple[list[int], TokenLayout]] = []
     for s in range(0, len(rows), size):
         chunk = rows[s : s + size]
-        out.append((chunk, plan_layout(input_ids, bounds, chunk, mode)))
+        if host is not None:
+            out.append((chunk, plan_shared_prefix(input_ids, bounds, chunk, host)))
+        else:
+            out.append((chunk, plan_layout(input_ids, bounds, chunk, mode)))
     return out
 
 

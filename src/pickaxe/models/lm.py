@@ -12,7 +12,8 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
-from pickaxe.data.layout import LayoutMode, TokenLayout, over_layouts
+from pickaxe.data.layout import LayoutMode, TokenLayout, over_layouts, sequence_bounds
+from pickaxe.data.shared_prefix import SharedPrefixLayout, plan_shared_prefix
 from pickaxe.errors import PickaxeError
 from pickaxe.utils import resolve_device
 
@@ -213,9 +214,15 @@ def attention_inputs(model: nn.Module, layout: TokenLayout) -> torch.Tensor | No
     which ``transformers`` uses as given (a 2-D mask, or none, makes it inspect the mask or the position ids on the
     host at every forward: a device synchronisation per micro-batch). Otherwise: the 2-D padding mask, or None for
     packed rows, whose boundaries ``transformers`` finds in the position ids."""
-    if getattr(getattr(model, "config", None), "_attn_implementation", None) == "sdpa":
+    if shares_prompts(model):
         return layout.attention_mask()
-    return None if layout.packed else layout.padding_mask()
+    return None if layout.packed and not isinstance(layout, SharedPrefixLayout) else layout.padding_mask()
+
+
+def shares_prompts(model: nn.Module) -> bool:
+    """Whether ``model`` takes a 4-D boolean attention mask as given (the SDPA kernel), which the shared-prefix
+    layout (:mod:`pickaxe.data.shared_prefix`) needs."""
+    return getattr(getattr(model, "config", None), "_attn_implementation", None) == "sdpa"
 
 
 def layout_logprobs(
@@ -254,20 +261,33 @@ def completion_logprobs(
     chunk_tokens: int = 0,
     precision: Autocast = "off",
     rows: int = 0,
-    mode: LayoutMode = "padded",
+    mode: LayoutMode | Literal["shared-prefix"] = "padded",
 ) -> torch.Tensor:
     """Per-token log-probs ``[B, L]`` of the ``loss_mask`` tokens of ``input_ids`` under ``model`` (0 elsewhere),
     with or without gradient. Column ``j`` is log p(token j | tokens < j) after ``process_logits``.
 
     Each row's real tokens must be contiguous (the collector's layout). ``rows`` > 0 runs ``rows`` sequences per
-    forward; ``mode`` ``packed`` puts several sequences in one model row. Only scored positions reach the output
+    forward; ``mode`` ``packed`` puts several sequences in one model row, ``shared-prefix`` runs the prompt that
+    several sequences of a block start with once (see :mod:`pickaxe.data.shared_prefix`; the ``padded`` layout on a
+    model without the SDPA kernel; one more host read of ``input_ids``). Only scored positions reach the output
     layer, in chunks of ``chunk_tokens`` (see :func:`head_logprobs`), so memory does not grow with the vocabulary.
     """
 
     def block(layout: TokenLayout) -> torch.Tensor:
         return layout.scatter(layout_logprobs(model, layout, temperature, top_k, top_p, chunk_tokens, precision))
 
-    return over_layouts(input_ids, attention_mask, loss_mask, block, rows, mode)
+    if mode != "shared-prefix" or not shares_prompts(model):
+        return over_layouts(
+            input_ids, attention_mask, loss_mask, block, rows, "packed" if mode == "packed" else "padded"
+        )
+    bounds = sequence_bounds(attention_mask, loss_mask)
+    host = input_ids.detach().cpu().numpy()
+    B = input_ids.shape[0]
+    step = rows or max(B, 1)
+    out = [
+        block(plan_shared_prefix(input_ids, bounds, list(range(s, min(s + step, B))), host)) for s in range(0, B, step)
+    ]
+    return torch.cat(out) if out else input_ids.new_zeros(input_ids.shape, dtype=torch.float32)
 
 
 def sequence_logprobs(

@@ -95,7 +95,8 @@ class TextCollector:
     ``collect()`` returns a 1-D ``Batch`` over the ``prompts * n`` completions with the DESIGN LLM keys:
     ``input_ids``, ``attention_mask``, ``loss_mask`` (see ``pack``), ``logprob`` (sampler), ``ref_logprob``
     (given a ``reference`` model; same temperature, no top-k/top-p; completion tokens only, ``ref_rows`` sequences
-    per forward, bf16 autocast with ``precision="bf16"``), ``reward``, ``advantage`` (zeros: the
+    per forward, bf16 autocast with ``precision="bf16"``; with ``share_prompts`` each prompt's forward pass is
+    shared by its completions, see :mod:`pickaxe.data.shared_prefix`), ``reward``, ``advantage`` (zeros: the
     algorithm computes it), ``group`` (a prompt id unique over the run), ``valid`` and ``policy_version``.
 
     Rewards are scored a batch at a time (``PromptEnv.score_batch``: batched rewards such as a reward model see
@@ -145,8 +146,10 @@ class TextCollector:
         scheduler: RolloutScheduler | None = None,
         reference_on_workers: bool = False,
         encode: Callable[[Sequence[Example]], list[list[int]]] | None = None,
+        share_prompts: bool = True,
     ) -> None:
         self.env = env
+        self.share_prompts = share_prompts
         self.encode = encode or (lambda examples: encode_prompts(tokenizer, examples))
         self.scheduler = scheduler
         self.reference_on_workers = reference_on_workers and scheduler is not None and reference is not None
@@ -264,6 +267,7 @@ class TextCollector:
                     temperature,
                     precision=self.precision,
                     rows=self.ref_rows,
+                    mode="shared-prefix" if self.share_prompts else "padded",
                 )
         finally:
             if self.offload_reference:

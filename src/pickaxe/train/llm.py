@@ -55,6 +55,7 @@ from pickaxe.runs.model import load_collector_state, load_model, weights_source
 from pickaxe.runs.run import Run
 from pickaxe.train.evaluate import text_estimates
 from pickaxe.train.llm_config import LLMEvalConfig, LLMTrainConfig
+from pickaxe.train.runtime import settle_for_training
 from pickaxe.train.trainer import FitResult, Trainer
 from pickaxe.utils import resolve_device, seed_everything, set_torch_threads
 
@@ -678,10 +679,12 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
             # with its adapters off) and not vLLM (no module in the worker to copy)
             reference_on_workers=scheduler is not None and not is_lora(model) and e.name == "hf",
             encode=encode,
+            share_prompts=getattr(cfg.algo, "share_prompts", True),
         )
     else:
         raise ConfigError(f"no LLM algorithm for config type {type(cfg.algo).__name__}")
     evaluator = TextEvaluator(env, engine, tokenizer, cfg.eval, e.max_new_tokens, seeds["eval"], reference, encode)
+    settle_for_training()  # the models are built: freeze them out of full GC passes, keep the allocator's blocks
     return LLMTrainer.assemble(cfg, algo, collector, evaluator, run, progress, resuming, (model, tokenizer))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import itertools
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -88,11 +89,23 @@ class HFEngine:
         lengths = torch.zeros(B, dtype=torch.long, device=self.device)
         finished = torch.zeros(B, dtype=torch.bool, device=self.device)
         alive = torch.arange(B, device=self.device)  # batch rows still generating, in cache order
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **self._keep_last)
+        # the n samples of a prompt share its prefill: run each distinct prompt once, then copy its KV cache rows
+        owner = list(itertools.accumulate(int(r > 0 and rows[r][0] != rows[r - 1][0]) for r in range(B)))
+        firsts = [r for r in range(B) if r == 0 or owner[r] != owner[r - 1]]
+        shared = len(firsts) < B
+        index = torch.tensor(firsts, device=self.device) if shared else alive
+        out = self.model(
+            input_ids=ids[index], attention_mask=mask[index], position_ids=pos[index], use_cache=True, **self._keep_last
+        )
         cache: Any = _cache_of(out)
+        logits = out.logits[:, -1]
+        if shared:
+            expand = torch.tensor(owner, device=self.device)
+            cache.batch_select_indices(expand)
+            logits = logits[expand]
         next_pos = pos[:, -1:] + 1
         for t in range(params.max_new_tokens):
-            logits = process_logits(out.logits[:, -1], params.temperature, params.top_k, params.top_p)
+            logits = process_logits(logits, params.temperature, params.top_k, params.top_p)
             logprobs = logits.log_softmax(-1)
             if params.greedy:
                 tok = logits.argmax(-1)
@@ -118,7 +131,7 @@ class HFEngine:
                 **{self._cache_arg: cache},
                 **self._keep_last,
             )
-            cache = _cache_of(out)
+            cache, logits = _cache_of(out), out.logits[:, -1]
             next_pos = next_pos + 1
         tokens, logps, lengths, finished = tokens.cpu(), logps.cpu(), lengths.cpu(), finished.cpu()
         return [

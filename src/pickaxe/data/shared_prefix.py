@@ -1,0 +1,125 @@
+"""The shared-prefix token layout: sequences that start with the same unscored tokens (the ``G`` completions of
+one prompt in a GRPO batch) share one copy of them in a model row.
+
+A row holds the prefix once (segment 0) followed by each sequence's remaining tokens (segments 1, 2, ...), with
+positions continuing from the prefix's end in every branch, and a tree-shaped causal mask: a branch's tokens attend
+to the prefix and to their own branch, the prefix only to itself. Every token therefore sees exactly the tokens it
+sees in its own padded row (the prefix's hidden states do not depend on what follows them), so the log-probs are
+those of the ``padded`` layout up to float rounding, while the decoder runs each prompt once instead of ``G`` times.
+The prefix of a sequence is everything before its first scored token; the hidden state at the prefix's last
+position predicts every branch's first token.
+
+Rows are capped at ``max(2 x the longest sequence, min_width)`` tokens: a group that does not fit continues in
+another row with its own copy of the prefix, so attention, quadratic in the row width, stays bounded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from pickaxe.data.layout import SequenceBounds, TokenLayout
+
+MIN_WIDTH = 512
+"""Rows may always grow to this many tokens, however short the sequences."""
+
+
+@dataclass
+class SharedPrefixLayout(TokenLayout):
+    """A :class:`TokenLayout` whose rows hold one shared prefix (segment 0) and several branches after it."""
+
+    def attention_mask(self) -> torch.Tensor:
+        """``[R, 1, W, W]`` boolean mask: query ``i`` may attend to key ``j <= i`` of its own segment, and a branch
+        (segment > 0) also to the prefix (segment 0); padding (-1) attends to padding."""
+        W = self.segments.shape[1]
+        causal = torch.ones(W, W, dtype=torch.bool, device=self.segments.device).tril()
+        query, key = self.segments[:, :, None], self.segments[:, None, :]
+        allowed = (query == key) | ((key == 0) & (query > 0))
+        return (allowed & causal).unsqueeze(1)
+
+    def padding_mask(self) -> torch.Tensor:
+        """Not expressible as a 2-D mask: refuse, naming the fix."""
+        raise ValueError(
+            "a shared-prefix layout needs the 4-D attention mask of the sdpa kernel; load the model with "
+            "attn_implementation='sdpa' or set share_prompts=False"
+        )
+
+
+def plan_shared_prefix(
+    input_ids: torch.Tensor,
+    bounds: SequenceBounds,
+    rows: list[int] | None = None,
+    host_ids: np.ndarray | None = None,
+    min_width: int = MIN_WIDTH,
+) -> SharedPrefixLayout:
+    """The shared-prefix layout of sequences ``rows`` (indices into ``input_ids``'s ``[B, L]`` block and
+    ``bounds``; default all). Sequences whose prefixes (the tokens before the first scored one) are equal share a
+    row; the output block is ``[len(rows), L]`` in the order of ``rows``, as in
+    :func:`~pickaxe.data.layout.plan_layout`.
+
+    ``host_ids`` is ``input_ids`` as a host array (read from the device when not given: pass it to plan several
+    layouts of one batch with one read)."""
+    rows = list(range(input_ids.shape[0])) if rows is None else list(rows)
+    L = input_ids.shape[1]
+    host = input_ids.detach().cpu().numpy() if host_ids is None else host_ids
+    prefix = {r: bounds.scored[r][0] if bounds.scored[r] else bounds.length[r] for r in rows}
+    groups: dict[bytes, list[int]] = {}
+    for r in rows:
+        s = bounds.start[r]
+        groups.setdefault(host[r, s : s + prefix[r]].tobytes(), []).append(r)
+    cap = max(2 * max([bounds.length[r] for r in rows] + [1]), min_width)
+    bins: list[list[int]] = []  # members of each row; the first member's prefix is the row's
+    for members in groups.values():
+        p, current, width = prefix[members[0]], [], prefix[members[0]]
+        for r in members:
+            extra = bounds.length[r] - p
+            if current and width + extra > cap:
+                bins.append(current)
+                current, width = [], p
+            current.append(r)
+            width += extra
+        bins.append(current)
+    W = max([prefix[b[0]] + sum(bounds.length[r] - prefix[r] for r in b) for b in bins] + [1])
+    src: list[list[int]] = []
+    pos: list[list[int]] = []
+    seg: list[list[int]] = []
+    hidden, targets, out, local = [], [], [], {r: i for i, r in enumerate(rows)}
+    real = 0
+    for i, members in enumerate(bins):
+        first = members[0]
+        p, s0 = prefix[first], bounds.start[first]
+        row_src = list(range(first * L + s0, first * L + s0 + p))
+        row_pos, row_seg = list(range(p)), [0] * p
+        for k, r in enumerate(members, start=1):
+            s, n = bounds.start[r], bounds.length[r]
+            offset = len(row_src)  # where this branch's column p sits in the row
+            row_src.extend(range(r * L + s + p, r * L + s + n))
+            row_pos.extend(range(p, n))
+            row_seg.extend([k] * (n - p))
+            for c in bounds.scored[r]:
+                hidden.append(i * W + (c - 1 if c - 1 < p else offset + c - 1 - p))
+                targets.append(r * L + s + c)
+                out.append(local[r] * L + s + c)
+        real += len(row_src)
+        pad = W - len(row_src)
+        src.append(row_src + [-1] * pad)
+        pos.append(row_pos + [0] * pad)
+        seg.append(row_seg + [-1] * pad)
+    device = input_ids.device
+    src_t = torch.tensor(src, dtype=torch.long)
+    is_real = (src_t >= 0).to(device)
+    flat = input_ids.reshape(-1)
+    return SharedPrefixLayout(
+        input_ids=flat[src_t.clamp(min=0).to(device)].masked_fill(~is_real, 0),
+        position_ids=torch.tensor(pos, dtype=torch.long).to(device),
+        segments=torch.tensor(seg, dtype=torch.long).to(device),
+        packed=True,
+        hidden_index=torch.tensor(hidden, dtype=torch.long).to(device),
+        targets=flat[torch.tensor(targets, dtype=torch.long).to(device)],
+        out_index=torch.tensor(out, dtype=torch.long).to(device),
+        shape=(len(rows), L),
+        real_tokens=real,
+        slots=len(bins) * W,
+    )
