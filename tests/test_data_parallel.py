@@ -180,8 +180,9 @@ def test_a_non_finite_share_on_one_learner_refuses_the_step_on_every_learner(res
 
 def test_learners_read_the_device_once_per_optimizer_step_like_one_process(results) -> None:
     single, learners = results
-    # the sequence bounds, each epoch's shuffle (a CPU generator's: no device wait) and one per optimizer step
-    assert single["reads"] == 1 + 2 + 4
+    # the sequence bounds, the token ids (shared prompts), each epoch's shuffle (a CPU generator's: no device wait)
+    # and one per optimizer step
+    assert single["reads"] == 1 + 1 + 2 + 4
     assert [learner["reads"] for learner in learners] == [single["reads"]] * WORLD  # collectives are not reads
 
 
