@@ -45,8 +45,13 @@ def _solve(model: Any, n_envs: int, eval_every: int, eval_episodes: int, target:
     from stable_baselines3.common.callbacks import BaseCallback, EvalCallback
     from stable_baselines3.common.env_util import make_vec_env
 
-    result: dict[str, Any] = {"solved_step": None, "solved_wall_s": None, "best_eval_return": None}
-    start = [0.0]
+    result: dict[str, Any] = {
+        "solved_step": None,
+        "solved_wall_s": None,
+        "solved_cpu_s": None,
+        "best_eval_return": None,
+    }
+    start = [0.0, 0.0]
 
     class Stop(BaseCallback):
         def _on_step(self) -> bool:
@@ -55,6 +60,7 @@ def _solve(model: Any, n_envs: int, eval_every: int, eval_episodes: int, target:
             if self.parent.last_mean_reward >= target:
                 result["solved_step"] = int(self.num_timesteps)
                 result["solved_wall_s"] = time.perf_counter() - start[0]
+                result["solved_cpu_s"] = time.process_time() - start[1]
                 return False
             return True
 
@@ -68,7 +74,7 @@ def _solve(model: Any, n_envs: int, eval_every: int, eval_episodes: int, target:
         verbose=0,
         warn=False,
     )
-    start[0] = time.perf_counter()
+    start[0], start[1] = time.perf_counter(), time.process_time()
     model.learn(total_timesteps=max_steps, callback=callback)
     result["wall_s"] = time.perf_counter() - start[0]
     result["steps"] = int(model.num_timesteps)
