@@ -15,7 +15,7 @@ and env construction excluded), and the full-budget command for GPU users.
 
 Usage::
 
-    python benchmarks/results.py                                  # every classic recipe, 3 seeds (~40 min)
+    python benchmarks/results.py                                  # every classic recipe, 3 seeds (~1 h here)
     python benchmarks/results.py --recipes pendulum-sac,pendulum-td3 --seeds 5
     python benchmarks/results.py --budget hopper-ppo=102400 --write docs/algorithms.md
 
@@ -43,8 +43,10 @@ from typing import Any
 BEGIN = "<!-- results:begin -->"
 END = "<!-- results:end -->"
 
-# Short CPU budgets (env steps) that keep the default table (3 seeds) to ~40 min of one core of the shared 2-core
-# machine. Recipes with a target keep their own budget where they solve well inside it (they stop at the target).
+# Short CPU budgets (env steps): the default table (3 seeds) took 59 min of processes on the shared 2-core machine at
+# load average 3-7 (2026-12-02); less with a core to itself (halfcheetah-sac's three seeds took 183-339 s as the load
+# varied). halfcheetah-sac, hopper-ppo and pong-dqn are two thirds of it. Recipes with a target keep their own
+# budget: they solve well inside it and stop there.
 DEFAULT_BUDGETS: dict[str, int] = {  # pong-dqn learns from 20k steps; halfcheetah-sac from 10k
     "cartpole-ppo": 100_000,
     "cartpole-a2c": 100_000,
@@ -61,10 +63,10 @@ DEFAULT_BUDGETS: dict[str, int] = {  # pong-dqn learns from 20k steps; halfcheet
     "breakout-ppo": 4_096,
 }
 
-# The budget the recipe is meant for, as docs/envs.md gives it (GPU for the Atari and MuJoCo ones).
+# The budget the recipe is meant for, as docs/envs.md gives it (on a GPU for the Atari games and halfcheetah-sac).
 FULL_COMMANDS: dict[str, str] = {
     "halfcheetah-sac": "pickaxe train halfcheetah-sac --trainer.total-steps 1000000 --device cuda",
-    "hopper-ppo": "pickaxe train hopper-ppo --trainer.total-steps 1000000 --device cuda",
+    "hopper-ppo": "pickaxe train hopper-ppo --trainer.total-steps 1000000",  # a 64x64 MLP on 1 env: CPU is fine
     "pong-dqn": (
         "pickaxe train pong-dqn --trainer.total-steps 10000000 --algo.learning-starts 80000 "
         "--algo.buffer-size 100000 --trainer.eval-every 250000 --device cuda"
