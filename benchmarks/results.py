@@ -176,7 +176,7 @@ def summarize(result: RecipeResult) -> dict[str, Any]:
         "best_max": best[2] if best else None,
         "untrained_median": untrained[0] if untrained else None,
         "wall_s": walls,
-        "wall_median_s": statistics.median([w for w in walls if w is not None]) if any(walls) else None,
+        "wall_median_s": statistics.median(timed) if (timed := [w for w in walls if w is not None]) else None,
         "states": [r.state for r in seeds],
         "full_command": result.full_command,
     }
