@@ -386,6 +386,10 @@ def main(argv: list[str] | None = None) -> int:
         budgets = parse_budgets(args.budget, recipes)
     except ValueError as e:
         parser.error(str(e))
+    if args.seeds < 1:
+        parser.error(f"--seeds takes a whole number >= 1, got {args.seeds}")
+    if args.write and not Path(args.write).is_file():
+        parser.error(f"--write: {args.write} is not a file; fix: give the markdown file that holds the markers")
     if args.write and BEGIN not in Path(args.write).read_text():  # fail before an hour of training, not after
         print(f"results.py: error: {args.write} has no '{BEGIN}' marker; fix: add the markers", file=sys.stderr)
         return 2

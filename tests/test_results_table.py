@@ -95,6 +95,21 @@ def test_marker_replacement_keeps_the_rest_and_a_missing_marker_is_an_error(benc
     assert doc.read_text() == "no markers\n"
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--seeds", "0"], "--seeds takes a whole number >= 1"), (["--write", "missing.md"], "is not a file")],
+)
+def test_bad_seeds_or_write_file_is_one_line_and_exit_2_before_any_training(
+    bench: ModuleType, args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if args[0] == "--write":
+        args = ["--write", str(tmp_path / args[1])]
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--recipes", "pendulum-sac", *args])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err.strip().splitlines()[-1]
+
+
 def test_budget_option_is_checked(bench: ModuleType) -> None:
     assert bench.parse_budgets(["hopper-ppo=4096"], ["hopper-ppo"])["hopper-ppo"] == 4096
     with pytest.raises(ValueError, match="RECIPE=STEPS"):
