@@ -374,6 +374,18 @@ def test_algos_lists_every_algorithm_with_its_recipes(capsys) -> None:
     assert any(u.startswith("cartpole-ppo") for u in used) and any(u.startswith("cartpole-dqn") for u in used)
 
 
+@pytest.mark.parametrize("args", [["algos"], ["algos", "a2c"]])  # more, and less, than the stdout buffer holds
+def test_a_reader_that_leaves_early_gets_no_traceback(args: list[str]) -> None:
+    # `pickaxe algos | head -1`: the pipe's read end is closed before the listing is written
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pickaxe.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
 def test_algos_name_prints_its_keys_and_a_bad_name_is_one_line(capsys) -> None:
     assert main(["algos", "dqn", "--kind", "classic"]) == 0
     out = capsys.readouterr().out.splitlines()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import json
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -114,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         if handler is None:
             close = difflib.get_close_matches(command, COMMANDS, n=1, cutoff=0.0)
             raise PickaxeError(f"unknown command {command!r}; did you mean {close[0]!r}? (pickaxe --help)")
-        return handler(rest)
+        code = handler(rest)
+        sys.stdout.flush()  # a reader that left shows here (handled below), not as a traceback at exit
+        return code
     except PickaxeError as e:
         print(f"pickaxe: error: {e}", file=sys.stderr)
         return 2
@@ -122,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         if e.code in (0, None):
             return 0
         raise
+    except BrokenPipeError:  # the reader of stdout left (`pickaxe runs | head`): stop quietly, no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit would fail again
+        return 1
     except KeyboardInterrupt as e:
         if not getattr(e, "reported", False):  # the Trainer already printed where its checkpoint is
             print("pickaxe: interrupted", file=sys.stderr)
@@ -511,9 +517,9 @@ class AlgosArgs:
     """List every algorithm (classic and LLM) with its config and the recipes that use it; with NAME, the config
     keys of that algorithm (``--algo.KEY VALUE`` on top of a recipe that uses it) and their defaults."""
 
-    name: tyro.conf.Positional[str | None] = None
-    """An algorithm's name (e.g. ppo, dqn, grpo)."""
-    kind: Literal["classic", "llm"] | None = None
+    name: tyro.conf.Positional[Annotated[str, tyro.conf.arg(metavar="[NAME]")]] = ""
+    """An algorithm's name (e.g. ppo, dqn, grpo); none: list them all."""
+    kind: Literal["all", "classic", "llm"] = "all"
     """Only the classic (gymnasium) or only the LLM algorithms."""
 
 
@@ -528,8 +534,8 @@ def _algos(args: list[str]) -> int:
     parsed = parse(AlgosArgs, args, "pickaxe algos")
     from pickaxe.recipes.algos import algo_catalog
 
-    entries = [e for e in algo_catalog() if parsed.kind in (None, e.kind)]
-    if parsed.name is None:
+    entries = [e for e in algo_catalog() if parsed.kind in ("all", e.kind)]
+    if not parsed.name:
         width = max(len(e.name) for e in entries)
         cwidth = max(len(e.config.__name__) for e in entries)
         for e in entries:
