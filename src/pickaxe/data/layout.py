@@ -147,15 +147,14 @@ def plan_layout(
         pos.append(row_pos + [0] * pad)
         seg.append(row_seg + [-1] * pad)
     device = input_ids.device
-    src = torch.tensor(src_cols, dtype=torch.long)
+    ids, position_ids, segments, src = row_tensors(input_ids, src_cols, pos, seg)
     hidden_index = torch.tensor(hidden, dtype=torch.long)
     target_src = src.reshape(-1)[hidden_index + 1]
-    real = (src >= 0).to(device)
     flat = input_ids.reshape(-1)
     return TokenLayout(
-        input_ids=flat[src.clamp(min=0).to(device)].masked_fill(~real, 0),
-        position_ids=torch.tensor(pos, dtype=torch.long).to(device),
-        segments=torch.tensor(seg, dtype=torch.long).to(device),
+        input_ids=ids,
+        position_ids=position_ids,
+        segments=segments,
         packed=mode == "packed",
         hidden_index=hidden_index.to(device),
         targets=flat[target_src.to(device)],
@@ -164,6 +163,20 @@ def plan_layout(
         real_tokens=sum(bounds.length[r] for r in rows),
         slots=len(bins) * width,
     )
+
+
+def row_tensors(
+    input_ids: torch.Tensor, src: list[list[int]], pos: list[list[int]], seg: list[list[int]]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A planned layout's model rows on ``input_ids``' device: the token ids gathered from ``src`` (each slot's
+    flat index into ``input_ids``, -1 for padding, which gets token 0), the position ids ``pos``, the segment ids
+    ``seg``, and ``src`` itself as a host tensor."""
+    device = input_ids.device
+    src_t = torch.tensor(src, dtype=torch.long)
+    real = (src_t >= 0).to(device)
+    ids = input_ids.reshape(-1)[src_t.clamp(min=0).to(device)].masked_fill(~real, 0)
+    position_ids = torch.tensor(pos, dtype=torch.long).to(device)
+    return ids, position_ids, torch.tensor(seg, dtype=torch.long).to(device), src_t
 
 
 def over_layouts(

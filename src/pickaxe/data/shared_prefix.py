@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from pickaxe.data.layout import SequenceBounds, TokenLayout
+from pickaxe.data.layout import SequenceBounds, TokenLayout, row_tensors
 
 MIN_WIDTH = 512
 """Rows may always grow to this many tokens, however short the sequences."""
@@ -108,13 +108,12 @@ def plan_shared_prefix(
         pos.append(row_pos + [0] * pad)
         seg.append(row_seg + [-1] * pad)
     device = input_ids.device
-    src_t = torch.tensor(src, dtype=torch.long)
-    is_real = (src_t >= 0).to(device)
+    ids, position_ids, segments, _ = row_tensors(input_ids, src, pos, seg)
     flat = input_ids.reshape(-1)
     return SharedPrefixLayout(
-        input_ids=flat[src_t.clamp(min=0).to(device)].masked_fill(~is_real, 0),
-        position_ids=torch.tensor(pos, dtype=torch.long).to(device),
-        segments=torch.tensor(seg, dtype=torch.long).to(device),
+        input_ids=ids,
+        position_ids=position_ids,
+        segments=segments,
         packed=True,
         hidden_index=torch.tensor(hidden, dtype=torch.long).to(device),
         targets=flat[torch.tensor(targets, dtype=torch.long).to(device)],
