@@ -113,50 +113,51 @@ def _breakout_ppo() -> TrainConfig:
     )  # fmt: skip
 
 
-def _pendulum_sac() -> TrainConfig:
-    # Small relu nets, a high learning rate and half a gradient step per env step (16 after each collect of 32 steps,
-    # 4 envs x 8): the fewest gradient steps to -250 of the settings tried (docs/continuous-control.md).
+def _pendulum_off_policy(recipe: str, algo: SACConfig | TD3Config) -> TrainConfig:
+    """The Pendulum setting that pendulum-sac, -td3 and -ddpg share (4 envs, 32-step collects, small relu nets,
+    an eval every 1,000 steps, stopping at -250) around the recipe's algorithm config."""
     return TrainConfig(
-        recipe="pendulum-sac",
-        algo=SACConfig(
-            lr=3e-3, gamma=0.99, tau=0.02, buffer_size=100_000, batch_size=256, learning_starts=500,
-            gradient_steps=16,
-        ),
+        recipe=recipe,
+        algo=algo,
         env=EnvConfig(id="Pendulum-v1", num_envs=4),
         model=ModelConfig(hidden=(64, 64), activation="relu"),
         collector=CollectorConfig(steps=32),
         trainer=TrainerConfig(total_steps=20_000, eval_every=1_000, target_return=-250.0),
+    )
+
+
+def _pendulum_sac() -> TrainConfig:
+    # Small relu nets, a high learning rate and half a gradient step per env step (16 after each collect of 32 steps,
+    # 4 envs x 8): the fewest gradient steps to -250 of the settings tried (docs/continuous-control.md).
+    return _pendulum_off_policy(
+        "pendulum-sac",
+        SACConfig(
+            lr=3e-3, gamma=0.99, tau=0.02, buffer_size=100_000, batch_size=256, learning_starts=500,
+            gradient_steps=16,
+        ),
     )  # fmt: skip
 
 
 def _pendulum_td3() -> TrainConfig:
     # As pendulum-sac, with target smoothing (0.2 clipped at 0.5); on this short budget exploration noise 0.2 and the
     # actor updated at every critic step reached -250 in about half the env steps of TD3's delay of 2 (seed 0).
-    return TrainConfig(
-        recipe="pendulum-td3",
-        algo=TD3Config(
+    return _pendulum_off_policy(
+        "pendulum-td3",
+        TD3Config(
             lr=3e-3, gamma=0.99, tau=0.02, buffer_size=100_000, batch_size=256, learning_starts=500,
             gradient_steps=16, exploration_noise=0.2, policy_delay=1,
         ),
-        env=EnvConfig(id="Pendulum-v1", num_envs=4),
-        model=ModelConfig(hidden=(64, 64), activation="relu"),
-        collector=CollectorConfig(steps=32),
-        trainer=TrainerConfig(total_steps=20_000, eval_every=1_000, target_return=-250.0),
     )  # fmt: skip
 
 
 def _pendulum_ddpg() -> TrainConfig:
     # pendulum-td3's settings with one critic and no target smoothing: DDPG as the TD3 paper re-implemented it.
-    return TrainConfig(
-        recipe="pendulum-ddpg",
-        algo=DDPGConfig(
+    return _pendulum_off_policy(
+        "pendulum-ddpg",
+        DDPGConfig(
             lr=3e-3, gamma=0.99, tau=0.02, buffer_size=100_000, batch_size=256, learning_starts=500,
             gradient_steps=16, exploration_noise=0.2,
         ),
-        env=EnvConfig(id="Pendulum-v1", num_envs=4),
-        model=ModelConfig(hidden=(64, 64), activation="relu"),
-        collector=CollectorConfig(steps=32),
-        trainer=TrainerConfig(total_steps=20_000, eval_every=1_000, target_return=-250.0),
     )  # fmt: skip
 
 
