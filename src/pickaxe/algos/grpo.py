@@ -346,11 +346,7 @@ class GRPO(LMAlgorithm):
                 chunk_tokens=cfg.logprob_chunk_tokens,
                 precision=cfg.autocast,
                 rows=cfg.micro_batch_size,
-                mode="packed"
-                if self.layout == "packed"
-                else "shared-prefix"
-                if self.layout == "shared-prefix"
-                else "padded",
+                mode=self.layout if self.layout in ("packed", "shared-prefix") else "padded",
             )
 
         with torch.no_grad():

@@ -186,14 +186,17 @@ def over_layouts(
     block: Callable[[TokenLayout], torch.Tensor],
     rows: int = 0,
     mode: LayoutMode = "padded",
+    plan: Callable[[SequenceBounds, list[int]], TokenLayout] | None = None,
 ) -> torch.Tensor:
     """``[B, L]`` float32 from ``block(layout)`` (a ``[b, L]`` block per layout) over a collector batch: the bounds
-    are read once, ``rows`` sequences (0: all) go into each layout of ``mode``, and the blocks are concatenated in
-    batch order. What per-token log-probs and values of a whole batch are computed with."""
+    are read once, ``rows`` sequences (0: all) go into each layout of ``mode`` (or of ``plan(bounds, rows)``), and
+    the blocks are concatenated in batch order. What per-token log-probs and values of a whole batch are computed
+    with."""
     bounds = sequence_bounds(attention_mask, score_mask)
+    plan = plan or (lambda b, chunk: plan_layout(input_ids, b, chunk, mode))
     B = input_ids.shape[0]
     step = rows or max(B, 1)
-    out = [block(plan_layout(input_ids, bounds, list(range(s, min(s + step, B))), mode)) for s in range(0, B, step)]
+    out = [block(plan(bounds, list(range(s, min(s + step, B))))) for s in range(0, B, step)]
     return torch.cat(out) if out else input_ids.new_zeros(input_ids.shape, dtype=torch.float32)
 
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
-from pickaxe.data.layout import LayoutMode, TokenLayout, over_layouts, sequence_bounds
+from pickaxe.data.layout import LayoutMode, SequenceBounds, TokenLayout, over_layouts
 from pickaxe.data.shared_prefix import SharedPrefixLayout, plan_shared_prefix
 from pickaxe.errors import PickaxeError
 from pickaxe.utils import resolve_device
@@ -276,18 +276,15 @@ def completion_logprobs(
     def block(layout: TokenLayout) -> torch.Tensor:
         return layout.scatter(layout_logprobs(model, layout, temperature, top_k, top_p, chunk_tokens, precision))
 
-    if mode != "shared-prefix" or not shares_prompts(model):
-        return over_layouts(
-            input_ids, attention_mask, loss_mask, block, rows, "packed" if mode == "packed" else "padded"
-        )
-    bounds = sequence_bounds(attention_mask, loss_mask)
-    host = input_ids.detach().cpu().numpy()
-    B = input_ids.shape[0]
-    step = rows or max(B, 1)
-    out = [
-        block(plan_shared_prefix(input_ids, bounds, list(range(s, min(s + step, B))), host)) for s in range(0, B, step)
-    ]
-    return torch.cat(out) if out else input_ids.new_zeros(input_ids.shape, dtype=torch.float32)
+    plan = None
+    if mode == "shared-prefix" and shares_prompts(model):
+        host = input_ids.detach().cpu().numpy()  # read once for every block's plan
+
+        def plan(bounds: SequenceBounds, chunk: list[int]) -> TokenLayout:
+            return plan_shared_prefix(input_ids, bounds, chunk, host)
+
+    flat_mode = "packed" if mode == "packed" else "padded"
+    return over_layouts(input_ids, attention_mask, loss_mask, block, rows, flat_mode, plan)
 
 
 def sequence_logprobs(
