@@ -271,14 +271,11 @@ def _utc(t: float, spec: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------- running
-def eval_records(metrics: Path) -> list[dict[str, Any]]:
-    """Every record of a run's metrics.jsonl."""
-    return [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-
-
 def read_run(run_dir: Path, seed: int, target: float | None, untrained: float | None) -> SeedRecord:
     """A SeedRecord from a finished (or failed) run folder."""
-    records = eval_records(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").is_file() else []
+    from pickaxe.runs.tracking import read_metrics
+
+    records = read_metrics(run_dir) if (run_dir / "metrics.jsonl").is_file() else []
     evals = [(int(r["step"]), float(r["eval/return_mean"])) for r in records if "eval/return_mean" in r]
     solved = next((step for step, ret in evals if target is not None and ret >= target), None)
     status = json.loads((run_dir / "status.json").read_text()) if (run_dir / "status.json").is_file() else {}
@@ -324,13 +321,11 @@ def spawn(recipe: str, seed: int, steps: int, target: float | None, root: Path, 
 
     ``reuse``: a finished run of the same budget already in ``root`` is read back instead of trained again."""
     run_dir = root / f"{recipe}-s{seed}-{steps}"
-    if reuse and started_of(run_dir):
-        record = read_run(run_dir, seed, target, started_of(run_dir).get("untrained_return"))
+    started = started_of(run_dir) if reuse else {}
+    if started:
+        record = read_run(run_dir, seed, target, started.get("untrained_return"))
         if record.state == "finished":
-            record.started, record.load_average = (
-                started_of(run_dir).get("time"),
-                started_of(run_dir).get("load_average"),
-            )
+            record.started, record.load_average = started.get("time"), started.get("load_average")
             return record
     cmd = [sys.executable, os.path.abspath(__file__), "--one", f"{recipe}:{seed}:{steps}:{run_dir}"]
     t0 = time.perf_counter()
