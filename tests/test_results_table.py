@@ -78,6 +78,12 @@ def test_read_run_takes_eval_records_from_metrics_and_state_from_status(bench: M
     empty = bench.read_run(tmp_path / "missing", 1, -250.0, None)
     assert empty.final_return is None and empty.state == "missing"
 
+    # a run killed mid-write leaves a torn last line: the records before it are read, not an exception raised
+    with (tmp_path / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 4096, "eval/retu')
+    torn = bench.read_run(tmp_path, 0, -250.0, -1100.0)
+    assert (torn.steps, torn.solved_step, torn.final_return) == (3_072, 2_048, -260.0)
+
 
 def test_marker_replacement_keeps_the_rest_and_a_missing_marker_is_an_error(bench: ModuleType, tmp_path: Path) -> None:
     text = f"# Title\n\nprose before\n\n{bench.BEGIN}\nold table\n{bench.END}\n\nprose after\n"
