@@ -7,7 +7,8 @@ Loops over 8 CartPole-v1 envs, one torch thread, a 64x64 tanh actor and critic f
 * ``pickaxe vector``: ``Collector(make("CartPole-v1", n=8, vectorization="vector"), policy).collect(S)`` (the
   numpy-vectorised CartPole of ``pickaxe.envs.vector``; what ``cartpole-ppo`` uses through ``auto``);
 * ``pickaxe sync``: the same with gymnasium's ``SyncVectorEnv`` (``vectorization="sync"``);
-* ``bare vector`` / ``bare sync``: the floor of each: obs -> ``torch.from_numpy`` -> ``policy.act`` ->
+* ``bare vector`` / ``bare sync``: the floor of each: obs -> ``torch.from_numpy`` -> the policy's act for one
+  rollout (``policy.frozen_act()``, the actor's and critic's hidden layers stacked, as the collector uses) ->
   ``.numpy()`` -> ``envs.step``, keeping nothing;
 * ``SB3``: ``PPO.collect_rollouts`` into its rollout buffer (``benchmarks/baselines.py``), as ``learn`` runs it;
 * ``random sync``: gymnasium's sync vector env stepped with random actions, no policy.
@@ -62,8 +63,9 @@ def bare(envs: gym.vector.VectorEnv, policy: ActorCritic, steps: int) -> Callabl
         obs = state["obs"]
         start = time.perf_counter()
         with torch.no_grad():
+            act = policy.frozen_act()
             for _ in range(steps // NUM_ENVS):
-                action, _ = policy.act(torch.from_numpy(obs))
+                action, _ = act(torch.from_numpy(obs))
                 obs, _, _, _, _ = envs.step(action.numpy())
         elapsed = time.perf_counter() - start
         state["obs"] = obs

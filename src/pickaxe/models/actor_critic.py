@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -14,6 +14,7 @@ from torch import nn
 
 from pickaxe.models.encoders import NatureCNN, is_image_space
 from pickaxe.models.mlp import mlp, obs_dim, single_spaces
+from pickaxe.models.twin_mlp import TwinMLP
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -92,7 +93,26 @@ class ActorCritic(nn.Module):
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Sample (or take the mode of) the action distribution; extras are ``logprob`` and ``value``."""
         x = self.features(obs)
-        out = self.actor(x)
+        action, logprob = self._choose(self.actor(x), deterministic)
+        return action, {"logprob": logprob, "value": self.critic(x).squeeze(-1)}
+
+    def frozen_act(self) -> Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]:
+        """An ``act`` for a loop in which the weights do not change (one rollout), without autograd: the actor's and
+        critic's hidden layers run as one op each (``models.twin_mlp``), from a copy of the weights taken now. Same
+        values as ``act``; ``act`` itself where the two MLPs cannot be stacked."""
+        if not TwinMLP.fits(self.actor, self.critic):
+            return self.act
+        heads = TwinMLP(self.actor, self.critic)
+
+        def act(obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            out, value = heads(self.features(obs))
+            action, logprob = self._choose(out, deterministic)
+            return action, {"logprob": logprob, "value": value.squeeze(-1)}
+
+        return act
+
+    def _choose(self, out: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(action, logprob)`` from the actor's output: a sample, or the mode when ``deterministic``."""
         if self.discrete:
             logp_all = torch.log_softmax(out, -1)
             action = out.argmax(-1) if deterministic else _gumbel_max(logp_all)
@@ -114,7 +134,7 @@ class ActorCritic(nn.Module):
             bits = (out > 0) if deterministic else (torch.rand_like(out) < torch.sigmoid(out))
             logprob = self._bernoulli_logprob(out, bits.float())
             action = bits.to(self.action_dtype).reshape(-1, *self.action_shape)
-        return action, {"logprob": logprob, "value": self.critic(x).squeeze(-1)}
+        return action, logprob  # type: ignore[return-value]
 
     def evaluate_actions(
         self, obs: torch.Tensor, action: torch.Tensor
@@ -153,5 +173,5 @@ class ActorCritic(nn.Module):
 
 def _gumbel_max(logp: torch.Tensor) -> torch.Tensor:
     """A sample of the categorical with log-probabilities ``logp`` (last axis), by the Gumbel-max trick."""
-    u = torch.rand_like(logp).clamp_(min=1e-20)
-    return (logp - torch.log(-torch.log(u))).argmax(-1)
+    gumbel_neg = torch.rand_like(logp).clamp_(min=1e-20).log_().neg_().log_()  # log(-log u): in place, same values
+    return (logp - gumbel_neg).argmax(-1)

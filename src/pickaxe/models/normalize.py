@@ -8,6 +8,7 @@ front of an actor-critic; ``RewardScaler`` divides rewards by the running std of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -68,6 +69,15 @@ class ObsNormalized(nn.Module):
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The inner policy's ``act`` on normalised observations."""
         return self.inner.act(self.obs_norm(obs), deterministic)
+
+    def frozen_act(self) -> Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]:
+        """The inner policy's ``frozen_act`` (or ``act``) on normalised observations, for one rollout."""
+        inner = self.inner.frozen_act() if hasattr(self.inner, "frozen_act") else self.inner.act
+
+        def act(obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            return inner(self.obs_norm(obs), deterministic)
+
+        return act
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """The inner critic on normalised observations."""

@@ -89,13 +89,15 @@ class Collector:
             self._state = self.policy.initial_state(N, self.device)
         start = time.perf_counter()
         with torch.no_grad():
+            # the weights are fixed for the whole rollout: a policy may prepare a faster act for it
+            act = self.policy.frozen_act() if hasattr(self.policy, "frozen_act") and not recurrent else self.policy.act
             for t in range(T):
                 obs_t = torch.from_numpy(obs_buf[t])
                 obs_t = obs_t if on_cpu else obs_t.to(self.device, non_blocking=True)
                 if recurrent:
                     action, extra, self._state = self.policy.act_recurrent(obs_t, self._state)
                 else:
-                    action, extra = self.policy.act(obs_t)
+                    action, extra = act(obs_t)
                 actions.append(action)
                 extras.append(extra)
                 act_np = action.numpy() if on_cpu else action.cpu().numpy()
@@ -110,7 +112,7 @@ class Collector:
                 self._ep_return += reward
                 self._ep_length += 1
                 done = term | trunc
-                if done.any():
+                if np.count_nonzero(done):  # several times cheaper than done.any() on a few envs
                     self._end_episodes(done, info, next_obs_buf[t], obs_buf[t + 1])
                     if recurrent:
                         self._state = self.policy.reset_state(self._state, torch.from_numpy(done))
