@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -14,6 +14,7 @@ from torch import nn
 
 from pickaxe.models.encoders import NatureCNN, is_image_space
 from pickaxe.models.mlp import mlp, obs_dim, single_spaces
+from pickaxe.models.policy import ActFn
 from pickaxe.models.twin_mlp import TwinMLP
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -96,7 +97,7 @@ class ActorCritic(nn.Module):
         action, logprob = self._choose(self.actor(x), deterministic)
         return action, {"logprob": logprob, "value": self.critic(x).squeeze(-1)}
 
-    def frozen_act(self) -> Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]:
+    def frozen_act(self) -> ActFn:
         """An ``act`` for a loop in which the weights do not change (one rollout), without autograd: the actor's and
         critic's hidden layers run as one op each (``models.twin_mlp``), from a copy of the weights taken now. Same
         values as ``act``; ``act`` itself where the two MLPs cannot be stacked."""

@@ -8,11 +8,12 @@ front of an actor-critic; ``RewardScaler`` divides rewards by the running std of
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
+
+from pickaxe.models.policy import ActFn, rollout_act
 
 
 class RunningMeanStd(nn.Module):
@@ -70,9 +71,9 @@ class ObsNormalized(nn.Module):
         """The inner policy's ``act`` on normalised observations."""
         return self.inner.act(self.obs_norm(obs), deterministic)
 
-    def frozen_act(self) -> Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]:
+    def frozen_act(self) -> ActFn:
         """The inner policy's ``frozen_act`` (or ``act``) on normalised observations, for one rollout."""
-        inner = self.inner.frozen_act() if hasattr(self.inner, "frozen_act") else self.inner.act
+        inner = rollout_act(self.inner)
 
         def act(obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             return inner(self.obs_norm(obs), deterministic)

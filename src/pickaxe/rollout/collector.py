@@ -12,7 +12,7 @@ from gymnasium.vector import AutoresetMode
 from tensordict import TensorDict
 
 from pickaxe.data.batch import Batch
-from pickaxe.models.policy import Policy
+from pickaxe.models.policy import Policy, rollout_act
 from pickaxe.models.recurrent import is_recurrent
 
 
@@ -89,8 +89,7 @@ class Collector:
             self._state = self.policy.initial_state(N, self.device)
         start = time.perf_counter()
         with torch.no_grad():
-            # the weights are fixed for the whole rollout: a policy may prepare a faster act for it
-            act = self.policy.frozen_act() if hasattr(self.policy, "frozen_act") and not recurrent else self.policy.act
+            act = self.policy.act if recurrent else rollout_act(self.policy)  # the weights are fixed for the rollout
             for t in range(T):
                 obs_t = torch.from_numpy(obs_buf[t])
                 obs_t = obs_t if on_cpu else obs_t.to(self.device, non_blocking=True)

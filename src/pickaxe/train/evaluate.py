@@ -13,7 +13,7 @@ from gymnasium.vector import AutoresetMode
 from pickaxe.envs.make import SeededVectorEnv
 from pickaxe.eval.stats import mean as stats_mean
 from pickaxe.eval.stats import stratified_bootstrap_ci, wilson_interval
-from pickaxe.models.policy import Policy
+from pickaxe.models.policy import Policy, rollout_act
 from pickaxe.models.recurrent import is_recurrent
 
 
@@ -44,10 +44,11 @@ def evaluate(
     device = torch.device(device)
     state = policy.initial_state(n, device) if is_recurrent(policy) else None  # its own, not the collector's
     with torch.no_grad():
-        while (done_count < quota).any():
+        act = rollout_act(policy) if state is None else None  # the weights are fixed for the evaluation
+        while np.count_nonzero(done_count < quota):
             obs_t = torch.as_tensor(np.asarray(obs, dtype=np.float32), device=device)
-            if state is None:
-                action, _ = policy.act(obs_t, deterministic=deterministic)
+            if act is not None:
+                action, _ = act(obs_t, deterministic=deterministic)
             else:
                 action, _, state = policy.act_recurrent(obs_t, state, deterministic=deterministic)
             act_np = action.cpu().numpy()
@@ -63,9 +64,9 @@ def evaluate(
                     lengths.append(int(ep_len[i]))
                 done_count[i] += 1
             ep_ret[done], ep_len[done] = 0.0, 0
-            if state is not None and done.any():
+            if state is not None and np.count_nonzero(done):
                 state = policy.reset_state(state, torch.from_numpy(done))
-            if done.any() and not same_step:
+            if not same_step and np.count_nonzero(done):
                 reset_obs, _ = envs.reset(options={"reset_mask": done})
                 obs = np.where(done.reshape(-1, *[1] * (np.ndim(obs) - 1)), reset_obs, obs)
     return np.array(returns), np.array(lengths)
