@@ -261,3 +261,17 @@ def test_rewind_purges_tensorboard_steps_past_the_checkpoint(tmp_path: Path) -> 
         run.log({"loss": 40.0}, 4)
     # steps 4 and 5 of the killed segment are hidden; step 3 and the new step 4 are shown once each
     assert _scalars(tmp_path / "r", "loss") == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0)]
+
+
+def test_tensorboard_shows_every_metric_of_a_record_at_its_step(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with Run(tmp_path / "r", config={"a": 1}) as run:
+        run.log({"loss/policy": -0.5, "grad_norm": 3, "ok": True, "note": "text"}, 256)
+        run.log({"loss/policy": -0.25, "grad_norm": 2.5, "eval/return_mean": 500.0}, 512)
+    acc = EventAccumulator(str(tmp_path / "r" / "tensorboard"))
+    acc.Reload()
+    assert sorted(acc.Tags()["scalars"]) == ["eval/return_mean", "grad_norm", "loss/policy"]  # numbers, not bools
+    assert [(e.step, e.value) for e in acc.Scalars("loss/policy")] == [(256, -0.5), (512, -0.25)]
+    assert [(e.step, e.value) for e in acc.Scalars("grad_norm")] == [(256, 3.0), (512, 2.5)]
+    assert [(e.step, e.value) for e in acc.Scalars("eval/return_mean")] == [(512, 500.0)]

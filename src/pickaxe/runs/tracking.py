@@ -72,11 +72,20 @@ class TensorBoardLogger:
         self._writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
 
     def log(self, record: dict[str, Any]) -> None:
-        """Write every numeric value of ``record`` at ``record['step']``."""
-        step = int(record["step"])
-        for key, value in record.items():
-            if key != "step" and isinstance(value, int | float) and not isinstance(value, bool):
-                self._writer.add_scalar(key, value, step)
+        """Write every numeric value of ``record`` at ``record['step']``, as one event.
+
+        ``SummaryWriter.add_scalar`` makes one event per scalar (~0.12 ms each here: ~3 ms for a PPO record of 23
+        metrics, 4% of a CartPole run); one summary holding every value of the record is the same scalars, tags and
+        step to TensorBoard at a fifth of the cost."""
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        values = [
+            Summary.Value(tag=key, simple_value=float(value))
+            for key, value in record.items()
+            if key != "step" and isinstance(value, int | float) and not isinstance(value, bool)
+        ]
+        if values:
+            self._writer._get_file_writer().add_summary(Summary(value=values), int(record["step"]))
 
     def flush(self) -> None:
         """Write pending events to disk."""
