@@ -19,13 +19,22 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
             "src/pickaxe/algos/core.py",
             "src/pickaxe/algos/base.py",
         ],
-        ["tests/test_losses.py", "tests/test_options_ppo.py", "tests/test_options_dqn.py"],
+        ["tests/test_losses.py", "tests/test_options_ppo.py", "tests/test_options_dqn.py", "tests/test_dqn_family.py"],
     ),
     "data": (
         ["src/pickaxe/data/*"],
-        ["tests/test_buffers.py", "tests/test_returns.py", "tests/test_options_ppo.py", "tests/test_options_dqn.py"],
+        [
+            "tests/test_buffers.py",
+            "tests/test_returns.py",
+            "tests/test_options_ppo.py",
+            "tests/test_options_dqn.py",
+            "tests/test_dqn_family.py",
+        ],
     ),
-    "rollout": (["src/pickaxe/rollout/collector.py"], ["tests/test_collector.py", "tests/test_collector_options.py"]),
+    "rollout": (
+        ["src/pickaxe/rollout/collector.py"],
+        ["tests/test_collector.py", "tests/test_collector_options.py", "tests/test_twin_mlp.py"],
+    ),
     "runs": (
         ["src/pickaxe/runs/*"],
         [
