@@ -24,6 +24,7 @@ from pickaxe.runs.run import Run, default_run_dir
 from pickaxe.train.config import TrainConfig
 from pickaxe.train.evaluate import evaluate
 from pickaxe.train.llm_config import LLMTrainConfig
+from pickaxe.train.runtime import settle_for_training
 from pickaxe.train.trainer import FitResult, Trainer
 from pickaxe.utils import resolve_device, seed_everything, set_torch_threads
 
@@ -107,6 +108,7 @@ def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = Fal
     )
     algo = build_algorithm(cfg, envs)
     collector = Collector(envs, algo.policy, steps=cfg.collector.steps, device=device)
+    settle_for_training()  # as for LLM runs: keep the ~340k objects of imports and build out of full GC passes
     return Trainer(
         algo,
         collector,
