@@ -167,10 +167,13 @@ def fork_module(
     for stream in (sys.stdout, sys.stderr):  # nothing buffered here is written twice by the child
         with contextlib.suppress(Exception):
             stream.flush()
-    # the child's garbage collections then skip the imported objects: no full pass over them (~0.3 s each), and no
-    # copy-on-write of the pages they touch (Python's gc docs: freeze right before fork); the run's own
-    # settle_for_training sees them frozen and does not collect and freeze again
-    gc.freeze()
+    # Freeze the worker's objects (imports) once, before its first fork: the children's garbage collections then
+    # skip them (no full pass over them, ~0.3 s each, and no copy-on-write of the pages they touch; Python's gc docs
+    # advise freezing before fork), and a run's own settle_for_training finds them frozen and does not collect
+    # again. Once only, after a collection, so the worker never freezes garbage it makes between forks.
+    if gc.get_freeze_count() == 0:
+        gc.collect()
+        gc.freeze()
     pid = os.fork()
     if pid:
         return ForkedProcess(pid)
