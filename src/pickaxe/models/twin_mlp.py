@@ -7,7 +7,8 @@ one batched matmul over the pair. The output layers stay separate (their widths 
 rounds differently). Every value is the same, bit for bit, as running the two networks one after the other
 (``tests/test_twin_mlp.py`` checks it against ``evaluate_actions``, which is what the learner computes). That holds
 for hidden widths that are multiples of 16 from 32 up; at narrower or odd widths (8, 16, 37) the stacked matmuls
-can take another BLAS kernel and round apart, so ``fits`` refuses them and the networks run one after the other.
+can take another BLAS kernel and round apart, so ``fits`` refuses them and the networks run one after the other;
+it refuses networks on a GPU too, where the equality is not checked.
 
 A ``TwinMLP`` holds stacked copies of the weights as they were when it was made: make one per loop in which the
 weights do not change (``Collector.collect`` makes one per rollout, through ``ActorCritic.frozen_act``).
@@ -42,10 +43,12 @@ class TwinMLP:
 
     @staticmethod
     def fits(first: nn.Sequential, second: nn.Sequential) -> bool:
-        """Whether both are ``linear, activation, ..., linear`` with a tanh or relu and the same hidden layers, each
-        a multiple of 16 wide and at least 32."""
+        """Whether both are ``linear, activation, ..., linear`` on the CPU with a tanh or relu and the same hidden
+        layers, each a multiple of 16 wide and at least 32."""
         if len(first) != len(second) or len(first) < 3 or len(first) % 2 == 0:
             return False
+        if any(p.device.type != "cpu" for p in (*first.parameters(), *second.parameters())):
+            return False  # the same bits are checked on CPU BLAS only; GPU libraries choose kernels by shape
         for i, (a, b) in enumerate(zip(first, second, strict=True)):
             if i % 2:
                 if not (type(a) is type(b) is type(first[1]) and type(a) in _ACTIVATIONS):
