@@ -205,3 +205,25 @@ def test_target_stops_the_run_unless_told_otherwise(tmp_path: Path) -> None:
         result, _ = train(cfg, run_dir=tmp_path / str(stop))
         assert result.solved_step == 512
         assert result.steps == (512 if stop else 2048)
+
+
+def test_a_run_resumed_after_reaching_its_target_still_reports_when(tmp_path: Path, capsys) -> None:
+    # a run that trains past its target (stop-at-target off), killed after reaching it, then resumed: the end-of-run
+    # table once raised a TypeError here (the checkpoint kept the step the target was reached at, not the seconds)
+    import os
+
+    from pickaxe.train.trainer import print_summary
+
+    run_dir = tmp_path / "r"
+    flags = ["--trainer.total-steps", "2048", "--trainer.eval-every", "512", "--trainer.target-return", "0",
+             "--trainer.stop-at-target", "False", "--save-every", "512", "--no-progress"]  # fmt: skip
+    env = {**os.environ, "PICKAXE_FAULT": "iteration:7"}  # SIGKILL at the 7th iteration (after step 1536)
+    killed = subprocess.run(
+        _cmd("train", "cartpole-ppo", "--run-dir", str(run_dir), *flags), env=env, capture_output=True, text=True
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    result, run = resume(run_dir)
+    assert result.steps == 2048 and result.solved_step == 512
+    assert result.solved_wall_s is not None and result.solved_wall_s > 0  # kept by the checkpoint
+    print_summary(result, run)
+    assert "step 512 after" in capsys.readouterr().out

@@ -484,6 +484,7 @@ class Trainer:
                 "eval_return": r.eval_return,
                 "best_eval_return": r.best_eval_return,
                 "solved_step": r.solved_step,
+                "solved_wall_s": r.solved_wall_s,
             },
             "algo": self.algo.state_dict(),
             "collector": self.collector.state_dict(),
@@ -504,6 +505,7 @@ class Trainer:
         self._next_eval, self._next_log, self._next_save, self._rollbacks = counters
         self.result.eval_return, self.result.best_eval_return = t["eval_return"], t["best_eval_return"]
         self.result.solved_step = t["solved_step"]
+        self.result.solved_wall_s = t.get("solved_wall_s")  # absent from checkpoints written before it was kept
         if self.alarms is not None and "alarms" in state:
             self.alarms.load_state_dict(state["alarms"])
         set_rng_state(state["rng"])
@@ -665,7 +667,8 @@ def print_summary(result: FitResult, run: Run | None) -> None:
         table.add_row("final eval return", f"{result.eval_return:.1f}")
         table.add_row("best eval return", f"{result.best_eval_return:.1f}")
     if result.solved_step is not None:
-        table.add_row("target reached", f"step {result.solved_step:,} after {result.solved_wall_s:.1f} s")
+        after = "" if result.solved_wall_s is None else f" after {result.solved_wall_s:.1f} s"
+        table.add_row("target reached", f"step {result.solved_step:,}{after}")
     if run is not None:
         table.add_row("run dir", str(run.path))
     Console().print(table)
