@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import gc
 import os
 import runpy
 import signal
@@ -20,6 +19,8 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+
+from pickaxe.train.runtime import freeze_long_lived
 
 __all__ = [
     "ForkedProcess",
@@ -167,13 +168,9 @@ def fork_module(
     for stream in (sys.stdout, sys.stderr):  # nothing buffered here is written twice by the child
         with contextlib.suppress(Exception):
             stream.flush()
-    # Freeze the worker's objects (imports) once, before its first fork: the children's garbage collections then
-    # skip them (no full pass over them, ~0.3 s each, and no copy-on-write of the pages they touch; Python's gc docs
-    # advise freezing before fork), and a run's own settle_for_training finds them frozen and does not collect
-    # again. Once only, after a collection, so the worker never freezes garbage it makes between forks.
-    if gc.get_freeze_count() == 0:
-        gc.collect()
-        gc.freeze()
+    # the worker's objects (imports), frozen once before its first fork: the children's collections skip them (no
+    # full pass, ~0.3 s each, no copy-on-write of their pages) and a run's settle_for_training finds them frozen
+    freeze_long_lived()
     pid = os.fork()
     if pid:
         return ForkedProcess(pid)

@@ -46,12 +46,19 @@ def settle_for_training(
     """Freeze the objects alive now out of the garbage collector's full passes (once per process: later calls
     leave the frozen set as it is) and, on Linux with glibc, fix the allocator's mmap and trim thresholds. Call it
     after building the models and before the training loop."""
-    frozen = 0
-    if freeze and gc.get_freeze_count() == 0:
-        gc.collect()  # garbage now must not be frozen with the live objects
-        gc.freeze()
-        frozen = gc.get_freeze_count()
+    frozen = freeze_long_lived() if freeze else 0
     return RuntimeSettings(frozen, tune_allocator(mmap_threshold, trim_threshold))
+
+
+def freeze_long_lived() -> int:
+    """Move the objects alive now to the garbage collector's permanent generation, after one collection (garbage
+    must not be frozen with them), once per process; the number frozen, 0 when an earlier call had frozen them.
+    Before ``os.fork`` too (as Python's gc docs advise): a child's collections then neither walk nor copy them."""
+    if gc.get_freeze_count():
+        return 0
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 def tune_allocator(mmap_threshold: int = MMAP_THRESHOLD, trim_threshold: int = TRIM_THRESHOLD) -> bool:
