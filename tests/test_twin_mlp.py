@@ -155,3 +155,14 @@ def test_numpy_cartpole_capture_is_not_changed_by_later_steps():
     envs.step(np.ones(4, dtype=np.int64))  # the state is updated in place
     for s, before in zip(captured, snapshot, strict=True):
         assert np.array_equal(s["state"], before)
+
+
+@pytest.mark.parametrize("layer", [0, 1], ids=["linear", "activation"])
+def test_a_hook_on_the_actor_or_critic_keeps_the_layer_by_layer_path(layer):
+    policy = ActorCritic(4, gym.spaces.Discrete(2))
+    seen: list[int] = []
+    policy.critic[layer].register_forward_hook(lambda module, inputs, output: seen.append(output.shape[0]))
+    assert not TwinMLP.fits(policy.actor, policy.critic)
+    with torch.no_grad():
+        policy.frozen_act()(torch.randn(8, 4))
+    assert seen == [8]

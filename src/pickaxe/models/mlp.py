@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -13,6 +13,21 @@ import torch.nn.functional as F
 from torch import nn
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU}
+
+FUNCTIONAL: dict[type[nn.Module], Callable[[torch.Tensor], torch.Tensor]] = {nn.Tanh: torch.tanh, nn.ReLU: torch.relu}
+"""The function an activation module of these types computes (an in-place ``nn.ReLU`` excepted: see ``functional``)."""
+
+
+def hooked(layer: nn.Module) -> bool:
+    """Whether ``layer`` has forward or backward hooks of its own (then it must be called as a module)."""
+    return bool(layer._forward_hooks or layer._forward_pre_hooks or layer._backward_hooks or layer._backward_pre_hooks)
+
+
+def functional(layer: nn.Module) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """What ``layer`` computes as a plain function giving the same values, for a hook-free tanh or out-of-place
+    relu; None for any other layer (call it as a module)."""
+    fn = FUNCTIONAL.get(type(layer))
+    return None if fn is None or getattr(layer, "inplace", False) or hooked(layer) else fn
 
 
 class MLP(nn.Sequential):
@@ -29,18 +44,12 @@ class MLP(nn.Sequential):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The layers in order."""
         for layer in self._modules.values():
-            kind = type(layer)
-            if layer._forward_hooks or layer._forward_pre_hooks or layer._backward_hooks or layer._backward_pre_hooks:
-                x = layer(x)
-            elif kind is nn.Linear:
+            if type(layer) is nn.Linear and not hooked(layer):
                 params = layer._parameters
                 x = F.linear(x, params["weight"], params["bias"])
-            elif kind is nn.Tanh:
-                x = torch.tanh(x)
-            elif kind is nn.ReLU and not layer.inplace:
-                x = torch.relu(x)
             else:
-                x = layer(x)
+                fn = functional(layer)
+                x = layer(x) if fn is None else fn(x)
         return x
 
 

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-_ACTIVATIONS = {nn.Tanh: torch.tanh, nn.ReLU: torch.relu}
+from pickaxe.models.mlp import functional, hooked
 
 
 class TwinMLP:
@@ -30,7 +30,7 @@ class TwinMLP:
     def __init__(self, first: nn.Sequential, second: nn.Sequential) -> None:
         if not self.fits(first, second):
             raise ValueError("TwinMLP takes two linear/tanh-or-relu MLPs with the same hidden layers (at least one)")
-        self.activation = _ACTIVATIONS[type(first[1])]
+        self.activation = functional(first[1])
         with torch.no_grad():
             a, c = first[0], second[0]
             self.first_layer = (torch.cat((a.weight, c.weight)), torch.cat((a.bias, c.bias)))
@@ -43,20 +43,19 @@ class TwinMLP:
 
     @staticmethod
     def fits(first: nn.Sequential, second: nn.Sequential) -> bool:
-        """Whether both are ``linear, activation, ..., linear`` on the CPU with a tanh or relu and the same hidden
-        layers, each a multiple of 16 wide and at least 32."""
+        """Whether both are ``linear, activation, ..., linear`` on the CPU with a tanh or relu, no hooks, and the
+        same hidden layers, each a multiple of 16 wide and at least 32."""
         if len(first) != len(second) or len(first) < 3 or len(first) % 2 == 0:
             return False
         if any(p.device.type != "cpu" for p in (*first.parameters(), *second.parameters())):
             return False  # the same bits are checked on CPU BLAS only; GPU libraries choose kernels by shape
         for i, (a, b) in enumerate(zip(first, second, strict=True)):
             if i % 2:
-                if not (type(a) is type(b) is type(first[1]) and type(a) in _ACTIVATIONS):
-                    return False
-                if isinstance(a, nn.ReLU) and (a.inplace or b.inplace):
+                if not (type(a) is type(b) is type(first[1]) and functional(a) and functional(b)):
                     return False
             else:
                 linear = type(a) is type(b) is nn.Linear and a.bias is not None and b.bias is not None
+                linear = linear and not (hooked(a) or hooked(b))  # a hook must see its layer run
                 if not linear or (i < len(first) - 1 and a.weight.shape != b.weight.shape):
                     return False
                 if i < len(first) - 1 and (a.out_features < 32 or a.out_features % 16):
