@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -65,9 +66,11 @@ def check_algorithm(algo: Any, learners: int) -> None:
 
 
 def _device_of(cfg: Any) -> torch.device:
+    """The device a run's config (or its ``to_dict``) names."""
     from pickaxe.utils import resolve_device
 
-    return resolve_device(getattr(cfg, "device", "cpu"))
+    device = cfg.get("device", "cpu") if isinstance(cfg, dict) else getattr(cfg, "device", "cpu")
+    return resolve_device(device)
 
 
 def _check_devices(cfg: Any, learners: int) -> None:
@@ -196,7 +199,7 @@ def follow(algo: Any) -> int:
         updates += 1
 
 
-def _follower_config(cfg: Any) -> Any:
+def follower_config(cfg: Any) -> Any:
     """The run's config as a learner other than rank 0 builds it: rollouts in its own process (no Ray workers; it
     never collects), no evaluation before training (it never evaluates) and no SFT warm start (rank 0 sends the
     warm-started weights with the rest of its state before the first update)."""
@@ -211,11 +214,14 @@ def _follower_config(cfg: Any) -> Any:
     return cfg
 
 
-def _build_algorithm(cfg: Any) -> tuple[Any, Any]:
-    """(algorithm, trainer) of ``cfg`` built without a run folder, as rank 0 builds its own."""
-    from pickaxe.train.build import builder_for
+Build = Callable[[dict[str, Any]], Any]
+"""Builds a follower's Trainer (no run folder; see ``follower_config``) from a run's config as ``to_dict`` gives it.
+The training layer passes it in (``pickaxe.train.build.build_follower``); it must pickle, for spawned learners."""
 
-    trainer = builder_for(cfg)(_follower_config(cfg), None, False)
+
+def _build_algorithm(config: dict[str, Any], build: Build) -> tuple[Any, Any]:
+    """(algorithm, trainer) of ``config`` built without a run folder, as rank 0 builds its own."""
+    trainer = build(config)
     return trainer.algo, trainer
 
 
@@ -227,22 +233,20 @@ def _die_with_parent() -> None:
             ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _spawned_learner(rank: int, config: dict[str, Any], world: int, port: int, built: Any) -> None:
+def _spawned_learner(rank: int, config: dict[str, Any], world: int, port: int, built: Any, build: Build) -> None:
     """Entry point of a learner started by rank 0 (multiprocessing, spawn). Puts ``(rank, None)`` on ``built``
     once its algorithm is built, or ``(rank, error)`` if building failed, before joining the group."""
     _die_with_parent()
+    device = _device_of(config)
     try:
-        from pickaxe.train.build import config_from_dict
-
-        cfg = config_from_dict(config)
-        if _device_of(cfg).type == "cuda":
+        if device.type == "cuda":
             torch.cuda.set_device(rank)
-        algo, trainer = _build_algorithm(cfg)
+        algo, trainer = _build_algorithm(config, build)
     except BaseException as e:
         built.put((rank, f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"))
         raise
     built.put((rank, None))
-    data_parallel.init(rank, world, port=port, device=_device_of(cfg))
+    data_parallel.init(rank, world, port=port, device=device)
     try:
         follow(algo)
     finally:
@@ -250,10 +254,10 @@ def _spawned_learner(rank: int, config: dict[str, Any], world: int, port: int, b
         trainer.close()
 
 
-def launch(cfg: Any, algo: Any) -> Leader | None:
+def launch(cfg: Any, algo: Any, build: Build) -> Leader | None:
     """Rank 0's side of a run with ``dist.learners`` > 1 (None for one learner): start the other learners (or,
-    under torchrun, join them) and link ``algo`` to them. Call after building rank 0's Trainer; ``close()`` the
-    returned ``Leader`` when training ends."""
+    under torchrun, join them), each building its algorithm with ``build``, and link ``algo`` to them. Call after
+    building rank 0's Trainer; ``close()`` the returned ``Leader`` when training ends."""
     learners = learners_wanted(cfg)
     if learners <= 1:
         return None
@@ -270,7 +274,7 @@ def launch(cfg: Any, algo: Any) -> Leader | None:
     built = context.Queue()
     processes = []
     for rank in range(1, learners):
-        args = (rank, cfg.to_dict(), learners, port, built)
+        args = (rank, cfg.to_dict(), learners, port, built, build)
         p = context.Process(target=_spawned_learner, args=args, daemon=True)
         p.start()
         processes.append(p)
@@ -304,15 +308,15 @@ def _wait_until_built(processes: list[Any], built: Any) -> None:
         waiting.discard(rank)
 
 
-def follow_run(cfg: Any) -> int:
-    """A torchrun learner other than rank 0: build the run's algorithm, join the group and follow rank 0 until it
-    stops; returns the number of updates. It writes nothing (rank 0 writes the run folder)."""
+def follow_run(cfg: Any, build: Build) -> int:
+    """A torchrun learner other than rank 0: build the run's algorithm with ``build``, join the group and follow
+    rank 0 until it stops; returns the number of updates. It writes nothing (rank 0 writes the run folder)."""
     learners = learners_wanted(cfg)
     _check_devices(cfg, learners)
     device = _device_of(cfg)
     if device.type == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    algo, trainer = _build_algorithm(cfg)
+    algo, trainer = _build_algorithm(cfg.to_dict(), build)
     check_algorithm(algo, learners)
     data_parallel.init_from_env(device)
     try:

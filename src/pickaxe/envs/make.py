@@ -10,7 +10,7 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
 from pickaxe.envs.atari import BASE_KWARGS, atari_wrapper, is_atari
-from pickaxe.envs.spaces import adapt_observations
+from pickaxe.envs.spaces import adapt_observations, check_action_space
 from pickaxe.envs.state import Snapshot
 from pickaxe.errors import PickaxeError
 
@@ -168,3 +168,19 @@ def make(
             f"environment {env_id!r} does not take keyword arguments {env_kwargs} ({e}); fix --env.kwargs"
         ) from None
     return SeededVectorEnv(envs, seed)
+
+
+def spaces_of(env_id: str, env_kwargs: dict[str, Any] | None = None) -> tuple[gym.Space, gym.Space]:
+    """``(observation_space, action_space)`` of one env as ``make`` builds it (adapted), made and
+    closed here; for checks before a run folder exists."""
+    envs = make(env_id, 1, 0, **(env_kwargs or {}))
+    try:
+        return envs.single_observation_space, envs.single_action_space
+    finally:
+        envs.close()
+
+
+def check_env_spaces(env_id: str, env_kwargs: dict[str, Any] | None, algo: str | None) -> None:
+    """Make one env and check that its spaces fit the networks and ``algo`` (one-line ``SpaceError`` if not)."""
+    _, action_space = spaces_of(env_id, env_kwargs)  # making it checks the observation space
+    check_action_space(action_space, algo, env_id)

@@ -18,7 +18,6 @@ categoricals) and ``MultiBinary`` (Bernoulli); value-based and continuous-contro
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -101,21 +100,3 @@ def adapt_observations(env: gym.Env) -> gym.Env:
     with warnings.catch_warnings():  # float64 bounds (of a Dict's parts) cast to float32: expected, not news
         warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
         return DtypeObservation(FlattenObservation(env), np.float32)
-
-
-def spaces_of(env_id: str, env_kwargs: dict[str, Any] | None = None) -> tuple[gym.Space, gym.Space]:
-    """``(observation_space, action_space)`` of one env as ``pickaxe.envs.make`` builds it (adapted), made and
-    closed here; for checks before a run folder exists."""
-    from pickaxe.envs.make import make
-
-    envs = make(env_id, 1, 0, **(env_kwargs or {}))
-    try:
-        return envs.single_observation_space, envs.single_action_space
-    finally:
-        envs.close()
-
-
-def check_env_spaces(env_id: str, env_kwargs: dict[str, Any] | None, algo: str | None) -> None:
-    """Make one env and check that its spaces fit the networks and ``algo`` (one-line ``SpaceError`` if not)."""
-    _, action_space = spaces_of(env_id, env_kwargs)  # making it checks the observation space
-    check_action_space(action_space, algo, env_id)

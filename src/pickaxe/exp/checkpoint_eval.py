@@ -44,8 +44,8 @@ from pickaxe.runs.model import (
     MODEL_FILE,
     SELECTION_FILE,
     _read_json,
-    _write_json_synced,
     final_model_step,
+    write_json_synced,
 )
 from pickaxe.runs.policies import list_policies
 from pickaxe.runs.tracking import read_metrics
@@ -375,7 +375,7 @@ def _write_cache(
         "metrics": metrics,
         "samples": {k: [finite_number(x) for x in np.asarray(v, dtype=np.float64).tolist()] for k, v in values.items()},
     }
-    _write_json_synced(path, doc)
+    write_json_synced(path, doc)
 
 
 # ----------------------------------------------------------------------------------------------- report
@@ -473,7 +473,7 @@ def _write_outputs(run_dir: Path, report: Report) -> None:
     out = run_dir / "eval"
     out.mkdir(parents=True, exist_ok=True)
     report.plots = _plots(out / "plots", report)
-    _write_json_synced(out / "checkpoints.json", report.to_dict())
+    write_json_synced(out / "checkpoints.json", report.to_dict())
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(

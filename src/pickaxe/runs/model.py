@@ -4,7 +4,6 @@ before every load; and loading a network's weights from the final model or from 
 from __future__ import annotations
 
 import json
-import os
 import time
 import warnings
 from pathlib import Path
@@ -16,37 +15,19 @@ from torch import nn
 
 from pickaxe.errors import PickaxeError
 from pickaxe.runs.checkpoint import CheckpointInfo, CheckpointManager, file_digest, fsync_file
+from pickaxe.runs.policies import list_policies, load_policy
+from pickaxe.runs.weights import (
+    MODEL_DIGEST_FILE,
+    MODEL_FILE,
+    flat_weights,
+    load_flat_weights,
+    load_into,
+    verify_weights,
+    write_json_synced,
+)
 
-MODEL_FILE = "model.safetensors"
-MODEL_DIGEST_FILE = "model.json"
-"""Size and sha256 of ``model.safetensors``, written after it; ``load_model`` verifies them."""
 SELECTION_FILE = "selection.json"
 """The run's best step by its selection rule (written by the Trainer after every evaluation); ``"best"`` loads it."""
-
-
-def flat_weights(networks: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
-    """The networks' weights as one flat dict ``<network>.<param>`` on the CPU, as safetensors stores them.
-
-    Tensors that share memory (tied input/output embeddings) appear once per name, as copies: safetensors refuses
-    shared tensors, and loading gives each name the same values again.
-    """
-    tensors: dict[str, torch.Tensor] = {}
-    seen: set[int] = set()
-    for name, net in networks.items():
-        for key, t in net.state_dict().items():
-            ptr = t.untyped_storage().data_ptr()
-            t = t.detach().cpu().contiguous()
-            tensors[f"{name}.{key}"] = t.clone() if ptr in seen else t
-            seen.add(ptr)
-    return tensors
-
-
-def load_flat_weights(networks: dict[str, nn.Module], tensors: dict[str, torch.Tensor], source: Path) -> None:
-    """Load :func:`flat_weights` output into ``networks`` (each network takes the keys under its name); weights that
-    do not fit are a one-line ``PickaxeError`` naming ``source``."""
-    for name, net in networks.items():
-        prefix = f"{name}."
-        _load_into(net, {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}, source)
 
 
 def save_model(run_dir: Path, networks: dict[str, nn.Module], step: int | None = None) -> Path:
@@ -66,7 +47,7 @@ def save_model(run_dir: Path, networks: dict[str, nn.Module], step: int | None =
     (run_dir / MODEL_DIGEST_FILE).unlink(missing_ok=True)
     tmp.replace(path)
     record = {"file": MODEL_FILE, **digest, "step": step, "time": time.time()}
-    _write_json_synced(run_dir / MODEL_DIGEST_FILE, record)
+    write_json_synced(run_dir / MODEL_DIGEST_FILE, record)
     return path
 
 
@@ -96,8 +77,6 @@ def load_model(
         load_flat_weights(networks, _load_final(run_dir, device), run_dir / MODEL_FILE)
         return
     if isinstance(which, int) and not any(i.step == which for i in CheckpointManager(run_dir).list()):
-        from pickaxe.runs.policies import list_policies, load_policy  # policies import this module
-
         kept = list_policies(run_dir)
         if any(p.step == which for p in kept):
             load_policy(run_dir, networks, which, device)
@@ -113,7 +92,7 @@ def load_model(
     for name, net in networks.items():
         if not isinstance(algo, dict) or not isinstance(algo.get(name), dict):
             raise PickaxeError(f"checkpoint {info.path} holds no weights for network {name!r}; evaluate another")
-        _load_into(net, algo[name], info.path)
+        load_into(net, algo[name], info.path)
 
 
 def load_collector_state(
@@ -177,19 +156,6 @@ def _load_final(run_dir: Path, device: str | torch.device) -> dict[str, torch.Te
         ) from None
 
 
-def verify_weights(path: Path, recorded: dict[str, Any], fix: str) -> None:
-    """Raise a one-line ``PickaxeError`` ending in ``fix`` when ``path``'s size or sha256 differs from ``recorded``
-    (its ``model.json``: the final model's or a kept policy's)."""
-    actual = file_digest(path)
-    if actual["size"] != recorded["size"]:
-        raise PickaxeError(
-            f"{path} has {actual['size']} bytes but {MODEL_DIGEST_FILE} records {recorded['size']} (truncated or "
-            f"overwritten); {fix}"
-        )
-    if actual["sha256"] != recorded["sha256"]:
-        raise PickaxeError(f"{path} does not match its sha256 in {MODEL_DIGEST_FILE} (corrupted on disk); {fix}")
-
-
 def _read_model_digest(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / MODEL_DIGEST_FILE
     if not path.exists():
@@ -226,26 +192,6 @@ def _load_checkpoint_state(run_dir: Path, which: str | int, device: str | torch.
         steps = ", ".join(str(i.step) for i in infos)
         raise PickaxeError(f"{run_dir} has no checkpoint at env step {which}; kept checkpoints: {steps}")
     return manager.load(match[0].path, map_location=device)
-
-
-def _load_into(net: nn.Module, state: dict[str, Any], source: Path) -> None:
-    try:
-        net.load_state_dict(state)
-    except RuntimeError as e:
-        first = str(e).strip().splitlines()
-        raise PickaxeError(
-            f"the weights in {source} do not fit the networks of this run's config.json "
-            f"({' '.join(ln.strip() for ln in first)[:300]}); was config.json edited?"
-        ) from None
-
-
-def _write_json_synced(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -31,13 +31,13 @@ from torch import nn
 
 from pickaxe.errors import PickaxeError
 from pickaxe.runs.checkpoint import _fsync_dir, file_digest, fsync_file
-from pickaxe.runs.model import (
+from pickaxe.runs.weights import (
     MODEL_DIGEST_FILE,
     MODEL_FILE,
-    _write_json_synced,
     flat_weights,
     load_flat_weights,
     verify_weights,
+    write_json_synced,
 )
 
 POLICIES_DIR = "policies"
@@ -87,7 +87,7 @@ def save_policy(run_dir: str | Path, networks: dict[str, nn.Module], step: int, 
         fsync_file(tmp / MODEL_FILE)
         kept = {k: _finite(v) for k, v in sorted(metrics.items()) if k.startswith("eval/")}
         record = {"file": MODEL_FILE, **file_digest(tmp / MODEL_FILE), "step": int(step), "metrics": kept}
-        _write_json_synced(tmp / MODEL_DIGEST_FILE, record)
+        write_json_synced(tmp / MODEL_DIGEST_FILE, record)
         _fsync_dir(tmp)
         if final.exists():  # a rename cannot replace a non-empty folder: move the old one aside first
             _remove(final)

@@ -259,7 +259,7 @@ def _launch_learners(cfg: Any, trainer: Trainer) -> Any:
     from pickaxe.dist.learners import launch
 
     try:
-        return launch(cfg, trainer.algo)
+        return launch(cfg, trainer.algo, build_follower)
     except BaseException:
         trainer.close()
         raise
@@ -274,8 +274,17 @@ def _follow_if_learner(cfg: Any, run_dir: str | Path | None = None) -> None:
 
     if cfg is None:
         cfg = config_from_dict(json.loads((Path(run_dir) / "config.json").read_text()))
-    follow_run(cfg)
+    follow_run(cfg, build_follower)
     raise SystemExit(0)
+
+
+def build_follower(config: dict[str, Any]) -> Any:
+    """The Trainer of a data-parallel learner other than rank 0, from the run's config as ``to_dict`` gives it: built
+    as ``pickaxe.dist.learners.follower_config`` says, without a run folder (rank 0 writes it)."""
+    from pickaxe.dist.learners import follower_config
+
+    cfg = config_from_dict(config)
+    return builder_for(cfg)(follower_config(cfg), None, False)
 
 
 def evaluate_run(

@@ -281,7 +281,7 @@ class TrainConfig(RunConfig):
                 f"use --collector.steps {lower} or {upper}"
             )
         check_env_id(self.env.id)
-        from pickaxe.envs.spaces import check_env_spaces
+        from pickaxe.envs.make import check_env_spaces
 
         check_env_spaces(self.env.id, self.env.kwargs, self.algo_name())  # spaces a network and the algo can take
         self.dist.check(llm=False)

@@ -26,7 +26,7 @@ from pickaxe.eval.selection import SelectConfig, candidates_from_records, resolv
 from pickaxe.faults import fault_point
 from pickaxe.rollout.collector import Collector
 from pickaxe.runs.checkpoint import CheckpointInfo, CheckpointManager
-from pickaxe.runs.model import SELECTION_FILE, _write_json_synced, final_model_step
+from pickaxe.runs.model import SELECTION_FILE, final_model_step, write_json_synced
 from pickaxe.runs.monitor import SystemMonitor
 from pickaxe.runs.policies import list_policies, prune_policies, save_policy
 from pickaxe.runs.run import Run
@@ -388,7 +388,7 @@ class Trainer:
         if selection is None:
             return
         doc = {**asdict(selection), "mode": self.select.mode, "candidates": len(records)}
-        _write_json_synced(self.run.path / SELECTION_FILE, doc)
+        write_json_synced(self.run.path / SELECTION_FILE, doc)
 
     def _metric_now(self) -> float | None:
         """The eval metric of the current step, if this step was evaluated (a checkpoint here carries it)."""
