@@ -227,3 +227,35 @@ def test_a_run_resumed_after_reaching_its_target_still_reports_when(tmp_path: Pa
     assert result.solved_wall_s is not None and result.solved_wall_s > 0  # kept by the checkpoint
     print_summary(result, run)
     assert "step 512 after" in capsys.readouterr().out
+
+
+def test_a_resumed_run_counts_its_earlier_training_time_and_reports_this_sessions_rate(tmp_path: Path, capsys) -> None:
+    # the end-of-run table once divided every env step by the resumed segment's seconds (a resumed run looked faster
+    # than it was), and the seconds to the target counted only the resumed segment
+    import os
+    import re
+
+    from pickaxe.runs.checkpoint import CheckpointManager
+    from pickaxe.train.trainer import print_summary
+
+    run_dir = tmp_path / "r"
+    flags = ["--trainer.total-steps", "2048", "--trainer.eval-every", "2048", "--trainer.target-return", "0",
+             "--save-every", "256", "--no-progress"]  # fmt: skip  # one evaluation, at 2048: after the resume
+    env = {**os.environ, "PICKAXE_FAULT": "iteration:7"}
+    killed = subprocess.run(
+        _cmd("train", "cartpole-ppo", "--run-dir", str(run_dir), *flags), env=env, capture_output=True, text=True
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    state, info = CheckpointManager(run_dir).load()
+    trained_before = state["trainer"]["trained_s"]
+    assert trained_before > 0
+    result, run = resume(run_dir)
+    assert result.start_step == info.step > 0 and result.steps == 2048 and result.solved_step == 2048
+    assert result.solved_wall_s is not None and result.solved_wall_s > trained_before
+    print_summary(result, run)
+    out = capsys.readouterr().out
+    rate = re.search(r"\(([\d,]+) steps/s, resumed at step ([\d,]+)\)", out)
+    assert rate is not None, out
+    assert int(rate.group(2).replace(",", "")) == info.step
+    expected = (2048 - info.step) / result.wall_s
+    assert int(rate.group(1).replace(",", "")) == pytest.approx(expected, abs=1)

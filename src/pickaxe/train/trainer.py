@@ -42,11 +42,17 @@ class FitResult:
     """Summary of ``Trainer.fit``."""
 
     steps: int
+    """Env steps trained in all, earlier runs of a resumed run included."""
     wall_s: float
+    """Seconds of this ``fit`` call (a resumed run: since it resumed)."""
     eval_return: float | None = None
     best_eval_return: float | None = None
     solved_step: int | None = None
     solved_wall_s: float | None = None
+    """Training seconds to the target, summed over every segment of a resumed run (None: not reached, or reached
+    before a resume from a checkpoint that predates this record)."""
+    start_step: int = 0
+    """The env step this ``fit`` call started from (0 unless resumed)."""
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -161,6 +167,8 @@ class Trainer:
         self.select = select
         self.alarms = AlarmMonitor(alarms) if alarms is not None and alarms.enabled else None
         self._evals: list[dict[str, Any]] = []  # the eval metrics of every evaluated step so far, for `select`
+        self._trained_s_before: float | None = 0.0  # training seconds of the run's earlier segments (resumed runs)
+        self._fit_start: float | None = None
         set_torch_threads(torch_threads)
 
     def evaluate(self) -> dict[str, float]:
@@ -177,6 +185,7 @@ class Trainer:
         result = self.result
         start = time.perf_counter()
         self._start_step, self._checkpoint_s = self.step, 0.0
+        self._fit_start, result.start_step = start, self.step
         if self.step == 0:
             self._next_eval = cfg.eval_every if cfg.eval_every > 0 else total
             self._next_save = cfg.save_every if cfg.save_every > 0 else total
@@ -325,7 +334,8 @@ class Trainer:
             improved = result.best_eval_return is None or metric > result.best_eval_return
             result.best_eval_return = max(metric, result.best_eval_return or -float("inf"))
             if cfg.target_return is not None and metric >= cfg.target_return and result.solved_step is None:
-                result.solved_step, result.solved_wall_s = self.step, elapsed
+                before = self._trained_s_before
+                result.solved_step, result.solved_wall_s = self.step, None if before is None else before + elapsed
         due = cfg.save_every > 0 and self.step >= self._next_save
         if due:
             while self._next_save <= self.step:
@@ -485,12 +495,20 @@ class Trainer:
                 "best_eval_return": r.best_eval_return,
                 "solved_step": r.solved_step,
                 "solved_wall_s": r.solved_wall_s,
+                "trained_s": self._trained_s(),
             },
             "algo": self.algo.state_dict(),
             "collector": self.collector.state_dict(),
             "rng": get_rng_state(),
             **({"alarms": self.alarms.state_dict()} if self.alarms is not None else {}),
         }
+
+    def _trained_s(self) -> float | None:
+        """Training seconds of the whole run so far, over all its segments (None when an earlier one is unknown)."""
+        if self._trained_s_before is None:
+            return None
+        now = 0.0 if self._fit_start is None else time.perf_counter() - self._fit_start
+        return self._trained_s_before + now
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict()``: algorithm and collector first (they refuse foreign state), then the loop
@@ -506,6 +524,7 @@ class Trainer:
         self.result.eval_return, self.result.best_eval_return = t["eval_return"], t["best_eval_return"]
         self.result.solved_step = t["solved_step"]
         self.result.solved_wall_s = t.get("solved_wall_s")  # absent from checkpoints written before it was kept
+        self._trained_s_before = t.get("trained_s")  # likewise: None leaves a later solved_wall_s unknown
         if self.alarms is not None and "alarms" in state:
             self.alarms.load_state_dict(state["alarms"])
         set_rng_state(state["rng"])
@@ -662,7 +681,9 @@ def print_summary(result: FitResult, run: Run | None) -> None:
     """A short table at the end of training."""
     table = Table(title="pickaxe: training finished", show_header=False)
     table.add_row("env steps", f"{result.steps:,}")
-    table.add_row("wall time", f"{result.wall_s:.1f} s ({result.steps / max(result.wall_s, 1e-9):,.0f} steps/s)")
+    rate = (result.steps - result.start_step) / max(result.wall_s, 1e-9)
+    since = f", resumed at step {result.start_step:,}" if result.start_step else ""
+    table.add_row("wall time", f"{result.wall_s:.1f} s ({rate:,.0f} steps/s{since})")
     if result.eval_return is not None:
         table.add_row("final eval return", f"{result.eval_return:.1f}")
         table.add_row("best eval return", f"{result.best_eval_return:.1f}")
