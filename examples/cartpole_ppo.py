@@ -7,8 +7,10 @@ import pickaxe as px
 total_steps = int(sys.argv[1]) if len(sys.argv) > 1 else 50_000
 px.seed_everything(0)
 envs = px.envs.make("CartPole-v1", n=8, seed=0)
-policy = px.models.ActorCritic.for_env(envs, activation="relu")
-algo = px.algos.PPO(policy, px.algos.PPOConfig(lr=3e-3, gamma=0.98, gae_lambda=0.8, epochs=10, minibatch_size=256))
+# normalize_obs learns from observations through the policy's own running statistics
+policy = px.models.ObsNormalized(px.models.ActorCritic.for_env(envs), obs_shape=(4,))
+config = px.algos.PPOConfig(lr=3e-3, epochs=10, minibatch_size=256, normalize_obs=True, normalize_reward=True)
+algo = px.algos.PPO(policy, config)
 collector = px.Collector(envs, policy, steps=256)
 trainer = px.Trainer(
     algo,

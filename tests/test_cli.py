@@ -24,7 +24,7 @@ def test_train_then_eval_round_trip(tmp_path: Path, capsys) -> None:
     argv = [
         "train", "cartpole-ppo", "--trainer.total-steps", "6144", "--trainer.eval-every", "3072", "--run-dir",
         str(run_dir), "--no-progress", "--seed", "0", "--algo.ent-coef", "0.001", "--model.hidden", "64", "64",
-        "--env.num_envs", "8", "--trainer.log-every", "1024",
+        "--env.num_envs", "8", "--trainer.log-every", "1024", "--trainer.stop-at-target", "False",
     ]  # fmt: skip
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -79,8 +79,8 @@ def test_nan_loss_stops_with_a_clear_message_and_untouched_weights(tmp_path: Pat
 def test_nan_parameter_is_named(tmp_path: Path) -> None:
     trainer, run = _trainer(tmp_path, "stop")
     with torch.no_grad():
-        trainer.algo.policy.critic[0].weight[0, 0] = float("inf")
-    with pytest.raises(TrainingStopped, match=r"parameter critic\.0\.weight"):
+        trainer.algo.policy.inner.critic[0].weight[0, 0] = float("inf")  # the recipe normalises observations
+    with pytest.raises(TrainingStopped, match=r"parameter inner\.critic\.0\.weight"):
         trainer.fit()
     run.close()
 

@@ -23,7 +23,10 @@ from pickaxe.runs.run import read_metrics
 from pickaxe.train.build import resume, train
 
 RECIPES = {
-    "cartpole-ppo": ["--trainer.total-steps", "10240", "--save-every", "1024", "--trainer.eval-every", "2048"],
+    "cartpole-ppo": [
+        "--trainer.total-steps", "10240", "--save-every", "1024", "--trainer.eval-every", "2048",
+        "--trainer.stop-at-target", "False",  # it solves CartPole by ~6k steps; train on through more checkpoints
+    ],
     "cartpole-dqn": [
         "--trainer.total-steps", "5120", "--save-every", "1024", "--trainer.eval-every", "2048",
         "--algo.learning-starts", "1024", "--algo.gradient-steps", "32", "--algo.buffer-size", "4096",

@@ -74,7 +74,8 @@ def test_run_directory_is_complete(tmp_path: Path) -> None:
     records = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["step"] == result.steps == 1024
     assert records[-1]["eval/return_mean"] == result.eval_return
-    assert set(load_file(str(d / "model.safetensors"))) >= {"policy.actor.0.weight", "policy.critic.0.weight"}
+    names = {"policy.inner.actor.0.weight", "policy.inner.critic.0.weight", "policy.obs_norm.mean"}
+    assert set(load_file(str(d / "model.safetensors"))) >= names  # observation statistics travel with the weights
     returns, _ = evaluate_run(cfg, d, episodes=10)
     assert float(returns.mean()) == pytest.approx(result.eval_return)  # eval is a pure function of the weights
 
