@@ -142,6 +142,9 @@ def preload_pickaxe() -> None:
 
     for module in [
         "gymnasium.envs.classic_control",
+        "pickaxe.envs.vector",
+        "pickaxe.subprocesses",
+        "torch.utils.tensorboard",  # every run's TensorBoard writer: ~0.2 s of imports (tensorboard, protobuf)
         *(m.partition(":")[0] for m in pickaxe.train.build.ALGORITHMS.values()),
     ]:
         with contextlib.suppress(Exception):  # a job that needs a broken module still gets its own error
