@@ -1,10 +1,11 @@
-"""The cost of one PPO gradient step of the ``cartpole-ppo`` recipe (64x64 relu actor and critic, minibatch 256)
-against the bare PyTorch loop doing the same arithmetic (the floor), and ``torch.compile`` of that bare step.
+"""The cost of one PPO gradient step of the ``cartpole-ppo`` recipe (64x64 tanh actor and critic behind a running
+observation normaliser, minibatch 256) against the bare PyTorch loop doing the same arithmetic (the floor), and
+``torch.compile`` of that bare step.
 
 * ``pickaxe``: ``PPO._step`` of the recipe's algorithm on a minibatch of a real rollout (loss with its metrics,
   backward, gradient clipping, fused Adam, the non-finite guard and the one host read of loss and metrics);
-* ``bare``: the same networks and minibatch, the same loss terms written out in PyTorch, ``clip_grad_norm_``,
-  fused Adam, and one ``.tolist()`` of the same metrics;
+* ``bare``: the same networks, normalisation statistics and minibatch, the same normalisation and loss terms
+  written out in PyTorch, ``clip_grad_norm_``, fused Adam, and one ``.tolist()`` of the same metrics;
 * ``bare compiled``: the bare loss under ``torch.compile`` (its compile time is reported apart).
 
 Repeats are interleaved (pickaxe, bare, compiled, pickaxe, ...) with ``--steps`` gradient steps each; medians of
@@ -31,15 +32,24 @@ from pickaxe.train.build import build_trainer
 
 
 def bare_step(
-    actor: nn.Module, critic: nn.Module, opt: torch.optim.Optimizer, mb: dict[str, torch.Tensor], compiled: bool
+    actor: nn.Module,
+    critic: nn.Module,
+    opt: torch.optim.Optimizer,
+    mb: dict[str, torch.Tensor],
+    compiled: bool,
+    norm: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> Callable[[], list[float]]:
-    """One bare PPO minibatch step: returns its loss and metrics read in one host sync."""
+    """One bare PPO minibatch step (observations normalised by ``norm``'s mean and variance when given): returns its
+    loss and metrics read in one host sync."""
     params = [*actor.parameters(), *critic.parameters()]
 
     def loss_fn(
         obs: torch.Tensor, action: torch.Tensor, old_logprob: torch.Tensor, old_value: torch.Tensor,
         adv: torch.Tensor, ret: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        if norm is not None:  # the recipe's observation normaliser: float64, clipped at 10
+            mean, var = norm
+            obs = ((obs.to(torch.float64) - mean) / torch.sqrt(var + 1e-8)).clamp(-10.0, 10.0).to(torch.float32)
         logits = actor(obs)
         logp_all = torch.log_softmax(logits, -1)
         logprob = logp_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
@@ -96,7 +106,9 @@ def main(argv: list[str] | None = None) -> None:
     mb = next(iter(algo.rollout.minibatches(cfg.algo.minibatch_size)))
     assert mb.batch_size[0] == 256, mb.batch_size
     clip = cfg.algo.clip
-    policy = algo.policy
+    policy = getattr(algo.policy, "inner", algo.policy)  # the actor-critic behind the observation normaliser
+    obs_norm = getattr(algo.policy, "obs_norm", None)
+    norm = None if obs_norm is None else (obs_norm.mean.clone(), obs_norm.var.clone())
     loops: dict[str, Callable[[], object]] = {"pickaxe": lambda: algo._step(mb, cfg.algo, clip, None)}
     tensors = {k: mb[k] for k in ("obs", "action", "logprob", "value", "advantage", "return")}
     variants = [("bare", False)] + ([] if args.no_compile else [("bare compiled", True)])
@@ -104,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     for name, compiled in variants:
         actor, critic = _copy(policy.actor), _copy(policy.critic)
         opt = torch.optim.Adam([*actor.parameters(), *critic.parameters()], lr=cfg.algo.lr, eps=1e-5, fused=True)
-        loops[name] = bare_step(actor, critic, opt, tensors, compiled)
+        loops[name] = bare_step(actor, critic, opt, tensors, compiled, norm)
         start = time.perf_counter()
         loops[name]()  # warm-up; for the compiled variant, the compilation
         if compiled:
@@ -117,9 +129,9 @@ def main(argv: list[str] | None = None) -> None:
             times[name].append(timed(step, args.steps))
     med = {k: statistics.median(v) for k, v in times.items()}
     load = os.getloadavg()[0]
-    print(f"PPO gradient step, cartpole-ppo networks (64x64 relu actor and critic), minibatch 256, torch "
-          f"{torch.__version__} (1 thread), {args.steps} steps per timing, median of {args.repeats} interleaved "
-          f"repeats; {os.cpu_count()} CPUs, load average {load:.2f}")  # fmt: skip
+    print(f"PPO gradient step, cartpole-ppo networks (64x64 tanh actor and critic, normalised observations), "
+          f"minibatch 256, torch {torch.__version__} (1 thread), {args.steps} steps per timing, median of "
+          f"{args.repeats} interleaved repeats; {os.cpu_count()} CPUs, load average {load:.2f}")  # fmt: skip
     for name, v in times.items():
         print(f"  {name:<16} {med[name]:>8.3f} ms/step   ({min(v):.3f} .. {max(v):.3f})")
     ratio = med["pickaxe"] / med["bare"]
