@@ -184,8 +184,7 @@ class Trainer:
         total = cfg.total_steps if total_steps is None else total_steps
         result = self.result
         start = time.perf_counter()
-        self._start_step, self._checkpoint_s = self.step, 0.0
-        self._fit_start, result.start_step = start, self.step
+        self._checkpoint_s, self._fit_start, result.start_step = 0.0, start, self.step
         if self.step == 0:
             self._next_eval = cfg.eval_every if cfg.eval_every > 0 else total
             self._next_save = cfg.save_every if cfg.save_every > 0 else total
@@ -318,7 +317,7 @@ class Trainer:
             record["time/eval_s"] = time.perf_counter() - t2
         elapsed = time.perf_counter() - start
         record["time/elapsed_s"] = elapsed
-        record["time/steps_per_s"] = (self.step - self._start_step) / max(elapsed, 1e-9)
+        record["time/steps_per_s"] = (self.step - result.start_step) / max(elapsed, 1e-9)
         if evaluated or self.step >= self._next_log or self.step >= total:
             self._next_log = self.step + cfg.log_every
             record.update(self.monitor.read())
@@ -334,8 +333,7 @@ class Trainer:
             improved = result.best_eval_return is None or metric > result.best_eval_return
             result.best_eval_return = max(metric, result.best_eval_return or -float("inf"))
             if cfg.target_return is not None and metric >= cfg.target_return and result.solved_step is None:
-                before = self._trained_s_before
-                result.solved_step, result.solved_wall_s = self.step, None if before is None else before + elapsed
+                result.solved_step, result.solved_wall_s = self.step, self._trained_s(elapsed)
         due = cfg.save_every > 0 and self.step >= self._next_save
         if due:
             while self._next_save <= self.step:
@@ -495,7 +493,7 @@ class Trainer:
                 "best_eval_return": r.best_eval_return,
                 "solved_step": r.solved_step,
                 "solved_wall_s": r.solved_wall_s,
-                "trained_s": self._trained_s(),
+                "trained_s": self._trained_s(0.0 if self._fit_start is None else time.perf_counter() - self._fit_start),
             },
             "algo": self.algo.state_dict(),
             "collector": self.collector.state_dict(),
@@ -503,12 +501,10 @@ class Trainer:
             **({"alarms": self.alarms.state_dict()} if self.alarms is not None else {}),
         }
 
-    def _trained_s(self) -> float | None:
-        """Training seconds of the whole run so far, over all its segments (None when an earlier one is unknown)."""
-        if self._trained_s_before is None:
-            return None
-        now = 0.0 if self._fit_start is None else time.perf_counter() - self._fit_start
-        return self._trained_s_before + now
+    def _trained_s(self, elapsed: float) -> float | None:
+        """Training seconds of the whole run: the earlier segments' and ``elapsed`` of this one (None when an earlier
+        segment's are unknown)."""
+        return None if self._trained_s_before is None else self._trained_s_before + elapsed
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict()``: algorithm and collector first (they refuse foreign state), then the loop
