@@ -23,6 +23,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -37,19 +38,20 @@ def bare_step(
     opt: torch.optim.Optimizer,
     mb: dict[str, torch.Tensor],
     compiled: bool,
-    norm: tuple[torch.Tensor, torch.Tensor] | None = None,
+    norm: Any = None,
 ) -> Callable[[], list[float]]:
-    """One bare PPO minibatch step (observations normalised by ``norm``'s mean and variance when given): returns its
-    loss and metrics read in one host sync."""
+    """One bare PPO minibatch step (observations normalised as the ``RunningMeanStd`` ``norm`` does, when given):
+    returns its loss and metrics read in one host sync."""
     params = [*actor.parameters(), *critic.parameters()]
+    stats = None if norm is None else (norm.mean, norm.var, norm.eps, norm.clip)  # read once, as plain tensors
 
     def loss_fn(
         obs: torch.Tensor, action: torch.Tensor, old_logprob: torch.Tensor, old_value: torch.Tensor,
         adv: torch.Tensor, ret: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-        if norm is not None:  # the recipe's observation normaliser: float64, clipped at 10
-            mean, var = norm
-            obs = ((obs.to(torch.float64) - mean) / torch.sqrt(var + 1e-8)).clamp(-10.0, 10.0).to(torch.float32)
+        if stats is not None:  # the recipe's observation normaliser, written out: float64, then clipped
+            mean, var, eps, clip = stats
+            obs = ((obs.to(torch.float64) - mean) / torch.sqrt(var + eps)).clamp(-clip, clip).to(torch.float32)
         logits = actor(obs)
         logp_all = torch.log_softmax(logits, -1)
         logprob = logp_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
@@ -107,8 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     assert mb.batch_size[0] == 256, mb.batch_size
     clip = cfg.algo.clip
     policy = getattr(algo.policy, "inner", algo.policy)  # the actor-critic behind the observation normaliser
-    obs_norm = getattr(algo.policy, "obs_norm", None)
-    norm = None if obs_norm is None else (obs_norm.mean.clone(), obs_norm.var.clone())
+    norm = getattr(algo.policy, "obs_norm", None)  # its statistics do not change during the timed steps
     loops: dict[str, Callable[[], object]] = {"pickaxe": lambda: algo._step(mb, cfg.algo, clip, None)}
     tensors = {k: mb[k] for k in ("obs", "action", "logprob", "value", "advantage", "return")}
     variants = [("bare", False)] + ([] if args.no_compile else [("bare compiled", True)])

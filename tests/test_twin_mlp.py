@@ -1,9 +1,9 @@
 """The collector's faster policy path gives the learner's numbers exactly.
 
 ``ActorCritic.frozen_act`` runs the actor's and critic's hidden layers stacked (``models.twin_mlp``) and
-``models.mlp.MLP`` calls its layers' functions without the module machinery. Both exist for speed only: the
-sampler's log-probs and values must be the learner's (``evaluate_actions``) bit for bit, or PPO's first ratio is not
-exactly 1 (sampler/learner drift). These tests check that on the recipe shapes and every action space.
+``models.mlp.MLP`` calls its layers' functions without the module machinery. Both exist for speed only: on the
+rows the sampler acted on, its log-probs and values must be the learner's (``evaluate_actions``) bit for bit, or the
+two drift apart. These tests check that on the recipe shapes and every action space.
 """
 
 import gymnasium as gym
