@@ -3,6 +3,7 @@ per-token returns, by hand and through a whole update (micro-batching must not c
 
 import copy
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -54,6 +55,40 @@ def test_reinforce_pp_advantages_are_per_token_and_drive_the_loss(advantage: str
     assert loss.item() == pytest.approx(-float(adv[mask].mean()), abs=1e-6)
     loss.backward()
     assert torch.isfinite(lp.grad).all() and (lp.grad[~mask] == 0).all()
+
+
+def test_kl_in_the_reward_defaults_to_k1_and_in_the_loss_to_k3() -> None:
+    """With no ``kl_estimator`` given, REINFORCE++ shapes each token's reward with k1 (``log pi - log pi_ref``), as
+    docs/llm.md and the config promise; a k3 default gives other advantages (k3 >= 0, and its size differs)."""
+    mask = torch.tensor([[0, 1, 1, 1], [0, 1, 1, 0]], dtype=torch.bool)
+    lp = [[-0.2, -0.3, -2.0, -0.1], [-0.5, -1.5, -0.4, 0.0]]
+    rf = [[-0.2, -1.8, -0.5, -0.9], [-0.5, -0.2, -2.2, 0.0]]
+    reward, coef = [1.0, -0.5], 0.5
+    # by hand: k1 per response token, -coef * k1 as its reward, the sequence reward on its last token,
+    # returns-to-go within the row, then whitening over the 5 response tokens (population variance)
+    returns = []
+    for row in range(2):
+        tokens = [t for t in range(4) if mask[row, t]]
+        r = [-coef * (lp[row][t] - rf[row][t]) for t in tokens]
+        r[-1] += reward[row]
+        returns += [sum(r[i:]) for i in range(len(r))]
+    mean = statistics.fmean(returns)
+    std = math.sqrt(statistics.pvariance(returns) + 1e-8)
+    expected = [(g - mean) / std for g in returns]
+    cfg = GRPOConfig(advantage="reinforce++", kl_coef=coef, kl_in="reward")
+    logprob, ref = torch.tensor(lp), torch.tensor(rf)
+    adv, metrics = grpo_advantages(torch.tensor(reward), torch.tensor([0, 0]), cfg, logprob, ref, mask)
+    assert adv[mask].tolist() == pytest.approx(expected, abs=1e-5)
+    k1_sums = [sum(lp[b][t] - rf[b][t] for t in range(4) if mask[b, t]) for b in range(2)]
+    assert float(metrics["kl/seq_sum_mean"]) == pytest.approx(statistics.fmean(k1_sums))
+    # the same default for RLOO's sequence-level penalty; an explicit estimator is kept; in the loss, k3
+    rloo_cfg = GRPOConfig(advantage="rloo", kl_coef=coef, kl_in="reward")
+    rloo, _ = grpo_advantages(torch.tensor(reward), torch.tensor([0, 0]), rloo_cfg, logprob, ref, mask)
+    shaped = [reward[b] - coef * k1_sums[b] for b in range(2)]
+    assert rloo.tolist() == pytest.approx([shaped[0] - shaped[1], shaped[1] - shaped[0]], abs=1e-6)
+    assert (cfg.kl_estimator, cfg.kl_estimator_in_effect) == (None, "k1")
+    assert GRPOConfig(kl_in="reward", kl_estimator="k3").kl_estimator_in_effect == "k3"
+    assert GRPOConfig(kl_in="loss").kl_estimator_in_effect == "k3"
 
 
 @pytest.mark.parametrize("advantage", ["rloo", "reinforce++", "reinforce++-baseline"])

@@ -247,9 +247,13 @@ class GRPOConfig(LMConfig):
     """token: PPO ratio per token; sequence: GSPO's length-normalised sequence ratio."""
     kl_coef: float = ranged(0.0, ge=0)
     """Weight of KL(policy || reference) (0: no reference model is kept)."""
-    kl_estimator: KLEstimator = "k3"
+    kl_estimator: KLEstimator | None = None
+    """k1, k2 or k3; None: by where the KL goes, k1 with kl_in=reward (InstructGPT's per-token penalty, the one
+    REINFORCE++ and RLOO shape the reward with) and k3 with kl_in=loss (low-variance, always >= 0). See
+    ``kl_estimator_in_effect``."""
     kl_in: Literal["loss", "reward"] = "loss"
-    """loss: a loss term; reward: subtracted from each sequence's reward before advantages."""
+    """loss: a loss term; reward: subtracted from each sequence's reward (per token with reinforce++) before
+    advantages."""
     tis_cap: float | None = ranged(None, gt=0)
     """Truncated importance sampling: recompute old log-probs with the learner and weight each token's loss by
     min(pi_learner / pi_sampler, tis_cap) (for engines whose numerics differ from the learner's, e.g. vLLM)."""
@@ -258,6 +262,14 @@ class GRPOConfig(LMConfig):
     share_prompts: bool = True
     """The completions of a prompt share one pass over it in the learner's and the reference's forward passes
     (padded layout, SDPA attention; same numbers up to float rounding, fewer FLOPs)."""
+
+    @property
+    def kl_estimator_in_effect(self) -> KLEstimator:
+        """The KL estimator the update uses: ``kl_estimator``, or when it is None k1 with ``kl_in="reward"`` and
+        k3 with ``kl_in="loss"``."""
+        if self.kl_estimator is not None:
+            return self.kl_estimator
+        return "k1" if self.kl_in == "reward" else "k3"
 
     @classmethod
     def variant(cls, name: Literal["grpo", "dr-grpo", "dapo", "gspo"], **overrides) -> GRPOConfig:

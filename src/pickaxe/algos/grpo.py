@@ -64,12 +64,13 @@ def grpo_advantages(
         ref = ref_logprob if kl_reward else logprob  # no KL in the reward: k1 of a policy against itself is 0
         baseline = group if cfg.advantage == "reinforce++-baseline" else None
         coef = cfg.kl_coef if kl_reward else 0.0
-        advantage, _ = reinforce_pp_advantages(reward, logprob, ref, mask, coef, baseline, estimator=cfg.kl_estimator)
+        estimator = cfg.kl_estimator_in_effect
+        advantage, _ = reinforce_pp_advantages(reward, logprob, ref, mask, coef, baseline, estimator=estimator)
         if kl_reward:
-            metrics = _kl_metrics(sequence_sum(kl_estimate(logprob, ref, cfg.kl_estimator, mask), mask), mask)
+            metrics = _kl_metrics(sequence_sum(kl_estimate(logprob, ref, estimator, mask), mask), mask)
         return advantage, metrics
     if kl_reward:
-        reward, kl_seq = kl_shaped_reward(reward, logprob, ref_logprob, mask, cfg.kl_coef, cfg.kl_estimator)
+        reward, kl_seq = kl_shaped_reward(reward, logprob, ref_logprob, mask, cfg.kl_coef, cfg.kl_estimator_in_effect)
         metrics = _kl_metrics(kl_seq, mask)
     if cfg.advantage == "rloo":
         return rloo_advantages(reward, group), metrics
@@ -118,7 +119,7 @@ def grpo_loss(
     # 5. KL to the frozen reference, as a loss term
     kl_sum = logprob.new_zeros(())
     if cfg.kl_coef > 0 and cfg.kl_in == "loss":
-        kl = kl_estimate(logprob, mb["ref_logprob"], cfg.kl_estimator, mask)
+        kl = kl_estimate(logprob, mb["ref_logprob"], cfg.kl_estimator_in_effect, mask)
         loss = loss + cfg.kl_coef * aggregate(kl, mask, cfg.aggregation, total_tokens, total_seqs, norm)
         kl_sum = sequence_sum(kl.detach(), mask).sum()
     stats = {
