@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pickaxe.envs.agents import tools
 from pickaxe.envs.agents.sandbox import SandboxLimits, SandboxResult
 from pickaxe.envs.agents.tools import (
     TOOL_NAMES,
@@ -73,10 +76,17 @@ def test_calculator_exact_answers(expression: str, answer: str) -> None:
         ("1" * 3000, "expression too long"),
     ],
 )
-def test_calculator_errors_are_results(expression: str, reason: str) -> None:
-    start = time.perf_counter()
+def test_calculator_errors_are_results(expression: str, reason: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[int] = []  # the size in bits of every value the calculator made and then checked
+
+    def check_size(x: Fraction) -> Fraction:
+        built.append(max(abs(x.numerator).bit_length(), x.denominator.bit_length()))
+        return size_check(x)
+
+    size_check = tools._check_size
+    monkeypatch.setattr(tools, "_check_size", check_size)
     result = Calculator()({"expression": expression})
-    assert time.perf_counter() - start < 0.5  # refused, not computed
+    assert all(bits <= 4 * tools.MAX_DIGITS for bits in built), built  # refused, not computed first
     assert not result.ok and result.error == "math_error"
     assert result.text.startswith("error: ") and reason in result.text
 
@@ -190,42 +200,59 @@ def test_duplicate_tool_names_are_refused() -> None:
         ToolBox([Calculator(), Calculator()])
 
 
-class SlowEcho:
-    """An Executor that sleeps, so concurrency is measurable without starting processes."""
+class Rendezvous:
+    """An Executor whose calls return only once ``parties`` of them are running at the same time (a barrier), so
+    calls made one after the other fail (the barrier breaks after its 60 s safety timeout) instead of echoing."""
 
-    def __init__(self) -> None:
+    def __init__(self, parties: int) -> None:
         self.threads: set[int] = set()
+        self.barrier = threading.Barrier(parties, timeout=60)
 
     def run(self, code: str, limits: SandboxLimits) -> SandboxResult:
         self.threads.add(threading.get_ident())
-        time.sleep(0.3)
+        self.barrier.wait()
         return SandboxResult(code + "\n", "", 0, "ok", 0.3, False)
 
 
 def test_call_many_keeps_order_and_overlaps() -> None:
-    executor = SlowEcho()
+    executor = Rendezvous(4)
     with ToolBox([PythonTool(executor), Calculator()], max_workers=4) as box:
         calls = [("python", {"code": f"c{i}"}) for i in range(4)] + [("calculator", {"expression": "2+2"})]
-        start = time.perf_counter()
         results = box.call_many(calls)
-        elapsed = time.perf_counter() - start
-    assert [r.text for r in results] == ["c0", "c1", "c2", "c3", "4"]
-    assert elapsed < 0.9 and len(executor.threads) == 4  # 4 x 0.3 s one after the other would be 1.2 s
-    assert all(r.duration_s >= 0.29 for r in results[:4])
+    assert [r.text for r in results] == ["c0", "c1", "c2", "c3", "4"]  # the four python calls ran at once
+    assert len(executor.threads) == 4 and all(r.duration_s > 0 for r in results)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the process sandbox is Linux-only")
-def test_call_many_runs_sandboxed_python_concurrently() -> None:
-    limits = SandboxLimits(cpu_s=2, memory_mb=128, wall_s=5)
+def test_call_many_runs_sandboxed_python_concurrently(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four sandboxed programs are seen running at the same time: each marks its folder and waits for a go that
+    this test gives only once all four marks exist together (calls run one after the other never get there)."""
+    root = tmp_path / "sandboxes"  # this test's sandboxes make their folders here
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    limits = SandboxLimits(cpu_s=2, memory_mb=128, wall_s=120)
+    code = (
+        "import os, time\n"
+        "open('here', 'w').close()\n"
+        f"while not os.path.exists({str(root / 'go')!r}):\n"
+        "    time.sleep(0.01)\n"
+        "print({})\n"
+    )
+    results: list[ToolResult] = []
     with make_tools(["python"], limits=limits) as box:
-        box.call("python", {"code": "pass"})  # probe the sandbox's layers once, outside the timing
-        code = "import time\ntime.sleep(0.5)\nprint({})"
-        start = time.perf_counter()
-        results = box.call_many([("python", {"code": code.format(i)}) for i in range(4)])
-        elapsed = time.perf_counter() - start
+        calls = [("python", {"code": code.replace("{}", str(i))}) for i in range(4)]
+        run = threading.Thread(target=lambda: results.extend(box.call_many(calls)))
+        run.start()
+        try:
+            deadline = time.monotonic() + 60  # a safety net, not the property tested
+            while len(together := list(root.glob("pickaxe-sandbox-*/here"))) < 4 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        finally:
+            (root / "go").touch()  # releases them (and, if the test failed, every call still to come)
+            run.join(timeout=600)
+    assert len(together) == 4, f"only {len(together)} sandboxed calls were running at once"
     assert [r.text for r in results] == ["0", "1", "2", "3"]
     assert all(r.ok for r in results)
-    assert elapsed < 1.6, f"4 calls of 0.5 s took {elapsed:.2f} s: not concurrent"
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the process sandbox is Linux-only")
