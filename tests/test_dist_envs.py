@@ -80,7 +80,7 @@ def _kill(ray: Any, actor: Any) -> None:
     step instead of before it changes what the worker must replay (a replayed-call count one more, or a restart
     instead of a replay)."""
     ray.kill(actor)
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
             ray.get(actor.describe.remote(), timeout=5)

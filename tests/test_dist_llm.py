@@ -114,8 +114,8 @@ def test_sync_separate_workers_run_agent_episodes_as_colocated(ray_local) -> Non
 
 
 def _assert_workers_gone(ray: Any) -> None:
-    """Every CPU of the test cluster is free again within a few seconds (the workers were stopped)."""
-    deadline = time.monotonic() + 15
+    """Every CPU of the test cluster is free again (the workers were stopped; 120 s is only a safety net)."""
+    deadline = time.monotonic() + 120
     while ray.available_resources().get("CPU") != ray.cluster_resources().get("CPU"):
         assert time.monotonic() < deadline, ray.available_resources()
         time.sleep(0.2)

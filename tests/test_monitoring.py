@@ -50,7 +50,7 @@ def test_prometheus_endpoint_serves_latest_metrics(tmp_path: Path) -> None:
     run = Run(tmp_path / "r", config=cfg.to_dict(), prometheus_port=port)
     try:
         build_trainer(cfg, run=run).fit()
-        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=120).read().decode()
     finally:
         run.close()
     line = next(ln for ln in body.splitlines() if ln.startswith("pickaxe_eval_return_mean{"))

@@ -35,7 +35,7 @@ def sh(script: str) -> list[str]:
     return ["sh", "-c", script]
 
 
-def wait_for(cond: Callable[[], object], timeout: float = 30.0, what: str = "condition") -> None:
+def wait_for(cond: Callable[[], object], timeout: float = 120.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
@@ -172,9 +172,9 @@ def test_cancel_queued_and_running(q: JobQueue, tmp_path: Path) -> None:
         grandchild = int(pidfile.read_text())
         job = q.cancel(running)
         assert job.state == "running" and job.cancel_requested
-        wait_for(lambda: q.get(running).state == "cancelled", timeout=10, what="cancel")
+        wait_for(lambda: q.get(running).state == "cancelled", what="cancel")
     finally:
-        thread.join(timeout=20)
+        thread.join(timeout=120)
         worker_q.close()
     assert not thread.is_alive()
     assert not process_alive(grandchild)  # the whole process group was killed
@@ -275,7 +275,7 @@ def test_worker_sigkill_loses_nothing_and_resumes_training(q: JobQueue, tmp_path
         first.kill()  # SIGKILL: no cleanup of any kind
         first.wait()
     assert q.integrity_check() == "ok"
-    wait_for(lambda: not process_alive(train_pid), timeout=10, what="the job to die with its worker")
+    wait_for(lambda: not process_alive(train_pid), what="the job to die with its worker")
     orphans = [int(p) for p in pids.read_text().split()]
     assert all(process_alive(p) for p in orphans)  # outlived the worker, in the jobs' process groups
     assert [q.get(j).state for j in (train, *fakes)] == ["running", "running", "running", "queued"]
@@ -307,7 +307,7 @@ def test_sigterm_stops_worker_and_requeues_its_job(q: JobQueue, tmp_path: Path) 
     wait_for(lambda: q.get(job).pid, what="job start")
     pid = q.get(job).pid
     worker.send_signal(signal.SIGTERM)
-    _, err = worker.communicate(timeout=20)
+    _, err = worker.communicate(timeout=120)
     assert worker.returncode == 130, err
     assert not process_alive(pid)
     assert q.get(job).state == "queued" and q.attempts(job)[0].outcome == "interrupted"

@@ -223,10 +223,8 @@ def test_sigterm_to_the_worker_requeues_its_job(tmp_path: Path, capsys: pytest.C
     before = signal.getsignal(signal.SIGTERM)
     with JobQueue(db) as q:  # the job signals its parent, the worker (this process), once it runs
         job = q.add(["sh", "-c", "sleep 0.2; kill -TERM $PPID; sleep 30"])
-    start = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt):  # at once: a worker that waited for its job would see it succeed
         main_worker(["--db", db, "--slots", "1", "--gpus", "none", "--poll", "0.01"])
-    assert time.monotonic() - start < 10
     assert signal.getsignal(signal.SIGTERM) == before
     with JobQueue(db) as q:
         assert (q.get(job).state, [a.outcome for a in q.attempts(job)]) == ("queued", ["interrupted"])
@@ -239,5 +237,5 @@ def test_worker_command_runs_outside_the_main_thread(tmp_path: Path) -> None:
     args = ["--db", str(tmp_path / "q.db"), "--gpus", "none", "--until-empty"]
     thread = threading.Thread(target=lambda: results.append(main_worker(args)))  # e.g. a notebook's helper
     thread.start()
-    thread.join(timeout=30)
+    thread.join(timeout=120)
     assert results == [0] and signal.getsignal(signal.SIGTERM) == before  # only the main thread sets handlers

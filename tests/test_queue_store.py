@@ -85,8 +85,10 @@ def test_wall_time_of_a_job(q: JobQueue) -> None:
     _sql(q, "UPDATE jobs SET started = 1000.0, finished = 1042.5 WHERE id = ?", done)
     assert q.get(done).wall_s == 42.5
     assert q.claim("w", free_cpus=1, only=[running]) is not None
-    _sql(q, "UPDATE jobs SET started = ? WHERE id = ?", time.time() - 100.0, running)
-    assert 100.0 <= q.get(running).wall_s < 130.0  # still running: up to now
+    started = time.time() - 100.0
+    _sql(q, "UPDATE jobs SET started = ? WHERE id = ?", started, running)
+    wall_s = q.get(running).wall_s
+    assert 100.0 <= wall_s <= time.time() - started  # still running: up to now
     assert q.get(queued).wall_s is None
     first = q.add(["false"])
     blocked = q.add(["true"], depends_on=[first])
@@ -97,14 +99,15 @@ def test_wall_time_of_a_job(q: JobQueue) -> None:
 
 def test_release_and_finish_record_when_the_attempt_ended(q: JobQueue) -> None:
     job = q.add(["true"])
+    before = time.time()
     assert q.claim("w", free_cpus=1) is not None
     assert q.release(job, 1, "w", outcome="lost")
     (attempt,) = q.attempts(job)
-    assert attempt.outcome == "lost" and attempt.ended is not None and 0.0 <= attempt.wall_s < 60.0
+    assert attempt.outcome == "lost" and attempt.ended is not None and 0.0 <= attempt.wall_s <= time.time() - before
     _ran(q, job, -int(signal.SIGKILL))
     last = q.get(job)
     assert (last.state, last.reason, last.exit_status) == ("failed", "killed by SIGKILL", -9)
-    assert last.finished is not None and 0.0 <= last.wall_s < 60.0
+    assert last.finished is not None and 0.0 <= last.wall_s <= time.time() - before
     stopped = q.add(["true"])
     assert q.claim("w", free_cpus=1, only=[stopped]) is not None
     assert q.release(stopped, 1, "w")  # a worker stopping: the default outcome
@@ -170,7 +173,7 @@ def test_worker_liveness(q: JobQueue) -> None:
 
     q.register_worker("remote")
     _sql(q, "UPDATE workers SET host = 'elsewhere', heartbeat = ? WHERE id = 'remote'", time.time() - 30)
-    assert q.worker_alive("remote", stale_after=60) and not q.worker_alive("remote", stale_after=10)
+    assert q.worker_alive("remote", stale_after=3600) and not q.worker_alive("remote", stale_after=10)
     _sql(q, "UPDATE workers SET heartbeat = 0 WHERE id = 'remote'")
     assert not q.worker_alive("remote")  # its pid is alive here, but on another host only heartbeats count
     q.heartbeat("remote")

@@ -29,7 +29,7 @@ def _free_port() -> int:
 
 def _scrape(port: int) -> dict[str, str]:
     """``name{labels}`` -> value of every ``pickaxe_`` sample the exporter serves."""
-    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=120).read().decode()
     return dict(ln.rsplit(" ", 1) for ln in body.splitlines() if ln.startswith("pickaxe_"))
 
 
@@ -60,7 +60,7 @@ def test_prometheus_exports_numbers_only_under_sanitized_names() -> None:
         'pickaxe_loss_total_x{run="cartpole-1"}': "3.0",
     }
     with pytest.raises(urllib.error.URLError):  # close() stops serving
-        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=120)
 
 
 def test_prometheus_sink_on_a_busy_port_says_so() -> None:

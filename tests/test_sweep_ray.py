@@ -117,10 +117,10 @@ def test_cancelling_a_job_lets_its_command_checkpoint_before_it_returns(ray_loca
     script = "trap 'sleep 1; echo checkpointed > done; exit 130' TERM; touch up; while true; do sleep 0.1; done"
     jobs = RayJobs(ray_local)
     jobs.submit(7, ["bash", "-c", script], str(tmp_path), str(tmp_path / "job.log"), header="pickaxe job 7")
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while not (tmp_path / "up").exists() and time.monotonic() < deadline:
         time.sleep(0.02)
-    outcomes = jobs.cancel(timeout=30)
+    outcomes = jobs.cancel(timeout=120)
     assert [(o.key, o.exit_status, o.lost) for o in outcomes] == [(7, None, "cancelled")] and not jobs.running
     assert (tmp_path / "done").read_text() == "checkpointed\n"
     assert (tmp_path / "job.log").read_text().startswith("### pickaxe job 7 on ray:")

@@ -55,7 +55,7 @@ def test_forked_job_is_killed_with_its_worker_and_resumes_to_the_uninterrupted_n
     finally:
         first.kill()  # SIGKILL: the forked job gets its parent-death signal
         first.wait()
-    _wait_for(lambda: not process_alive(pid), 10, "the forked job to die with its worker")
+    _wait_for(lambda: not process_alive(pid), 120, "the forked job to die with its worker")
     second = subprocess.run(_worker_cmd(q.path), capture_output=True, text=True, timeout=180)
     assert second.returncode == 0, second.stderr
     assert [a.outcome for a in q.attempts(job)] == ["lost", "succeeded"]

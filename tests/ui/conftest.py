@@ -164,10 +164,10 @@ def ui_server() -> Iterator[Callable[[Any], str]]:
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 120
         while not server.started:
             if time.monotonic() > deadline or not thread.is_alive():
-                raise RuntimeError("the test server did not start within 10 s")
+                raise RuntimeError("the test server did not start within 120 s")
             time.sleep(0.01)
         servers.append((server, thread, sock))
         return f"http://127.0.0.1:{port}"
@@ -175,7 +175,7 @@ def ui_server() -> Iterator[Callable[[Any], str]]:
     yield start
     for server, thread, sock in servers:
         server.should_exit = True
-        thread.join(timeout=10)
+        thread.join(timeout=120)
         sock.close()
 
 
