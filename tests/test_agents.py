@@ -63,7 +63,7 @@ class ScriptedEngine:
 
 
 def tool_env(max_turns: int = 4, max_tokens: int = 512, tools: Sequence[str] = ("calculator",), **kw) -> ToolEnv:
-    limits = SandboxLimits(cpu_s=1.0, memory_mb=256, wall_s=2.0)
+    limits = SandboxLimits(cpu_s=1.0, memory_mb=256, wall_s=60.0)  # wall: a safety net only, for a loaded machine
     return ToolEnv(PromptEnv(Arithmetic(3, "*"), seed=0, eval_size=8), make_tools(tools, limits=limits),
                    max_turns=max_turns, max_tokens=max_tokens, describe_tools=False, **kw)  # fmt: skip
 

@@ -257,10 +257,11 @@ def test_call_many_runs_sandboxed_python_concurrently(tmp_path: Path, monkeypatc
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the process sandbox is Linux-only")
 def test_python_tool_reports_sandbox_status() -> None:
-    tool = PythonTool(limits=SandboxLimits(cpu_s=1, memory_mb=128, wall_s=1))
+    tool = PythonTool(limits=SandboxLimits(cpu_s=1, memory_mb=128, wall_s=60))  # 60 s: room for a loaded machine
     assert tool({"code": "print(sum(range(10)))"}) == ToolResult("45", True)
     assert tool({"code": "x = 1"}).text == "(no output: use print() to show results)"
-    stopped = tool({"code": "import time\ntime.sleep(5)"})
+    one_second = PythonTool(limits=SandboxLimits(cpu_s=1, memory_mb=128, wall_s=1))
+    stopped = one_second({"code": "import time\ntime.sleep(60)"})
     assert (stopped.ok, stopped.error, stopped.text) == (False, "timeout", "[killed: wall time limit 1s]")
 
 
