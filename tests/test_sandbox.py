@@ -48,9 +48,12 @@ def _own_processes(root: Path) -> dict[int, dict[str, Any]]:
             status = dict(
                 line.split(":", 1) for line in Path(entry.path, "status").read_text().splitlines() if ":" in line
             )
-            pidns = os.readlink(Path(entry.path, "ns", "pid"))
         except OSError:  # gone meanwhile
             continue
+        try:
+            pidns: str | None = os.readlink(Path(entry.path, "ns", "pid"))
+        except OSError:  # not ours to inspect this way: judged by its own state alone
+            pidns = None
         pending = int(status.get("SigPnd", "0"), 16) | int(status.get("ShdPnd", "0"), 16)
         found[int(entry.name)] = {
             "state": stat[0],
@@ -70,7 +73,7 @@ def _doomed(facts: dict[str, Any]) -> bool:
 def _survivors(procs: dict[int, dict[str, Any]]) -> list[int]:
     """Processes nothing is killing: neither doomed themselves nor in a PID namespace whose first process (its PID
     1, whose end makes the kernel kill the rest of the namespace) is doomed."""
-    dying_namespaces = {f["pidns"] for f in procs.values() if f["nspid"] == ["1"] and _doomed(f)}
+    dying_namespaces = {f["pidns"] for f in procs.values() if f["nspid"] == ["1"] and _doomed(f)} - {None}
     return [pid for pid, f in procs.items() if not _doomed(f) and f["pidns"] not in dying_namespaces]
 
 
