@@ -248,9 +248,8 @@ class GRPOConfig(LMConfig):
     kl_coef: float = ranged(0.0, ge=0)
     """Weight of KL(policy || reference) (0: no reference model is kept)."""
     kl_estimator: KLEstimator | None = None
-    """k1, k2 or k3; None: by where the KL goes, k1 with kl_in=reward (InstructGPT's per-token penalty, the one
-    REINFORCE++ and RLOO shape the reward with) and k3 with kl_in=loss (low-variance, always >= 0). See
-    ``kl_estimator_in_effect``."""
+    """k1, k2 or k3; None: by where the KL goes, k1 with kl_in=reward (InstructGPT's per-token penalty, what
+    REINFORCE++ and RLOO shape the reward with) and k3 with kl_in=loss (low variance, never negative)."""
     kl_in: Literal["loss", "reward"] = "loss"
     """loss: a loss term; reward: subtracted from each sequence's reward (per token with reinforce++) before
     advantages."""
