@@ -332,11 +332,17 @@ def test_output_is_capped(sandbox: ProcessSandbox, clean: None) -> None:
 
 
 def test_writing_outside_its_folder_is_blocked(sandbox: ProcessSandbox, clean: None, tmp_path: Path) -> None:
-    for target in (tmp_path / "owned.txt", Path.home() / "pickaxe-sandbox-test.txt"):
-        result = _run(sandbox, f"open({str(target)!r}, 'w').write('pwned')")
-        assert result.status == "blocked", result.text()
-        assert "writing outside its folder" in result.text()
-        assert not target.exists()
+    # a name no one else uses in the home folder; removed should the sandbox fail and write it
+    home_target = Path.home() / f"pickaxe-sandbox-test-{os.getpid()}-{tmp_path.name}.txt"
+    for target in (tmp_path / "owned.txt", home_target):
+        try:
+            result = _run(sandbox, f"open({str(target)!r}, 'w').write('pwned')")
+            assert result.status == "blocked", result.text()
+            assert "writing outside its folder" in result.text()
+            assert not target.exists()
+        finally:
+            if target == home_target:
+                target.unlink(missing_ok=True)
     result = _run(sandbox, f"import os\nos.mkdir({str(tmp_path / 'made')!r})")
     assert result.status == "blocked" and not (tmp_path / "made").exists()
 
