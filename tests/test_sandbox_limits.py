@@ -159,3 +159,13 @@ def test_a_refusal_ends_the_program() -> None:
     assert "caught" not in result.stdout and "after" not in result.stdout
     assert result.text().endswith("[blocked by the sandbox: network access]")
     assert "socket.socket()" in result.text()  # the line of the user's code that did it
+
+
+def test_importing_a_module_without_a_pyc_is_not_a_refusal(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # A refusal is final, so the import system must not try to write a .pyc outside the folder.
+    modules = tmp_path_factory.mktemp("modules")
+    (modules / "h5mod.py").write_text("X = 5\n")
+    code = f"import sys\nsys.path.insert(0, {str(modules)!r})\nimport h5mod\nprint(h5mod.X)\n"
+    result = _run(ProcessSandbox(), code)
+    assert (result.status, result.stdout) == ("ok", "5\n"), result.text()
+    assert [p.name for p in modules.iterdir()] == ["h5mod.py"]

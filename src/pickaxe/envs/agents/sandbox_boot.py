@@ -245,6 +245,7 @@ def _run(code, cfg):
         _posixshmem.shm_open = no_shm_open
     except ImportError:
         pass
+    sys.dont_write_bytecode = True  # importing a module without a .pyc must not try to write one next to it
     sys.addaudithook(hook)
     sys.argv = ["<code>"]
     glb = {"__name__": "__main__", "__builtins__": builtins}
