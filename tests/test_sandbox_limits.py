@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pickaxe.envs.agents.sandbox import ProcessSandbox, SandboxLimits, SandboxResult
+from pickaxe.envs.agents.sandbox_cgroups import CallCgroups
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the process sandbox is Linux-only")
 
@@ -69,6 +70,23 @@ def test_memfd_is_refused_without_a_memory_cgroup() -> None:
     result = _run(sandbox, MEMFD)
     assert result.status == "error" and "held" not in result.stdout
     assert "PermissionError: [Errno 1] Operation not permitted" in result.stderr
+
+
+@pytest.mark.parametrize("v2", [True, False], ids=["cgroup-v2", "cgroup-v1"])
+def test_memory_cgroup_files(tmp_path_factory: pytest.TempPathFactory, v2: bool) -> None:
+    # The interface files each version uses, on a plain folder (this machine may have only one of the two).
+    folder = tmp_path_factory.mktemp("cgroup")
+    names = ("memory.max", "memory.swap.max") if v2 else ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes")
+    for name in names:
+        (folder / name).write_text("max\n")
+    counter = "memory.events" if v2 else "memory.oom_control"
+    (folder / counter).write_text("low 0\noom 3\noom_kill 2\n" if v2 else "under_oom 0\noom_kill 2\n")
+    cgroups = CallCgroups((str(folder),), None, str(folder), v2)
+    cgroups.set_limits(8, 64 * 2**20)
+    expected = ["67108864", "0"] if v2 else ["67108864", "67108864"]
+    assert [(folder / name).read_text() for name in names] == expected
+    assert cgroups.oom_kills() == 2
+    assert CallCgroups((), None, None, v2).oom_kills() == 0
 
 
 def test_memory_within_the_limit_still_works() -> None:
