@@ -252,7 +252,8 @@ class AgentConfig:
     python_cpu_s: float = ranged(2.0, gt=0)
     """CPU seconds per python call."""
     python_memory_mb: int = ranged(256, ge=16)
-    """Address space per python call, in MiB."""
+    """Memory per python call, in MiB: all its processes together where a memory cgroup can be made, and each one's
+    address space (docs/sandbox.md)."""
     python_wall_s: float = ranged(5.0, gt=0)
     """Wall seconds per python call (then its process group is killed)."""
     output_chars: int = ranged(2000, ge=1)
