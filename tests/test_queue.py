@@ -291,7 +291,7 @@ def test_worker_sigkill_loses_nothing_and_resumes_training(q: JobQueue, tmp_path
     assert [a.outcome for a in q.attempts(fakes[0])] == ["lost", "succeeded"]
     assert [a.outcome for a in q.attempts(fakes[2])] == ["succeeded"]
     resumed = q.attempts(train)[1].argv
-    assert resumed[-4:] == ["pickaxe.cli", "resume", str(run_dir), "--no-progress"]
+    assert resumed[-5:] == ["pickaxe.cli", "resume", str(run_dir), "--restart", "--no-progress"]
     assert "resumed from" in (run_dir / "events.jsonl").read_text()
     steps = [json.loads(ln)["step"] for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps == sorted(set(steps)) and steps[-1] == 3072
