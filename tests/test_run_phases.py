@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from pickaxe.recipes.llm import LLM_RECIPES
 from pickaxe.recipes import get_recipe
+from pickaxe.recipes.llm import LLM_RECIPES
 from pickaxe.runs.listing import format_runs, summarize_run
 from pickaxe.runs.status import read_status, run_state
 from pickaxe.runs.tracking import read_metrics
