@@ -31,20 +31,16 @@ evaluating (an evaluation, e.g. an LLM run's before training, or best-of-n's sam
 model and checkpoint) and exporting (an LLM run's ``RUN_DIR/export``)."""
 
 _CREATE_TIME_TOLERANCE_S = 1.0
-_identity: dict[str, Any] = {}
 
 
 def _process_identity() -> dict[str, Any]:
-    """pid, hostname and process start time of this process (read once per process: a fork has a new pid)."""
+    """pid, hostname and process start time of this process."""
     pid = os.getpid()
-    if _identity.get("pid") != pid:
-        try:
-            created = psutil.Process(pid).create_time()
-        except psutil.Error:
-            created = None
-        _identity.clear()
-        _identity.update(pid=pid, hostname=socket.gethostname(), process_create_time=created)
-    return dict(_identity)
+    try:
+        created = psutil.Process(pid).create_time()
+    except psutil.Error:
+        created = None
+    return {"pid": pid, "hostname": socket.gethostname(), "process_create_time": created}
 
 
 def write_status(run_dir: str | Path, state: str, **fields: Any) -> Path:
