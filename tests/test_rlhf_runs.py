@@ -179,6 +179,25 @@ def test_a_resumed_best_of_n_run_writes_what_an_uninterrupted_run_writes(
     assert "starting the run again from step 0" in (tmp_path / "b" / "events.jsonl").read_text()
 
 
+@pytest.mark.parametrize("kind", ["rm", "dpo"])
+def test_reward_model_and_dpo_runs_resume_to_what_an_uninterrupted_run_writes(
+    stages: Path, tmp_path: Path, kind: str
+) -> None:
+    from llm_runs import assert_resume_is_exact
+
+    cfg = _tiny(get_recipe(f"synthetic-{kind}"), 16 * 4, 16 * 2)
+    cfg.model.path, cfg.warm_start.updates = str(stages / "sft" / "export"), 0
+    cfg.collector.prompts = 8
+    if kind == "rm":  # generates its pairs, which a resumed run reads back
+        cfg.preferences.prompts, cfg.preferences.heldout_prompts = 32, 16
+    else:
+        cfg.preferences.path = str(stages / "rm" / "preferences" / "train.jsonl")
+        cfg.preferences.heldout_path = str(stages / "rm" / "preferences" / "heldout.jsonl")
+        cfg.data.reward_model = str(stages / "rm" / "export")
+    records = assert_resume_is_exact(cfg, tmp_path, cut=16 * 2)
+    assert any("eval/accuracy" in r for r in records if r["step"] == 16 * 4)
+
+
 def test_best_of_n_without_a_reward_model_is_one_line_and_exit_2(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "pickaxe.cli", "train", "synthetic-bon", "--run-dir", str(tmp_path / "r")],
