@@ -76,8 +76,24 @@ def test_run_set_status(tmp_path: Path) -> None:
 
     with Run(tmp_path / "r", tensorboard=False) as run:
         run.set_status("interrupted", step=7)
-    assert read_status(tmp_path / "r")["state"] == "interrupted"
-    assert run_state(tmp_path / "r") == "interrupted"
+        assert read_status(tmp_path / "r")["state"] == "interrupted"
+        assert run_state(tmp_path / "r") == "interrupted"
+        run.set_phase("training", step=8, total_steps=10)
+        run.set_status("running", step=9)  # phase and total kept from the write before
+        status = read_status(tmp_path / "r")
+        assert (status["phase"], status["step"], status["total_steps"], status["state"]) == (
+            "training",
+            9,
+            10,
+            "running",
+        )
+        run.set_status("crashed", reason="boom")
+        assert read_status(tmp_path / "r")["reason"] == "boom"
+        run.set_status("finished")  # a finished run has no phase and no reason of an earlier write
+        status = read_status(tmp_path / "r")
+        assert "phase" not in status and "reason" not in status and status["wall_s"] >= 0
+        with pytest.raises(ValueError, match="unknown run phase 'warmup'"):
+            run.set_phase("warmup")
 
 
 def test_status_and_listing_import_without_torch() -> None:

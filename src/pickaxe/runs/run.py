@@ -22,7 +22,7 @@ from pickaxe.errors import PickaxeError
 from pickaxe.runs.folder import check_new_run_dir, disk_error, make_dirs, move_aside, unique_path
 from pickaxe.runs.manifest import build_manifest, to_jsonable
 from pickaxe.runs.model import save_model
-from pickaxe.runs.status import read_status, status_wall_s, write_status
+from pickaxe.runs.status import PHASES, read_status, status_wall_s, write_status
 from pickaxe.runs.tracking import (
     TRACKERS,
     JsonlLogger,
@@ -229,7 +229,10 @@ class Run:
             self.set_status(state, **fields)
 
     def set_phase(self, phase: str, **fields: Any) -> None:
-        """The run is running and now in ``phase`` (see :data:`pickaxe.runs.status.PHASES`)."""
+        """The run is running and now in ``phase`` (one of :data:`pickaxe.runs.status.PHASES`; another is a
+        ``ValueError``)."""
+        if phase not in PHASES:
+            raise ValueError(f"unknown run phase {phase!r}; use one of {', '.join(PHASES)}")
         self.set_status("running", phase=phase, **fields)
 
     def report_progress(self, **fields: Any) -> None:
