@@ -16,11 +16,11 @@ def assert_resume_is_exact(cfg: Any, tmp_path: Path, cut: int) -> list[dict]:
 
     from pickaxe.runs.run import Run, read_metrics
     from pickaxe.train.build import resume, train
-    from pickaxe.train.llm import build_llm_trainer
+    from pickaxe.train.llm_runs import build_llm_run
 
     train(cfg, run_dir=tmp_path / "full")
     run = Run(tmp_path / "cut", config=cfg.to_dict(), seed=cfg.seed)
-    trainer = build_llm_trainer(cfg, run)
+    trainer = build_llm_run(cfg, run)
     trainer.fit(total_steps=cut)
     trainer.close()
     run.close()

@@ -210,3 +210,31 @@ def test_export_help_does_not_import_torch() -> None:
     code = "import sys; from pickaxe.cli import main; main(['export', '--help']); assert 'torch' not in sys.modules"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_a_full_disk_during_the_final_export_leaves_the_run_crashed_not_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import errno
+
+    import pickaxe.train.llm as llm
+    from pickaxe.runs.listing import summarize_run
+    from pickaxe.runs.status import read_status, run_state
+
+    def no_space(model, tokenizer, out_dir, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(out_dir))
+
+    monkeypatch.setattr(llm, "export_model", no_space)
+    path = tmp_path / "sft"
+    with pytest.raises(PickaxeError, match="no space left on device") as raised:
+        train(_cfg(), run_dir=path)
+    status = read_status(path)
+    assert status["state"] == "crashed" and run_state(path) == "crashed"  # never "finished" without its export
+    assert status["reason"] == str(raised.value) and str(path / "export") in status["reason"]
+    assert summarize_run(path).state == "crashed"
+    assert main(["resume", str(path), "--no-progress"]) == 2  # the disk is still full: the same line, exit 2
+    assert "no space left on device" in capsys.readouterr().err and run_state(path) == "crashed"
+
+    monkeypatch.undo()  # space freed: the resume exports and the run is finished
+    assert main(["resume", str(path), "--no-progress"]) == 0
+    assert run_state(path) == "finished" and read_export_source(path / "export")["step"] == 64

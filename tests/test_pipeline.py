@@ -165,6 +165,28 @@ def test_pipeline_resumes_a_killed_stage(
     assert _records(sft, rm) == records  # no stage started again: not a line more in its events or job log
 
 
+def test_a_stage_killed_before_its_first_checkpoint_starts_again_on_rerun(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one = dataclasses.replace(RLHF_SYNTHETIC, stages=RLHF_SYNTHETIC.stages[:1])  # sft
+    folder = tmp_path / "p"
+    opts = PipelineOptions(pipeline_dir=str(folder), workers=1)
+    extra = [*TINY, "--trainer.total-steps", "640"]  # no checkpoint before the last one
+    monkeypatch.setenv("PICKAXE_FAULT", "iteration:1")  # SIGKILL after the first update
+    monkeypatch.setenv("PICKAXE_FAULT_ONCE", str(tmp_path / "fired"))
+    assert run_pipeline(one, opts, extra) == 1
+    assert "rerun the same command to retry it" in capsys.readouterr().err
+    sft = folder.absolute() / "sft"
+    assert _steps(sft) and not (sft / "checkpoints").exists()
+
+    assert run_pipeline(one, opts, extra) == 0  # the retry starts the stage's run again instead of failing
+    _, err = capsys.readouterr()
+    assert "continuing: sft failed, retried (starts its run again: no checkpoint yet)" in err
+    assert "has no checkpoint to resume from: starting the run again from step 0" in (sft / "events.jsonl").read_text()
+    steps = _steps(sft)
+    assert steps == sorted(set(steps)) and steps[-1] == 640
+
+
 @pytest.mark.slow
 def test_rlhf_synthetic_end_to_end_survives_a_killed_worker(tmp_path: Path) -> None:
     folder = tmp_path / "p"

@@ -291,11 +291,36 @@ def test_worker_sigkill_loses_nothing_and_resumes_training(q: JobQueue, tmp_path
     assert [a.outcome for a in q.attempts(fakes[0])] == ["lost", "succeeded"]
     assert [a.outcome for a in q.attempts(fakes[2])] == ["succeeded"]
     resumed = q.attempts(train)[1].argv
-    assert resumed[-4:] == ["pickaxe.cli", "resume", str(run_dir), "--no-progress"]
+    assert resumed[-5:] == ["pickaxe.cli", "resume", str(run_dir), "--restart", "--no-progress"]
     assert "resumed from" in (run_dir / "events.jsonl").read_text()
     steps = [json.loads(ln)["step"] for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps == sorted(set(steps)) and steps[-1] == 3072
     assert (run_dir / "job.log").read_text().count("### pickaxe job") == 2
+
+
+def test_a_job_killed_before_its_first_checkpoint_starts_its_run_again_on_retry(
+    q: JobQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = tmp_path / "run"
+    job = q.add(
+        [sys.executable, "-m", "pickaxe.cli", "train", "cartpole-ppo", "--trainer.total-steps", "4096",
+         "--trainer.eval-every", "0", "--no-progress", "--run-dir", str(run_dir)],
+        name="train",
+    )  # fmt: skip
+    monkeypatch.setenv("PICKAXE_FAULT", "iteration:1")  # SIGKILL after the first iteration: no checkpoint yet
+    monkeypatch.setenv("PICKAXE_FAULT_ONCE", str(tmp_path / "fired"))
+    assert run_jobs(q, [job], slots=1) == {job: -signal.SIGKILL}
+    assert (run_dir / "metrics.jsonl").read_text() and not (run_dir / "checkpoints").exists()
+
+    q.retry(job)  # every later attempt resumes its run, and this run has nothing to resume from
+    assert run_jobs(q, [job], slots=1) == {job: 0}
+    assert q.get(job).state == "succeeded"
+    line = f"{run_dir} has no checkpoint to resume from: starting the run again from step 0"
+    assert line in (run_dir / "job.log").read_text()  # one line in the job's log ...
+    events = [json.loads(e) for e in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert [e["message"] for e in events if e.get("restart")] == [line]  # ... and in the run's events
+    steps = [json.loads(ln)["step"] for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(set(steps)) and steps[-1] == 4096  # the killed attempt's records are not repeated
 
 
 def test_sigterm_stops_worker_and_requeues_its_job(q: JobQueue, tmp_path: Path) -> None:

@@ -151,7 +151,8 @@ def test_resume_without_checkpoint_says_so_instead_of_starting_over(tmp_path: Pa
     assert len(_metrics(b)) == 2 and not list(b.glob("checkpoints/step-*"))
     proc = subprocess.run(_cmd("resume", str(b), "--no-progress"), capture_output=True, text=True)
     assert proc.returncode == 2
-    assert proc.stderr.startswith(f"pickaxe: error: {b} has no checkpoint to resume from;")
+    assert proc.stderr.startswith(f"pickaxe: error: {b} has no checkpoint to resume from")
+    assert f"`pickaxe resume {b} --restart` starts it again from step 0" in proc.stderr
     assert len(proc.stderr.splitlines()) == 1
     assert len(_metrics(b)) == 2  # nothing lost
 

@@ -145,6 +145,59 @@ def test_sft_reward_model_dpo_and_best_of_n_chain_through_exports(stages: Path, 
     assert json.loads((tmp_path / "bon" / "status.json").read_text())["state"] == "finished"
 
 
+def test_a_resumed_best_of_n_run_writes_what_an_uninterrupted_run_writes(
+    stages: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pickaxe.train.best_of_n as best_of_n
+    from pickaxe.runs.run import read_metrics
+    from pickaxe.runs.status import read_status
+    from pickaxe.train.build import resume
+
+    bon = _tiny(get_recipe("synthetic-bon"), 1, 1)
+    bon.model.path, bon.data.reward_model = str(stages / "sft" / "export"), str(stages / "rm" / "export")
+    bon.warm_start.updates, bon.warm_start.batch_size, bon.warm_start.log_every = 2, 8, 1
+    bon.algo.n = (1, 2, 4)
+    train(bon, tmp_path / "a")
+    calls = [0]
+
+    def crash_at_the_second_n(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 2:
+            raise RuntimeError("killed")
+        return pick_best(*args, **kwargs)
+
+    monkeypatch.setattr(best_of_n, "pick_best", crash_at_the_second_n)
+    with pytest.raises(RuntimeError, match="killed"):
+        train(bon, tmp_path / "b")
+    assert read_status(tmp_path / "b")["state"] == "crashed"
+    monkeypatch.undo()
+    resume(tmp_path / "b")
+    full, resumed = (read_metrics(tmp_path / name, deterministic=True) for name in ("a", "b"))
+    assert [r["step"] for r in full if "bon/n" in r] == [1, 2, 4] and any("warm_start/update" in r for r in full)
+    assert resumed == full  # the warm start and every n, each once
+    assert read_status(tmp_path / "b")["state"] == "finished"
+    assert "starting the run again from step 0" in (tmp_path / "b" / "events.jsonl").read_text()
+
+
+@pytest.mark.parametrize("kind", ["rm", "dpo"])
+def test_reward_model_and_dpo_runs_resume_to_what_an_uninterrupted_run_writes(
+    stages: Path, tmp_path: Path, kind: str
+) -> None:
+    from llm_runs import assert_resume_is_exact
+
+    cfg = _tiny(get_recipe(f"synthetic-{kind}"), 16 * 4, 16 * 2)
+    cfg.model.path, cfg.warm_start.updates = str(stages / "sft" / "export"), 0
+    cfg.collector.prompts = 8
+    if kind == "rm":  # generates its pairs, which a resumed run reads back
+        cfg.preferences.prompts, cfg.preferences.heldout_prompts = 32, 16
+    else:
+        cfg.preferences.path = str(stages / "rm" / "preferences" / "train.jsonl")
+        cfg.preferences.heldout_path = str(stages / "rm" / "preferences" / "heldout.jsonl")
+        cfg.data.reward_model = str(stages / "rm" / "export")
+    records = assert_resume_is_exact(cfg, tmp_path, cut=16 * 2)
+    assert any("eval/accuracy" in r for r in records if r["step"] == 16 * 4)
+
+
 def test_best_of_n_without_a_reward_model_is_one_line_and_exit_2(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "pickaxe.cli", "train", "synthetic-bon", "--run-dir", str(tmp_path / "r")],

@@ -76,8 +76,24 @@ def test_run_set_status(tmp_path: Path) -> None:
 
     with Run(tmp_path / "r", tensorboard=False) as run:
         run.set_status("interrupted", step=7)
-    assert read_status(tmp_path / "r")["state"] == "interrupted"
-    assert run_state(tmp_path / "r") == "interrupted"
+        assert read_status(tmp_path / "r")["state"] == "interrupted"
+        assert run_state(tmp_path / "r") == "interrupted"
+        run.set_phase("training", step=8, total_steps=10)
+        run.set_status("running", step=9)  # phase and total kept from the write before
+        status = read_status(tmp_path / "r")
+        assert (status["phase"], status["step"], status["total_steps"], status["state"]) == (
+            "training",
+            9,
+            10,
+            "running",
+        )
+        run.set_status("crashed", reason="boom")
+        assert read_status(tmp_path / "r")["reason"] == "boom"
+        run.set_status("finished")  # a finished run has no phase and no reason of an earlier write
+        status = read_status(tmp_path / "r")
+        assert "phase" not in status and "reason" not in status and status["wall_s"] >= 0
+        with pytest.raises(ValueError, match="unknown run phase 'warmup'"):
+            run.set_phase("warmup")
 
 
 def test_status_and_listing_import_without_torch() -> None:
@@ -157,3 +173,25 @@ def test_list_runs_of_a_run_folder_and_of_nothing(tmp_path: Path) -> None:
     assert "no runs" in format_runs([])
     with pytest.raises(PickaxeError, match="is not a folder"):
         list_runs(tmp_path / "missing")
+
+
+def test_a_running_run_shows_its_phase_and_its_wall_time_goes_on(tmp_path: Path) -> None:
+    import time
+
+    from pickaxe.runs.listing import format_runs, summarize_run
+    from pickaxe.runs.status import status_wall_s
+
+    run = _fake_run(tmp_path / "r", "arith-grpo", [{"step": 0, "warm_start/update": 50.0}], kind="llm", total=64)
+    write_status(run, "running", phase="warm_start", wall_s=300.0)  # 5 minutes into its warm start, no step yet
+    summary = summarize_run(run)
+    assert (summary.state, summary.phase, summary.step) == ("running", "warm_start", 0)
+    assert summary.wall_s >= 300.0  # its status's wall time (not the metrics' training time, which has none yet)
+    assert "running (warm start)" in format_runs([summary])
+    status = read_status(run)
+    status["time"] -= 60  # written a minute ago: a live run's wall time counts the minute since
+    assert status_wall_s(status, "running") >= 360.0 and status_wall_s(status, "crashed") == 300.0
+    assert status_wall_s({"state": "finished", "time": time.time()}) is None  # an older pickaxe's status
+
+    _status_of_dead_process(run)  # gone without a word: crashed, and no phase shown
+    summary = summarize_run(run)
+    assert (summary.state, summary.phase) == ("crashed", None) and format_runs([summary]).count("crashed") == 1

@@ -59,7 +59,7 @@ def test_forked_job_is_killed_with_its_worker_and_resumes_to_the_uninterrupted_n
     second = subprocess.run(_worker_cmd(q.path), capture_output=True, text=True, timeout=180)
     assert second.returncode == 0, second.stderr
     assert [a.outcome for a in q.attempts(job)] == ["lost", "succeeded"]
-    assert q.attempts(job)[1].argv[-4:] == ["pickaxe.cli", "resume", str(run_dir), "--no-progress"]
+    assert q.attempts(job)[1].argv[-5:] == ["pickaxe.cli", "resume", str(run_dir), "--restart", "--no-progress"]
     log = (run_dir / "job.log").read_text()
     assert log.count("### pickaxe job") == 2 and "resumed from" in log  # the child wrote to the job's log
     assert read_metrics(run_dir, deterministic=True) == read_metrics(fresh, deterministic=True)

@@ -57,6 +57,20 @@ def test_summaries_are_cached_until_a_file_changes(client: TestClient, runs_root
     assert (llm["final_eval"], llm["best_eval"], llm["step"]) == (0.75, 0.75, 128)
 
 
+def test_a_running_run_shows_its_phase_and_its_wall_time_goes_on(client: TestClient, runs_root: Path) -> None:
+    from pickaxe.runs.status import write_status
+
+    write_status(runs_root / "llm", "running", phase="warm_start", wall_s=120.0)  # by this process: alive
+    first = next(r for r in client.get("/api/runs").json()["runs"] if r["id"] == "llm")
+    assert (first["state"], first["phase"]) == ("running", "warm_start") and first["wall_s"] >= 120.0
+    misses = client.app.state.summary_cache.misses
+    again = next(r for r in client.get("/api/runs").json()["runs"] if r["id"] == "llm")
+    assert client.app.state.summary_cache.misses == misses  # served from the cache, its clock read again
+    assert (again["state"], again["phase"]) == ("running", "warm_start") and again["wall_s"] >= first["wall_s"]
+    finished = next(r for r in client.get("/api/runs").json()["runs"] if r["id"] != "llm")
+    assert finished["phase"] is None
+
+
 def test_warming_the_cache_reads_each_run_once(client: TestClient) -> None:
     from pickaxe.ui.runs import warm_cache
 

@@ -8,7 +8,8 @@ stage's run folder (``--model.path {sft}/export``), so every stage reads the mod
 
 Rerunning the same command continues: the default folder (``runs/pipeline-<name>-<hash>``) is derived from the
 pipeline, the seed and the extra flags; finished stages are kept, an interrupted or killed stage resumes its run
-from its newest checkpoint (the queue's resume of a later attempt), and failed or blocked stages are queued again.
+from its newest checkpoint (the queue's resume of a later attempt; a run killed before its first checkpoint starts
+again from step 0), and failed or blocked stages are queued again.
 """
 
 from __future__ import annotations
@@ -257,9 +258,14 @@ def main_pipeline(args: list[str]) -> int:
 
 
 def _previous_state(job: Any) -> str:
-    """How a stage found in the queue is continued, e.g. ``killed while running (resumes its run)``."""
+    """How a stage found in the queue is continued, e.g. ``killed while running (resumes its run)``: a stage whose
+    run has no checkpoint yet starts its run again from step 0."""
+    from pickaxe.runs.checkpoint import has_checkpoint
+
     started = bool(job.run_dir) and (Path(job.run_dir) / "config.json").is_file()
-    resumes = " (resumes its run)" if started else " (starts again)"
+    resumes = " (starts again)"
+    if started:
+        resumes = " (resumes its run)" if has_checkpoint(job.run_dir) else " (starts its run again: no checkpoint yet)"
     if job.state == "succeeded":
         return "succeeded (kept)"
     if job.state == "queued":
@@ -384,7 +390,7 @@ def _summarize(queue: Any, ids: dict[str, int], names: dict[int, str], stages: d
     for job in failed:
         print(
             f"pickaxe: stage {job.name} {job.state} ({job.reason}); log: {job.log_path}; rerun the same command to "
-            "retry it (it resumes its run)",
+            "retry it (it resumes its run from its newest checkpoint, or starts it again if it has none)",
             file=sys.stderr,
         )
     summary = {name: {"state": state, "headline": detail} for name, state, detail in rows}

@@ -380,7 +380,7 @@ def run_on_ray(
 
     def submit(job: Any) -> None:
         resumed = resume_command(job)
-        argv = [*resumed, "--restart"] if resumed else job.argv
+        argv = resumed or job.argv
         how = " (resuming its run)" if resumed else ""
         log = job.log_path or str(queue.log_path_for(job.id, job.attempts, job.run_dir))
         attempts[job.id] = job.attempts

@@ -8,8 +8,9 @@ does not outlive a killed worker. The worker never runs more jobs than fit its c
 Nothing is lost when a worker dies (SIGKILL, OOM-kill, reboot): the next worker to start (and every
 running worker, every few seconds) finds the jobs left ``running`` by a dead worker, kills whatever is
 left of their process groups and requeues them. An attempt after the first of a job whose ``run_dir``
-holds a pickaxe run (``config.json``) runs ``python -m pickaxe.cli resume RUN_DIR`` instead of the
-original command, so training continues from its newest good checkpoint (from scratch if it has none).
+holds a pickaxe run (``config.json``) runs ``python -m pickaxe.cli resume RUN_DIR --restart`` instead of the
+original command, so training continues from its newest good checkpoint (from step 0 if it has none, which it says
+in its log and its ``events.jsonl``).
 A worker stopped with Ctrl-C or SIGTERM stops its jobs and puts them back in the queue the same way.
 """
 
@@ -59,11 +60,12 @@ def detect_gpus() -> tuple[str, ...]:
 
 
 def resume_command(job: Job) -> list[str] | None:
-    """``python -m pickaxe.cli resume RUN_DIR --no-progress`` if this attempt of ``job`` should resume its run:
-    it is not the first attempt and ``run_dir`` holds a pickaxe run. None otherwise."""
+    """``python -m pickaxe.cli resume RUN_DIR --restart --no-progress`` if this attempt of ``job`` should resume its
+    run: it is not the first attempt and ``run_dir`` holds a pickaxe run. ``--restart``: a run killed before its first
+    checkpoint starts again from step 0 (and says so) instead of failing every retry. None otherwise."""
     if job.attempts <= 1 or not job.run_dir or not (Path(job.run_dir) / "config.json").is_file():
         return None
-    return [sys.executable, "-m", "pickaxe.cli", "resume", job.run_dir, "--no-progress"]
+    return [sys.executable, "-m", "pickaxe.cli", "resume", job.run_dir, "--restart", "--no-progress"]
 
 
 @dataclass

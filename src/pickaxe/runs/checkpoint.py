@@ -37,7 +37,7 @@ from typing import Any, BinaryIO
 import torch
 from safetensors.torch import load_file, save_file
 
-from pickaxe.errors import CheckpointError
+from pickaxe.errors import CheckpointError, PickaxeError
 from pickaxe.faults import fault_point
 from pickaxe.runs.state import flatten_state, unflatten_state
 
@@ -483,3 +483,16 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if _STEP_RE.fullmatch(p.name) or (p / MANIFEST).exists():
         return _load_one(p, map_location)
     return CheckpointManager(p).load(map_location=map_location)
+
+
+def has_checkpoint(run_dir: str | Path) -> bool:
+    """Whether the run keeps a complete checkpoint to resume from (digests are not verified here)."""
+    return bool(CheckpointManager(run_dir).list())
+
+
+def no_checkpoint_error(run_dir: str | Path) -> PickaxeError:
+    """The one line for resuming a run that stopped before its first checkpoint, with the command that restarts it."""
+    return PickaxeError(
+        f"{run_dir} has no checkpoint to resume from (it stopped before its first one); "
+        f"`pickaxe resume {run_dir} --restart` starts it again from step 0"
+    )

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pickaxe.errors import PickaxeError
-from pickaxe.runs.status import read_status, run_state
+from pickaxe.runs.status import read_status, run_state, status_wall_s
 from pickaxe.runs.tracking import read_metrics
 
 _SKIP_DIRS = {"checkpoints", "tensorboard", "control", "wandb", "mlruns", "engine_model", "__pycache__"}
@@ -36,7 +36,11 @@ class RunSummary:
     final_eval: float | None
     best_eval: float | None
     wall_s: float | None
-    """Training wall time, summed over the resumed segments of the run."""
+    """Wall time of the run, summed over its resumed segments, loading and warm start included (``status.json``'s;
+    for a run written by an older pickaxe, the training time its metrics logged)."""
+    phase: str | None = None
+    """What a running run is doing (loading, warm_start, training, evaluating, ...; see
+    :data:`pickaxe.runs.status.PHASES`); None for a run that is not running."""
 
 
 def list_runs(root: str | Path) -> list[RunSummary]:
@@ -82,17 +86,35 @@ def summarize_run(run_dir: str | Path) -> RunSummary:
     step = status.get("step") if type(status.get("step")) is int else None
     if step is None and records and type(records[-1].get("step")) is int:
         step = records[-1]["step"]
+    state, phase, wall_s = live_status(run_dir, status)
     return RunSummary(
         path=run_dir,
         recipe=str(config.get("recipe", "?")),
-        state=run_state(run_dir),
+        state=state,
         step=step,
         total_steps=total if type(total) is int else None,
         metric=metric,
         final_eval=evals[-1] if evals else None,
         best_eval=max(evals) if evals else None,
-        wall_s=_wall_time(records),
+        wall_s=wall_s if wall_s is not None else _wall_time(records),
+        phase=phase,
     )
+
+
+def live_status(run_dir: str | Path, status: dict[str, Any] | None = None) -> tuple[str, str | None, float | None]:
+    """The run's state, its phase while running (else None) and its wall time so far (None when ``status.json``
+    does not record it), from ``status`` (read from ``run_dir`` when not given). Reads ``status.json`` only, so a
+    cached summary of a running run is brought up to date cheaply."""
+    if status is None:
+        status = read_status(run_dir) or {}
+    state = run_state(run_dir)
+    phase = status.get("phase") if state == "running" and isinstance(status.get("phase"), str) else None
+    return state, phase, status_wall_s(status, state)
+
+
+def state_text(summary: RunSummary) -> str:
+    """The state as ``pickaxe runs`` prints it: ``running (warm start)`` while a phase is known."""
+    return f"{summary.state} ({summary.phase.replace('_', ' ')})" if summary.phase else summary.state
 
 
 def format_runs(summaries: list[RunSummary]) -> str:
@@ -103,7 +125,7 @@ def format_runs(summaries: list[RunSummary]) -> str:
     rows = [
         (
             s.recipe,
-            s.state,
+            state_text(s),
             f"{_count(s.step)}/{_count(s.total_steps)}",
             _eval(s.final_eval, s.metric),
             _eval(s.best_eval, s.metric),

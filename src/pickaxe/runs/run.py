@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import socket
@@ -18,10 +19,10 @@ from typing import Any
 from torch import nn
 
 from pickaxe.errors import PickaxeError
-from pickaxe.runs.folder import check_new_run_dir, make_dirs, move_aside, unique_path
+from pickaxe.runs.folder import check_new_run_dir, disk_error, make_dirs, move_aside, unique_path
 from pickaxe.runs.manifest import build_manifest, to_jsonable
 from pickaxe.runs.model import save_model
-from pickaxe.runs.status import write_status
+from pickaxe.runs.status import PHASES, read_status, status_wall_s, write_status
 from pickaxe.runs.tracking import (
     TRACKERS,
     JsonlLogger,
@@ -31,6 +32,12 @@ from pickaxe.runs.tracking import (
     check_tracker,
     read_metrics,  # noqa: F401 - where callers have always found it
 )
+
+STATUS_EVERY_S = 2.0
+"""The most often :meth:`Run.report_progress` rewrites ``status.json`` (phase changes and end states are written at
+once)."""
+_KEPT_STATUS_FIELDS = ("phase", "step", "total_steps")
+"""Status fields a run keeps from one ``set_status`` to the next (the others, e.g. ``reason``, are one write's)."""
 
 
 def default_run_dir(name: str, root: str | Path = "runs") -> Path:
@@ -72,6 +79,7 @@ class Run:
         self._moved_to: Path | None = None
         self._created: list[Path] | None = None  # None: nothing to undo
         self._preexisting: set[str] = set()
+        self._start_status_clock(0.0)
         try:
             if had_run:
                 self._moved_to = move_aside(self.path)
@@ -124,7 +132,16 @@ class Run:
         run._tensorboard = tensorboard
         run._sinks = []
         run._extra_sinks = _extra_sinks(run.path, None, track, prometheus_port) if track or prometheus_port else []
+        run._start_status_clock(status_wall_s(read_status(run.path)))  # the earlier segments' seconds, if known
         return run
+
+    def _start_status_clock(self, wall_before: float | None) -> None:
+        """Start this segment's clock for ``status.json``'s ``wall_s`` (``wall_before``: the earlier segments'
+        seconds; None when unknown, then no ``wall_s`` is written)."""
+        self._started = time.time()
+        self._wall_before = wall_before
+        self._status: dict[str, Any] = {}
+        self._status_written = -math.inf
 
     def config(self) -> dict[str, Any]:
         """The run's ``config.json``."""
@@ -182,9 +199,48 @@ class Run:
 
     def set_status(self, state: str, **fields: Any) -> None:
         """Record the run's state in ``status.json`` (see :mod:`pickaxe.runs.status`), e.g.
-        ``run.set_status("running", step=1000, total_steps=50000)``; states: running, finished, interrupted,
-        crashed, stopped."""
-        write_status(self.path, state, **fields)
+        ``run.set_status("running", phase="training", step=1000)``; states: running, finished, interrupted,
+        crashed, stopped. ``phase``, ``step`` and ``total_steps`` are kept for the next writes; every write adds
+        ``started`` (this segment's start, epoch seconds) and ``wall_s`` (seconds since the run started, earlier
+        segments included). A finished run has no phase."""
+        self._status.update({k: fields.pop(k) for k in _KEPT_STATUS_FIELDS if k in fields})
+        record = {**self._status, **fields, "started": self._started}
+        if self._wall_before is not None:
+            record["wall_s"] = self._wall_before + max(0.0, time.time() - self._started)
+        if state == "finished":
+            record.pop("phase", None)
+        write_status(self.path, state, **record)
+        self._status_written = time.monotonic()
+
+    def end_with(self, error: BaseException, **fields: Any) -> None:
+        """Record in ``status.json`` how ``error`` ends the run: interrupted for a ``KeyboardInterrupt`` (Ctrl-C,
+        SIGTERM), else crashed with the error as ``reason`` (a full or unwritable disk as its one-line message).
+        Never raises: the error on its way out must not be replaced by a failure to record it."""
+        if isinstance(error, KeyboardInterrupt):
+            state = "interrupted"
+        else:
+            disk = disk_error(error, self.path)
+            state = "crashed"
+            if disk is not None or isinstance(error, PickaxeError):
+                fields["reason"] = str(disk or error)
+            else:
+                fields["reason"] = f"{type(error).__name__}: {error}"
+        with contextlib.suppress(Exception):
+            self.set_status(state, **fields)
+
+    def set_phase(self, phase: str, **fields: Any) -> None:
+        """The run is running and now in ``phase`` (one of :data:`pickaxe.runs.status.PHASES`; another is a
+        ``ValueError``)."""
+        if phase not in PHASES:
+            raise ValueError(f"unknown run phase {phase!r}; use one of {', '.join(PHASES)}")
+        self.set_status("running", phase=phase, **fields)
+
+    def report_progress(self, **fields: Any) -> None:
+        """While running: record progress (``step=``, the env step; ``warm_start_update=``) in ``status.json``, at
+        most every :data:`STATUS_EVERY_S` seconds (one small atomic write; what ``pickaxe runs`` and the web app
+        show)."""
+        if time.monotonic() - self._status_written >= STATUS_EVERY_S:
+            self.set_status("running", **fields)
 
     def _write_json(self, name: str, obj: Any) -> None:
         tmp = self.path / f".{name}.tmp"

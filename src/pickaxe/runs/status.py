@@ -3,12 +3,15 @@
 The training process writes its state with its pid, host and process start time; a reader that finds
 "running" checks the process is still alive (the same pid *and* the same start time, so a reused pid is not
 mistaken for the run) and reports a dead one as "crashed". A status written on another host cannot be
-checked and is trusted. Torch-free: ``pickaxe runs`` imports this without loading torch.
+checked and is trusted. The run writes it from its first moment, before any model is loaded, with its
+``phase`` (:data:`PHASES`), and its ``wall_s``: seconds since the run started, earlier segments of a resumed run
+included. Torch-free: ``pickaxe runs`` imports this without loading torch.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import time
@@ -21,6 +24,11 @@ STATUS_FILE = "status.json"
 STATES = ("running", "finished", "interrupted", "crashed", "stopped")
 """running: training now; finished: reached its budget or target; interrupted: Ctrl-C / SIGTERM;
 crashed: an error or a dead process; stopped: ended on purpose (e.g. a non-finite value with on_nonfinite=stop)."""
+
+PHASES = ("loading", "warm_start", "evaluating", "training", "saving", "exporting")
+"""What a running run is doing: loading (config, model, data), warm_start (an LLM run's SFT warm start),
+evaluating (an evaluation, e.g. an LLM run's before training, or best-of-n's sampling), training, saving (the final
+model and checkpoint) and exporting (an LLM run's ``RUN_DIR/export``)."""
 
 _CREATE_TIME_TOLERANCE_S = 1.0
 
@@ -104,6 +112,22 @@ def run_state(run_dir: str | Path) -> str:
     ):
         return "crashed"
     return state
+
+
+def status_wall_s(status: dict[str, Any] | None, state: str | None = None) -> float | None:
+    """Seconds the run has taken so far, all its segments (loading and warm start included): the status's
+    ``wall_s`` plus, for a run still ``running`` (``state``, as :func:`run_state` gives it), the time since that
+    status was written. None for a status without ``wall_s`` (written by an older pickaxe)."""
+    if status is None or not _is_number(status.get("wall_s")):
+        return None
+    wall = float(status["wall_s"])
+    if state == "running" and _is_number(status.get("time")):
+        wall += max(0.0, time.time() - float(status["time"]))
+    return wall
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def is_finished(run_dir: str | Path) -> bool:

@@ -20,7 +20,6 @@ from pickaxe.rollout.engines.base import SamplingParams
 from pickaxe.rollout.engines.hf import HFEngine
 from pickaxe.rollout.text_collector import encode_prompts, score_completions
 from pickaxe.runs.run import Run
-from pickaxe.runs.status import write_status
 from pickaxe.train.llm import build_env, start_policy
 from pickaxe.train.llm_config import LLMTrainConfig
 from pickaxe.train.trainer import FitResult
@@ -51,7 +50,7 @@ class BestOfN:
 
     def __init__(self, cfg: LLMTrainConfig, run: Run | None = None, progress: bool = False) -> None:
         self.cfg, self.run, self.progress = cfg, run, progress
-        # best-of-n keeps no checkpoints, so this never resumes: a rerun warm-starts and evaluates again
+        # best-of-n keeps no checkpoints: `pickaxe resume` starts it again from step 0 (pickaxe.train.build.resume)
         self.model, self.tokenizer, seeds, device, _ = start_policy(cfg, run, progress)
         self.env = build_env(cfg, seeds["env"], seeds["eval_env"], self.tokenizer, device)
         self.engine = HFEngine(self.model.eval(), self.tokenizer.eos_token_id, self.tokenizer.pad_token_id,
@@ -61,16 +60,36 @@ class BestOfN:
         self.has_gold = "gold" in self.env.reward_names
 
     def resume(self, allow_empty: bool = False) -> None:
-        """Nothing to restore: the evaluation is recomputed from the weights and the seed."""
+        """Nothing to restore: the evaluation is recomputed from the weights and the seed (``pickaxe resume`` starts
+        a best-of-n run again from step 0, in a folder cleared of the stopped attempt's records)."""
 
     def close(self) -> None:
         """Nothing to close."""
 
     def fit(self) -> FitResult:
-        """Sample, score, pick and log; returns the records (``eval_return``: the proxy score at the largest n)."""
-        cfg, start = self.cfg, time.perf_counter()
+        """Sample, score, pick and log; returns the records (``eval_return``: the proxy score at the largest n).
+        ``status.json`` reads running (phase evaluating), then finished, or crashed / interrupted on an error."""
         if self.run is not None:
-            write_status(self.run.path, "running", step=0)
+            self.run.set_phase("evaluating", step=0, total_steps=max(self.cfg.algo.n))
+        try:
+            result = self._evaluate()
+        except BaseException as e:
+            if self.run is not None:
+                self.run.end_with(e)
+            raise
+        if self.progress:
+            table = Table(title="pickaxe: best-of-n on held-out prompts")
+            for col in ("n", "KL bound", "proxy", "gold"):
+                table.add_column(col)
+            for r in result.history:
+                gold_text = f"{r['eval/reward/gold']:.3f}" if "eval/reward/gold" in r else "-"
+                table.add_row(str(r["step"]), f"{r['eval/kl']:.3f}", f"{r['eval/reward/proxy']:.3f}", gold_text)
+            Console().print(table)
+        return result
+
+    def _evaluate(self) -> FitResult:
+        """The sampling, scoring and logging of :meth:`fit`."""
+        cfg, start = self.cfg, time.perf_counter()
         examples = self.env.eval_examples(cfg.eval.prompts)
         e = cfg.engine
         most = max(cfg.algo.n)
@@ -100,15 +119,7 @@ class BestOfN:
         result.eval_return = result.history[-1]["eval/return_mean"]
         if self.run is not None:
             self.run.flush()
-            write_status(self.run.path, "finished", step=most)
-        if self.progress:
-            table = Table(title="pickaxe: best-of-n on held-out prompts")
-            for col in ("n", "KL bound", "proxy", "gold"):
-                table.add_column(col)
-            for r in result.history:
-                gold_text = f"{r['eval/reward/gold']:.3f}" if "eval/reward/gold" in r else "-"
-                table.add_row(str(r["step"]), f"{r['eval/kl']:.3f}", f"{r['eval/reward/proxy']:.3f}", gold_text)
-            Console().print(table)
+            self.run.set_status("finished", step=most)
         return result
 
 

@@ -17,13 +17,14 @@ from pickaxe.algos.base import Algorithm
 from pickaxe.envs.make import SeededVectorEnv, make
 from pickaxe.errors import ConfigError, PickaxeError
 from pickaxe.rollout.collector import Collector
+from pickaxe.runs.checkpoint import has_checkpoint, no_checkpoint_error
 from pickaxe.runs.folder import disk_error
-from pickaxe.runs.model import load_model
-from pickaxe.runs.policies import acting_networks
+from pickaxe.runs.model import SELECTION_FILE, load_model
+from pickaxe.runs.policies import acting_networks, prune_policies
 from pickaxe.runs.run import Run, default_run_dir
 from pickaxe.train.config import TrainConfig
 from pickaxe.train.evaluate import evaluate
-from pickaxe.train.llm_config import LLMTrainConfig
+from pickaxe.train.llm_config import BestOfNConfig, LLMTrainConfig
 from pickaxe.train.runtime import settle_for_training
 from pickaxe.train.trainer import FitResult, Trainer
 from pickaxe.utils import resolve_device, seed_everything, set_torch_threads
@@ -194,13 +195,20 @@ def resume(
 ) -> tuple[FitResult, Run]:
     """Continue a run from its newest good checkpoint to its original budget.
 
-    A run without a checkpoint is a one-line ``PickaxeError``, unless ``allow_no_checkpoint`` (what the
-    ``--max-restarts`` supervisor uses): then it starts again from step 0.
+    A run without a checkpoint is a one-line ``PickaxeError`` before anything is built, unless
+    ``allow_no_checkpoint`` (what the ``--max-restarts`` supervisor and the queue's later attempts use) or the run
+    keeps no checkpoints (best-of-n): then it starts again from step 0 in its folder, as a new run would, and says
+    so on stderr and in ``events.jsonl``.
     """
     _follow_if_learner(None, run_dir)
     run = Run.open(run_dir, track=track, prometheus_port=prometheus_port)
     cfg = config_from_dict(run.config())
-    how = "restart" if allow_no_checkpoint else "resume"
+    how = "resume"
+    if not has_checkpoint(run.path):
+        if not allow_no_checkpoint and not isinstance(getattr(cfg, "algo", None), BestOfNConfig):
+            run.close()
+            raise no_checkpoint_error(run.path)
+        how = "restart"
     return _fit(builder_for(cfg), cfg, run, progress, resume=how), run
 
 
@@ -231,23 +239,46 @@ def _fit(builder: Builder, cfg: Any, run: Run, progress: bool, resume: str | Non
 
 
 def _build_and_fit(builder: Builder, cfg: Any, run: Run, progress: bool, resume: str | None) -> FitResult:
-    """``resume``: None (a new run), ``"resume"`` (needs a checkpoint) or ``"restart"`` (step 0 if none)."""
+    """``resume``: None (a new run), ``"resume"`` (from its newest good checkpoint) or ``"restart"`` (a run without a
+    checkpoint, started again from step 0). ``status.json`` reads running (phase loading) from here on."""
+    run.set_phase("loading")
     leader = None
     try:
+        if resume == "restart":
+            _start_over(run)
         trainer = builder(cfg, run, progress)
         leader = _launch_learners(cfg, trainer)
-    except PickaxeError:
+    except PickaxeError as e:
         if resume is None:  # a user error found while building: leave no half-made run behind
             run.discard()
+        else:
+            run.end_with(e)
+        raise
+    except BaseException as e:
+        run.end_with(e)
         raise
     try:
-        if resume is not None:
-            trainer.resume(allow_empty=resume == "restart")
+        if resume == "resume":
+            try:
+                trainer.resume()
+            except BaseException as e:
+                run.end_with(e)
+                raise
         return trainer.fit()
     finally:
         if leader is not None:
             leader.close()
         trainer.close()
+
+
+def _start_over(run: Run) -> None:
+    """Start a run that has no checkpoint again from step 0 in its folder: what its stopped attempt logged (metrics,
+    kept policies, the selection) is dropped, so it ends with what an uninterrupted run writes; said in one line on
+    stderr and in ``events.jsonl``."""
+    run.rewind(-1)
+    prune_policies(run.path, -1)
+    (run.path / SELECTION_FILE).unlink(missing_ok=True)
+    run.event(f"{run.path} has no checkpoint to resume from: starting the run again from step 0", restart=True)
 
 
 # ------------------------------------------------------------------- data-parallel learners (pickaxe.dist.learners)

@@ -51,6 +51,7 @@ from pickaxe.rollout.engines.base import Completion, Engine, SamplingParams
 from pickaxe.rollout.engines.hf import HFEngine
 from pickaxe.rollout.pairs import RewardModelScorer
 from pickaxe.rollout.text_collector import DemoCollector, TextCollector, encode_prompts, pack, score_completions
+from pickaxe.runs.checkpoint import has_checkpoint
 from pickaxe.runs.model import load_collector_state, load_model, weights_source
 from pickaxe.runs.run import Run
 from pickaxe.train.evaluate import text_estimates
@@ -475,6 +476,7 @@ def warm_start(
             record["warm_start/window_nll"] = sum(window) / len(window)
             if run is not None:
                 run.log(record, 0)
+                run.report_progress(warm_start_update=i + 1, warm_start_updates=w.updates)
             if progress:
                 Console().print(f"warm start (SFT) {i + 1}/{w.updates}: token NLL {last['sft/token_nll']:.3f}")
         if reached:
@@ -521,6 +523,8 @@ class LLMTrainer(Trainer):
                       alarms=cfg.alarms)  # fmt: skip
         trainer.export_model = export
         if cfg.eval.before and not resuming:
+            if run is not None:
+                run.set_phase("evaluating")
             trainer.log_before(evaluator(algo))
         return trainer
 
@@ -538,15 +542,22 @@ class LLMTrainer(Trainer):
                 f"[{record['eval/accuracy_ci_low']:.3f}, {record['eval/accuracy_ci_high']:.3f}]"
             )
 
+    def finalize(self) -> None:
+        """Export the model (when configured) to ``RUN_DIR/export`` before the run reads finished: a run whose export
+        failed (a full disk) is crashed, and ``pickaxe resume`` exports again."""
+        if self.export_model is None or self.run is None:
+            return
+        self.run.set_phase("exporting")
+        model, tokenizer = self.export_model
+        source = weights_source(self.run.path, self.run.config(), "final")  # what `pickaxe export` records
+        out = export_model(model, tokenizer, self.run.path / "export", source, overwrite=True)
+        if self.progress:
+            Console().print(f"exported to {out}")
+
     def fit(self, total_steps: int | None = None) -> FitResult:
-        """Train, export (when configured) and, with progress on, print held-out accuracy before and after."""
+        """Train, export (when configured, see :meth:`finalize`) and, with progress on, print held-out accuracy
+        before and after."""
         result = super().fit(total_steps)
-        if self.export_model is not None and self.run is not None:
-            model, tokenizer = self.export_model
-            source = weights_source(self.run.path, self.run.config(), "final")  # what `pickaxe export` records
-            out = export_model(model, tokenizer, self.run.path / "export", source, overwrite=True)
-            if self.progress:
-                Console().print(f"exported to {out}")
         if self.progress:
             print_llm_summary(self.before, result)
         return result
@@ -599,9 +610,11 @@ def start_policy(
     model, tokenizer = build_model(cfg, device, seeds["model"])
     if progress:
         Console().print(f"model: {type(model).__name__}, {num_parameters(model):,} parameters on {device}")
-    resuming = run is not None and any((run.path / "checkpoints").glob("*"))
+    resuming = run is not None and has_checkpoint(run.path)
     check_inputs(cfg, run, resuming)
     if cfg.warm_start.updates > 0 and not resuming:
+        if run is not None:
+            run.set_phase("warm_start")
         warm_start(cfg, model, tokenizer, seeds["warm_start"], run, progress)
     return model, tokenizer, seeds, device, resuming
 

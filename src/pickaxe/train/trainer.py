@@ -25,7 +25,7 @@ from pickaxe.eval.alarms import AlarmConfig, AlarmMonitor
 from pickaxe.eval.selection import SelectConfig, candidates_from_records, resolve_metric, select_best
 from pickaxe.faults import fault_point
 from pickaxe.rollout.collector import Collector
-from pickaxe.runs.checkpoint import CheckpointInfo, CheckpointManager
+from pickaxe.runs.checkpoint import CheckpointInfo, CheckpointManager, no_checkpoint_error
 from pickaxe.runs.model import SELECTION_FILE, final_model_step, write_json_synced
 from pickaxe.runs.monitor import SystemMonitor
 from pickaxe.runs.policies import list_policies, prune_policies, save_policy
@@ -188,29 +188,33 @@ class Trainer:
         if self.step == 0:
             self._next_eval = cfg.eval_every if cfg.eval_every > 0 else total
             self._next_save = cfg.save_every if cfg.save_every > 0 else total
-        self._set_status("running", step=self.step)
+        self._set_status("running", phase="training", step=self.step, total_steps=total)
         try:
             with self._stop_signals(), self._progress_bar(total) as bar:
                 self._loop(total, start, bar)
-        except KeyboardInterrupt:  # TrainingInterrupted, or a second Ctrl-C that aborted at once
-            self._set_status("interrupted", step=self.step)
-            raise
+            result.steps, result.wall_s = self.step, time.perf_counter() - start
+            if self.run is not None:
+                self._set_status("running", phase="saving", step=self.step)
+                self.run.save_model(self.algo.networks(), step=self.step)
+                self.save_checkpoint(self._metric_now())
+                self.write_selection()
+                self.finalize()
+                self.run.flush()
+                self._set_status("finished", step=self.step)
         except TrainingStopped as e:
             self._set_status("stopped", step=self.step, reason=str(e))
             raise
-        except BaseException as e:
-            self._set_status("crashed", step=self.step, reason=f"{type(e).__name__}: {e}")
+        except BaseException as e:  # interrupted (Ctrl-C, SIGTERM: TrainingInterrupted) or crashed
+            if self.run is not None:
+                self.run.end_with(e, step=self.step)
             raise
-        result.steps, result.wall_s = self.step, time.perf_counter() - start
-        if self.run is not None:
-            self.run.save_model(self.algo.networks(), step=self.step)
-            self.save_checkpoint(self._metric_now())
-            self.write_selection()
-            self.run.flush()
-            self._set_status("finished", step=self.step)
         if self.progress:
             print_summary(result, self.run)
         return result
+
+    def finalize(self) -> None:
+        """What a finished run does after its final model and checkpoint are saved and before ``status.json``
+        reads finished (nothing here; an LLM run exports its model). A failure leaves the run crashed."""
 
     def _loop(self, total: int, start: float, bar: Progress | None) -> None:
         """Iterations until ``total`` env steps (or the target, if it stops the run)."""
@@ -312,7 +316,9 @@ class Trainer:
         if evaluated:
             while self._next_eval <= self.step:
                 self._next_eval += cfg.eval_every if cfg.eval_every > 0 else total
+            self._set_status("running", phase="evaluating", step=self.step)
             record.update(self.evaluate())
+            self._set_status("running", phase="training", step=self.step)
             record.update(self.observe_alarms(record))
             record["time/eval_s"] = time.perf_counter() - t2
         elapsed = time.perf_counter() - start
@@ -324,6 +330,7 @@ class Trainer:
             record["time/checkpoint_s"], self._checkpoint_s = self._checkpoint_s, 0.0
             if self.run is not None:
                 self.run.log(record, self.step)
+                self.run.report_progress(step=self.step)
             result.history.append({"step": self.step, **record})
         metric = record.get(METRIC) if evaluated else None
         improved = False
@@ -561,10 +568,7 @@ class Trainer:
             raise RuntimeError("resume needs a Trainer with a Run")
         if not self.checkpoints.list():
             if not allow_empty:
-                raise PickaxeError(
-                    f"{self.run.path} has no checkpoint to resume from; it stopped before its first checkpoint: "
-                    f"train it again (its config is {self.run.path / 'config.json'})"
-                )
+                raise no_checkpoint_error(self.run.path)
             self.run.rewind(0)
             prune_policies(self.run.path, 0)
             self._reload_evals()

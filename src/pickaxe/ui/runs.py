@@ -27,8 +27,7 @@ from pickaxe.exp.compare import (
     load_runs,
     verdict,
 )
-from pickaxe.runs.listing import RunSummary, find_run_dirs, summarize_run
-from pickaxe.runs.status import run_state
+from pickaxe.runs.listing import RunSummary, find_run_dirs, live_status, summarize_run
 
 __all__ = ["RecordCache", "SummaryCache", "clean", "eval_metrics", "resolve_run", "router", "run_id", "warm_cache"]
 
@@ -109,8 +108,10 @@ class SummaryCache:
         with self._lock:
             entry = self._entries.get(run_dir)
         if entry is not None and entry.key == key:
-            if entry.summary.state == "running":
-                entry.summary.state = run_state(run_dir)
+            if entry.summary.state == "running":  # its process may have died; its wall time goes on
+                s = entry.summary
+                s.state, s.phase, wall_s = live_status(run_dir)
+                s.wall_s = wall_s if wall_s is not None else s.wall_s
             return entry
         entry = _Entry(key, summarize_run(run_dir))
         with self._lock:
@@ -183,6 +184,7 @@ def list_runs(request: Request) -> dict[str, Any]:
                 "recipe": s.recipe,
                 "kind": "llm" if s.metric == "eval/accuracy" else "classic",
                 "state": s.state,
+                "phase": s.phase,
                 "step": s.step,
                 "total_steps": s.total_steps,
                 "metric": s.metric,

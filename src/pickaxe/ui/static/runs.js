@@ -20,10 +20,15 @@ function evalText(run, value) {
   return run.metric === "eval/accuracy" ? value.toFixed(3) : value.toFixed(1);
 }
 
+// "running (warm start)": what a running run is doing now (status.json's phase)
+function stateText(run) {
+  return run.phase ? `${run.state} (${run.phase.replace("_", " ")})` : run.state;
+}
+
 function renderTable() {
   const filter = document.getElementById("filter").value.trim().toLowerCase();
   const shown = state.runs.filter((r) =>
-    !filter || [r.id, r.recipe, r.state].some((t) => t.toLowerCase().includes(filter)));
+    !filter || [r.id, r.recipe, stateText(r)].some((t) => t.toLowerCase().includes(filter)));
   const columns = [
     {label: "", value: (r) => PX.el("input", {type: "checkbox", checked: state.selected.has(r.id),
       "aria-label": `select ${r.id}`, dataset: {run: r.id},
@@ -34,7 +39,7 @@ function renderTable() {
     {label: "run", value: (r) => PX.el("a", {href: `/checkpoints?run=${encodeURIComponent(r.id)}`,
       title: "checkpoints, alarms and the selected best", text: r.id})},
     {label: "recipe", value: (r) => r.recipe},
-    {label: "state", value: (r) => r.state, className: (r) => `state-${r.state}`},
+    {label: "state", value: stateText, className: (r) => `state-${r.state}`},
     {label: "env steps", num: true, value: (r) => `${PX.fmt(r.step)}/${PX.fmt(r.total_steps)}`},
     {label: "final eval", num: true, value: (r) => evalText(r, r.final_eval)},
     {label: "best eval", num: true, value: (r) => evalText(r, r.best_eval)},
