@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pickaxe.digests import digest_problem, file_digest, folder_digests
+from pickaxe.digests import file_digest, folder_digests
 from pickaxe.envs.text.preferences import verify_preference_digest
 from pickaxe.errors import PickaxeError
 from pickaxe.models.export import verify_export
@@ -99,9 +99,12 @@ def _check_unchanged(record: dict[str, Any], now: dict[str, Any], paths: dict[st
     for key, before in (record.get("files") or {}).items():
         current = now.get(key, {})
         for name in sorted(set(before) | set(current)):
-            problem = digest_problem(current.get(name), before[name], INPUTS_FILE) if name in before else "is new"
-            if problem is not None:
-                raise changed(key, f" ({name} {problem})")
+            if name not in current:
+                raise changed(key, f" ({name} is gone)")
+            if name not in before:
+                raise changed(key, f" ({name} is new)")
+            if current[name] != {"size": before[name].get("size"), "sha256": before[name].get("sha256")}:
+                raise changed(key, f" ({name} differs from its size and sha256 in {INPUTS_FILE})")
     for key, digest in (record.get("digests") or {}).items():  # inputs.json of a run from an older pickaxe
         if key not in paths or _legacy_digest(Path(paths[key])) != digest:
             raise changed(key, "")
