@@ -278,3 +278,20 @@ def test_an_export_without_digests_or_provenance_still_loads(run_dir: Path, tmp_
         assert verify_export(out, "--model.path") == record
     (out / SOURCE_FILE).unlink()  # a model from elsewhere: nothing to check against
     assert verify_export(out, "--model.path") is None
+
+
+def test_evaluating_or_exporting_a_run_whose_starting_export_is_damaged_is_one_line(
+    run_dir: Path, tmp_path: Path, capsys
+) -> None:
+    start = export_run(run_dir, tmp_path / "start")
+    cfg = _cfg()
+    cfg.model.path, cfg.warm_start.updates, cfg.trainer.total_steps = str(start), 0, 16
+    train(cfg, run_dir=tmp_path / "next")  # rebuilding it reads the export again: its architecture and tokenizer
+    _damage(start / "model.safetensors", "truncate")
+    capsys.readouterr()
+    for argv in (["eval", str(tmp_path / "next")], ["export", str(tmp_path / "next"), "--out", str(tmp_path / "o")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("pickaxe: error: ") and "\n" not in err.strip() and "Traceback" not in err
+        assert f"--model.path {start}: model.safetensors has" in err
+    assert not (tmp_path / "o").exists()

@@ -45,21 +45,26 @@ def input_files(path: Path) -> dict[str, dict[str, Any]]:
     return folder_digests(path) if path.is_dir() else {path.name: file_digest(path)}
 
 
-def verify_inputs(cfg: LLMTrainConfig, digests: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+def verify_inputs(
+    cfg: LLMTrainConfig,
+    digests: dict[str, dict[str, Any]] | None = None,
+    options: tuple[str, ...] = (*_MODELS, *_PREFERENCES),
+) -> dict[str, Any]:
     """Check what ``cfg`` reads before any of it is loaded: an export (``model.path``, ``data.reward_model``)
     against the size and sha256 of each of its files in its ``pickaxe_source.json``, a generated preference file
     against the digest its run recorded beside it. A missing, truncated or changed file is a one-line
     ``PickaxeError`` naming it. ``digests``: files already hashed, by option (:func:`input_files`), not hashed
-    again. Returns the exports' ``pickaxe_source.json`` records by option."""
+    again; ``options``: the options to check (default all; evaluating a finished run reads no preference file).
+    Returns the exports' ``pickaxe_source.json`` records by option."""
     digests = digests or {}
     sources = {}
-    for key in _MODELS:
+    for key in (k for k in _MODELS if k in options):
         value = _value(cfg, key)
         if value and Path(value).is_dir():
             record = verify_export(value, _flag(key), digests.get(key))
             if record is not None:
                 sources[key] = record
-    for key in _PREFERENCES:
+    for key in (k for k in _PREFERENCES if k in options):
         value = _value(cfg, key)
         if value and Path(value).is_file():
             verify_preference_digest(value, _flag(key))

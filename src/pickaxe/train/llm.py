@@ -51,7 +51,7 @@ from pickaxe.rollout.text_collector import DemoCollector, TextCollector, encode_
 from pickaxe.runs.model import load_collector_state, load_model, weights_source
 from pickaxe.runs.run import Run
 from pickaxe.train.evaluate import text_estimates
-from pickaxe.train.inputs import check_inputs
+from pickaxe.train.inputs import check_inputs, verify_inputs
 from pickaxe.train.llm_config import LLMEvalConfig, LLMTrainConfig
 from pickaxe.train.runtime import settle_for_training
 from pickaxe.train.trainer import FitResult, Trainer
@@ -218,11 +218,13 @@ def load_run_lm(
 ) -> tuple[nn.Module, Any]:
     """An LLM run's model rebuilt from its config with the weights of ``checkpoint`` loaded (verified; see
     ``pickaxe.runs.model.load_model``) on ``device`` (``cpu``, ``cuda``, ``cuda:N`` or ``auto``; a malformed one is a
-    one-line ``ConfigError``), and its tokenizer. What export, the playground and the arena load."""
+    one-line ``ConfigError``), and its tokenizer. What export, the playground and the arena load. The run's starting
+    model (``model.path``: its architecture and tokenizer) is checked against its export's digests first."""
     try:
         dev = resolve_device(device)
     except RuntimeError:  # torch's error for a malformed device string
         raise ConfigError(f"--device {device!r} is not a device; use cpu, cuda, cuda:N or auto") from None
+    verify_inputs(cfg, options=("model.path",))
     model, tokenizer = build_model(cfg, dev, derive_llm_seeds(cfg.seed)["model"])
     load_model(run_dir, {"policy": model}, dev, checkpoint=checkpoint)
     return model, tokenizer
@@ -661,7 +663,9 @@ def _run_reference(
 def run_evaluator(cfg: LLMTrainConfig, run_dir: str | Path) -> tuple[nn.Module, Algorithm, TextEvaluator, torch.device]:
     """What scores an LLM run's weights on its held-out prompts with the run's own evaluation settings: the model
     rebuilt from ``cfg`` (load a checkpoint's weights into it), the algorithm the evaluator scores it through, the
-    ``TextEvaluator`` (the run's env, an ``HFEngine`` on the model, the run's KL reference) and the device."""
+    ``TextEvaluator`` (the run's env, an ``HFEngine`` on the model, the run's KL reference) and the device. The
+    exports it loads (``model.path``, ``data.reward_model``) are checked against their digests first."""
+    verify_inputs(cfg, options=("model.path", "data.reward_model"))
     set_torch_threads(cfg.torch_threads)
     seeds = derive_llm_seeds(cfg.seed)
     device = resolve_device(cfg.device)
