@@ -2,6 +2,7 @@
 transformers folder that loads by path with the run's exact log-probs, records where it came from, and is written
 completely or not at all."""
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import torch
 
 from pickaxe.cli import main
 from pickaxe.errors import PickaxeError
-from pickaxe.models.export import SOURCE_FILE, export_model, read_export_source
+from pickaxe.models.export import SOURCE_FILE, export_model, read_export_source, verify_export
 from pickaxe.models.lm import completion_logprobs, load_lm, tiny_lm
 from pickaxe.models.reward import RewardModel, tiny_reward_model
 from pickaxe.models.tokenizer import SIMPLE_CHAT_TEMPLATE, char_tokenizer, load_tokenizer, render_prompt
@@ -57,6 +58,10 @@ def _logprobs(model, tokenizer) -> torch.Tensor:
         return completion_logprobs(model, b["input_ids"], b["attention_mask"], b["loss_mask"])
 
 
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def _run_model(run_dir: Path, checkpoint: str | int = "final"):
     cfg = _cfg()
     model, tokenizer = build_model(cfg, torch.device("cpu"), derive_llm_seeds(cfg.seed)["model"])
@@ -88,11 +93,11 @@ def test_export_records_which_run_it_came_from(run_dir: Path, tmp_path: Path) ->
     assert (source["recipe"], source["algo_name"], source["kind"], source["seed"]) == ("arith-sft", "sft", "llm", 0)
     assert source["config_hash"] == manifest["config_hash"] is not None
     assert source["checkpoint"] == "final" and source["step"] == 64
-    assert source["weights_sha256"] == digest["sha256"]
+    assert source["weights_sha256"] == _sha256(tmp_path / "e" / "model.safetensors") != digest["sha256"]
     assert source["format"] == "transformers-causal-lm" and source["lora_merged"] is False
     assert source["started_from"] is None  # the run started from the tiny model, not a folder
     latest = read_export_source(export_run(run_dir, tmp_path / "l", checkpoint="latest"))
-    assert latest["step"] == 64 and latest["weights_sha256"] is None
+    assert latest["step"] == 64 and latest["weights_sha256"] == _sha256(tmp_path / "l" / "model.safetensors")
     assert read_export_source(tmp_path) is None  # not an export
 
 
@@ -238,3 +243,83 @@ def test_a_full_disk_during_the_final_export_leaves_the_run_crashed_not_finished
     monkeypatch.undo()  # space freed: the resume exports and the run is finished
     assert main(["resume", str(path), "--no-progress"]) == 0
     assert run_state(path) == "finished" and read_export_source(path / "export")["step"] == 64
+
+
+@pytest.mark.parametrize("checkpoint", ["final", "best", "latest", 32])
+def test_an_export_records_the_size_and_sha256_of_every_file_it_wrote(
+    run_dir: Path, tmp_path: Path, checkpoint: str | int
+) -> None:
+    out = export_run(run_dir, tmp_path / "e", checkpoint=checkpoint)
+    source = read_export_source(out)
+    written = sorted(p.name for p in out.iterdir() if p.name != SOURCE_FILE)
+    assert sorted(source["files"]) == written and "model.safetensors" in written
+    for name, entry in source["files"].items():
+        assert entry == {"size": (out / name).stat().st_size, "sha256": _sha256(out / name)}, name
+    assert source["weights_sha256"] == _sha256(out / "model.safetensors")  # the exported file's, for every checkpoint
+    assert verify_export(out, "--model.path") == source
+
+
+def _damage(path: Path, how: str) -> None:
+    data = bytearray(path.read_bytes())
+    if how == "flip":
+        data[len(data) // 2] ^= 0x04
+    elif how == "truncate":
+        del data[len(data) // 2 :]
+    if how == "remove":
+        path.unlink()
+    else:
+        path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    ("name", "how", "problem"),
+    [
+        ("model.safetensors", "truncate", "has {half} bytes but pickaxe_source.json records {size} (truncated"),
+        ("model.safetensors", "flip", "does not match its sha256 in pickaxe_source.json (corrupted on disk)"),
+        ("tokenizer.json", "flip", "does not match its sha256 in pickaxe_source.json"),
+        ("config.json", "remove", "is missing but listed in pickaxe_source.json"),
+    ],
+)
+def test_a_stage_refuses_a_damaged_export_in_one_line_before_loading_it(
+    run_dir: Path, tmp_path: Path, capsys, name: str, how: str, problem: str
+) -> None:
+    out = export_run(run_dir, tmp_path / "sft-export")
+    size = (out / name).stat().st_size
+    _damage(out / name, how)
+    capsys.readouterr()  # what the export printed
+    argv = ["train", "arith-sft", "--model.path", str(out), "--trainer.total-steps", "8", "--no-progress"]
+    assert main([*argv, "--run-dir", str(tmp_path / "next")]) == 2
+    out_text, err = capsys.readouterr()
+    assert err.startswith("pickaxe: error: ") and "\n" not in err.strip() and "Traceback" not in err
+    assert f"--model.path {out}: {name} {problem.format(half=size // 2, size=size)}" in err
+    assert f"pickaxe export {run_dir.resolve()}" in err  # the fix: export it again from its run
+    assert "model:" not in out_text and not (tmp_path / "next").exists()  # refused before the model was built
+
+
+def test_an_export_without_digests_or_provenance_still_loads(run_dir: Path, tmp_path: Path) -> None:
+    out = export_run(run_dir, tmp_path / "old")
+    assert verify_export(tmp_path / "old", "--model.path") is not None
+    record = read_export_source(out)
+    del record["files"]  # an export from an older pickaxe: loaded, with a warning
+    (out / SOURCE_FILE).write_text(json.dumps(record))
+    with pytest.warns(UserWarning, match="records no file digests"):
+        assert verify_export(out, "--model.path") == record
+    (out / SOURCE_FILE).unlink()  # a model from elsewhere: nothing to check against
+    assert verify_export(out, "--model.path") is None
+
+
+def test_evaluating_or_exporting_a_run_whose_starting_export_is_damaged_is_one_line(
+    run_dir: Path, tmp_path: Path, capsys
+) -> None:
+    start = export_run(run_dir, tmp_path / "start")
+    cfg = _cfg()
+    cfg.model.path, cfg.warm_start.updates, cfg.trainer.total_steps = str(start), 0, 16
+    train(cfg, run_dir=tmp_path / "next")  # rebuilding it reads the export again: its architecture and tokenizer
+    _damage(start / "model.safetensors", "truncate")
+    capsys.readouterr()
+    for argv in (["eval", str(tmp_path / "next")], ["export", str(tmp_path / "next"), "--out", str(tmp_path / "o")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("pickaxe: error: ") and "\n" not in err.strip() and "Traceback" not in err
+        assert f"--model.path {start}: model.safetensors has" in err
+    assert not (tmp_path / "o").exists()

@@ -3,8 +3,10 @@ exact state, best-of-n, and SFT -> reward model -> DPO / best-of-n chained throu
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -109,7 +111,8 @@ def test_sft_reward_model_dpo_and_best_of_n_chain_through_exports(stages: Path, 
     source = json.loads((stages / "sft" / "export" / "pickaxe_source.json").read_text())
     assert source["recipe"] == "synthetic-sft" and source["run_dir"] == str((stages / "sft").resolve())
     model_json = json.loads((stages / "sft" / "model.json").read_text())
-    assert source["weights_sha256"] == model_json["sha256"] and source["step"] == model_json["step"]  # as `export`
+    exported = hashlib.sha256((stages / "sft" / "export" / "model.safetensors").read_bytes()).hexdigest()
+    assert source["weights_sha256"] == exported and source["step"] == model_json["step"]  # as `export`
     train_pairs = load_preferences(stages / "rm" / "preferences" / "train.jsonl")
     assert train_pairs and all(p.metadata["gold_chosen"] > p.metadata["gold_rejected"] for p in train_pairs)
     rm_records = [json.loads(line) for line in (stages / "rm" / "metrics.jsonl").read_text().splitlines()]
@@ -335,3 +338,70 @@ def test_a_short_ppo_run_raises_the_proxy_reward(stages: Path) -> None:
         proxy.append(float(batch["reward"].mean()))  # the reward model's score of the fresh samples
         trainer.algo.update(batch)
     assert sum(proxy[-3:]) / 3 > sum(proxy[:3]) / 3 + 0.04, proxy  # +0.08 measured: a steady climb
+
+
+def _one_line_refusal(argv: list[str], run_dir: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """Run ``pickaxe train ARGV --run-dir RUN_DIR``; assert it is refused with one line, exit 2, nothing written and
+    no model built; return the line."""
+    from pickaxe.cli import main
+
+    capsys.readouterr()
+    assert main(["train", *argv, "--run-dir", str(run_dir), "--no-progress"]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("pickaxe: error: ") and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "model:" not in out and not run_dir.exists()
+    return err
+
+
+def test_a_fresh_ppo_stage_refuses_a_reward_model_with_a_flipped_bit(stages: Path, tmp_path: Path, capsys) -> None:
+    rm = shutil.copytree(stages / "rm" / "export", tmp_path / "rm")
+    weights = bytearray((rm / "model.safetensors").read_bytes())
+    weights[-100] ^= 0x10  # one bit of one weight: the file still loads, and scores a little differently
+    (rm / "model.safetensors").write_bytes(bytes(weights))
+    argv = ["synthetic-ppo", "--model.path", str(stages / "sft" / "export"), "--warm-start.updates", "0",
+            "--data.reward-model", str(rm), "--collector.prompts", "8", "--trainer.total-steps", "8",
+            "--eval.prompts", "8", "--eval.samples", "2"]  # fmt: skip
+    err = _one_line_refusal(argv, tmp_path / "ppo", capsys)
+    assert f"--data.reward-model {rm}: model.safetensors does not match its sha256 in pickaxe_source.json" in err
+    assert f"pickaxe export {(stages / 'rm').resolve()}" in err
+
+
+def _swap_first_label(path: Path) -> None:
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows[0]["chosen"], rows[0]["rejected"] = rows[0]["rejected"], rows[0]["chosen"]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_a_fresh_dpo_stage_refuses_generated_preferences_with_a_swapped_label(
+    stages: Path, tmp_path: Path, capsys
+) -> None:
+    from pickaxe.envs.text.preferences import verify_preference_digest
+
+    prefs = shutil.copytree(stages / "rm" / "preferences", tmp_path / "preferences")
+    assert verify_preference_digest(prefs / "train.jsonl", "--preferences.path")  # the RM run recorded its digest
+    size = (prefs / "train.jsonl").stat().st_size
+    _swap_first_label(prefs / "train.jsonl")
+    assert (prefs / "train.jsonl").stat().st_size == size  # same bytes, other order: only the digest tells
+    argv = ["synthetic-dpo", "--model.path", str(stages / "sft" / "export"), "--warm-start.updates", "0",
+            "--preferences.path", str(prefs / "train.jsonl"), "--preferences.heldout-path",
+            str(prefs / "heldout.jsonl"), "--collector.prompts", "8", "--trainer.total-steps", "8",
+            "--eval.prompts", "8", "--eval.samples", "2"]  # fmt: skip
+    err = _one_line_refusal(argv, tmp_path / "dpo", capsys)
+    manifest = prefs / "MANIFEST.json"
+    assert f"--preferences.path {str(prefs / 'train.jsonl')!r} does not match its sha256 in {manifest}" in err
+    # the user's own file (no digest recorded beside it) is theirs to edit: accepted, as before
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    shutil.copy(prefs / "train.jsonl", mine / "train.jsonl")
+    assert verify_preference_digest(mine / "train.jsonl", "--preferences.path") is False
+
+
+def test_a_reward_model_run_resumed_with_its_own_preferences_changed_is_refused(stages: Path, tmp_path: Path) -> None:
+    from pickaxe.envs.text.prompt_env import DatasetError
+    from pickaxe.train.build import resume
+
+    run = shutil.copytree(stages / "rm", tmp_path / "rm")
+    assert (run / "checkpoints").is_dir() and (run / "preferences" / "MANIFEST.json").is_file()
+    _swap_first_label(run / "preferences" / "train.jsonl")
+    with pytest.raises(DatasetError, match=r"train.jsonl' does not match its sha256 in .*MANIFEST.json"):
+        resume(run)

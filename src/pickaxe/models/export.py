@@ -1,6 +1,8 @@
 """Exporting a model for the next stage of a pipeline (SFT -> reward model -> RL): a standard ``transformers`` folder
 (``config.json``, ``model.safetensors``, the tokenizer files) that ``load_lm(DIR)`` and ``load_tokenizer(DIR)``, or
-any ``transformers`` program, load by path, plus ``pickaxe_source.json``: where the weights came from.
+any ``transformers`` program, load by path, plus ``pickaxe_source.json``: where the weights came from, and the size
+and sha256 of every other file of the folder (``files``; ``weights_sha256`` is the exported ``model.safetensors``'s).
+A stage that loads an export checks it first with :func:`verify_export`.
 
 An export is written into a temporary folder beside its destination and renamed into place when complete, so a
 crash or a full disk never leaves a half-written export under the destination's name. LoRA adapters are merged
@@ -15,11 +17,13 @@ import os
 import secrets
 import shutil
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
+from pickaxe.digests import digest_problem, file_problem, folder_digests, is_entry
 from pickaxe.errors import PickaxeError
 from pickaxe.models.lora import is_lora, merge_lora
 from pickaxe.models.reward import RewardModel
@@ -29,6 +33,8 @@ SOURCE_FILE = "pickaxe_source.json"
 
 FORMAT_CAUSAL_LM = "transformers-causal-lm"
 FORMAT_REWARD_MODEL = "pickaxe-reward-model"
+WEIGHTS_FILE = "model.safetensors"
+"""The weights file of both formats; ``weights_sha256`` in ``pickaxe_source.json`` is its sha256."""
 
 
 class ExportError(PickaxeError):
@@ -43,7 +49,9 @@ def export_model(
     A causal LM is saved with ``save_pretrained`` (safetensors); one with LoRA adapters is first merged into a
     copy (the model passed in keeps its adapters). A :class:`~pickaxe.models.reward.RewardModel` is saved with its
     own ``save``. ``tokenizer`` may be None (a reward model scored on ids only). ``source`` (JSON-able: run folder,
-    recipe, step, config hash...) goes into ``pickaxe_source.json`` with the format and the export time.
+    recipe, step, config hash...) goes into ``pickaxe_source.json`` with the format, the export time and the size and
+    sha256 of every other file written (``files``; ``weights_sha256``: the exported weights file's), which
+    :func:`verify_export` checks before a later stage loads the folder.
 
     Written atomically: a temporary folder beside ``out_dir``, renamed into place when complete. An existing
     non-empty ``out_dir`` is refused unless ``overwrite``, and even then only when it holds a pickaxe export.
@@ -68,12 +76,15 @@ def export_model(
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))
         source = dict(source or {})
+        files = folder_digests(tmp, skip=(SOURCE_FILE,))
         record = {
             **source,
             "format": fmt,
             "lora_merged": is_lora(model) or bool(source.get("lora_merged")),  # or merged by the caller
             "tokenizer": tokenizer is not None,
             "exported_at": time.time(),
+            "files": files,
+            "weights_sha256": files[WEIGHTS_FILE]["sha256"],
         }
         (tmp / SOURCE_FILE).write_text(json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
         _fsync_tree(tmp)
@@ -97,6 +108,52 @@ def read_export_source(path: str | Path) -> dict[str, Any] | None:
     if not isinstance(record, dict):
         raise ExportError(f"{file} must hold a JSON object; export the run again")
     return record
+
+
+def verify_export(
+    path: str | Path, flag: str, digests: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any] | None:
+    """Check the export in folder ``path`` against the sizes and sha256 digests its ``pickaxe_source.json`` records
+    (``files``) before a stage loads it (``flag``: the option that named it, e.g. ``--data.reward-model``, for the
+    message); return the record. A missing, truncated, overwritten or corrupted file is an :class:`ExportError`
+    whose one line names the file and the fix. A folder without ``pickaxe_source.json`` (a model from elsewhere) is
+    not checked and gives None; an export from a pickaxe that recorded no digests loads with a warning. ``digests``:
+    the folder's files already hashed (``pickaxe.digests.folder_digests``), so they are not hashed again."""
+    folder = Path(path)
+    record = read_export_source(folder)
+    if record is None:
+        return None
+    files = record.get("files")
+    source = SOURCE_FILE
+    run = record.get("run_dir")
+    fix = f"restore the folder, or export it again (pickaxe export {run})" if run else "restore or re-export it"
+    if files is None:
+        warnings.warn(
+            f"{flag} {folder}: {source} records no file digests (an export from an older pickaxe); loading it "
+            f"unverified; {fix} to have it checked",
+            stacklevel=2,
+        )
+        return record
+    if (
+        not isinstance(files, dict)
+        or WEIGHTS_FILE not in files
+        or not all(is_entry(e) and _inside(n) for n, e in files.items())
+    ):
+        raise ExportError(f"{flag} {folder}: {source} has a malformed files record; {fix}")
+    for name in sorted(files):
+        if digests is None:
+            problem = file_problem(folder / name, files[name], source)
+        else:
+            problem = digest_problem(digests.get(name), files[name], source)
+        if problem is not None:
+            raise ExportError(f"{flag} {folder}: {name} {problem}; {fix}")
+    return record
+
+
+def _inside(name: str) -> bool:
+    """Whether ``name`` is a relative path that stays inside its folder."""
+    parts = Path(name).parts
+    return bool(parts) and not Path(name).is_absolute() and ".." not in parts
 
 
 def _check_destination(out: Path, overwrite: bool) -> None:

@@ -20,7 +20,6 @@ import hashlib
 import json
 import logging
 import math
-import mmap
 import operator
 import os
 import re
@@ -37,6 +36,7 @@ from typing import Any, BinaryIO
 import torch
 from safetensors.torch import load_file, save_file
 
+from pickaxe.digests import file_digest
 from pickaxe.errors import CheckpointError, PickaxeError
 from pickaxe.faults import fault_point
 from pickaxe.runs.state import flatten_state, unflatten_state
@@ -122,16 +122,6 @@ def _write_bytes(path: Path, data: bytes, sync: bool = True) -> dict[str, Any]:
         if sync:
             os.fsync(f.fileno())
     return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-
-
-def file_digest(path: Path) -> dict[str, Any]:
-    """``{"size", "sha256"}`` of a file (a manifest entry), hashed through a read-only memory map (no copy)."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if not size:  # empty files cannot be mapped
-            return {"size": 0, "sha256": hashlib.sha256(b"").hexdigest()}
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
-            return {"size": size, "sha256": hashlib.sha256(view).hexdigest()}
 
 
 def _read_json(folder: Path, fname: str) -> Any:

@@ -13,8 +13,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from pickaxe.digests import file_digest
 from pickaxe.errors import PickaxeError
-from pickaxe.runs.checkpoint import CheckpointInfo, CheckpointManager, file_digest, fsync_file
+from pickaxe.runs.checkpoint import CheckpointInfo, CheckpointManager, fsync_file
 from pickaxe.runs.policies import list_policies, load_policy
 from pickaxe.runs.weights import (
     MODEL_DIGEST_FILE,
@@ -226,9 +227,9 @@ def _checkpoint_step(run_dir: Path, which: str | int) -> int | None:
 def weights_source(run_dir: Path, config: dict[str, Any], which: str | int) -> dict[str, Any]:
     """Where a run's weights come from, for an export's ``pickaxe_source.json``: the run folder and name, its kind,
     recipe, algorithm, seed, config hash and git commit, the checkpoint (``which``, as ``checkpoint_choice`` returns
-    it) and its env step, the final model's sha256, and the model the run started from (``model.path``)."""
+    it) and its env step, and the model the run started from (``model.path``). The digests of the exported files
+    themselves are the export's own (``pickaxe.models.export.export_model`` adds them)."""
     manifest = _read_json(run_dir / "manifest.json")
-    final = _read_json(run_dir / MODEL_DIGEST_FILE) if which == "final" else {}
     model = config.get("model") if isinstance(config.get("model"), dict) else {}
     return {
         "run_dir": str(run_dir.resolve()),
@@ -241,6 +242,5 @@ def weights_source(run_dir: Path, config: dict[str, Any], which: str | int) -> d
         "git": manifest.get("git"),
         "checkpoint": which,
         "step": _checkpoint_step(run_dir, which),
-        "weights_sha256": final.get("sha256"),
         "started_from": model.get("path"),
     }

@@ -29,8 +29,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from pickaxe.digests import file_digest
 from pickaxe.errors import PickaxeError
-from pickaxe.runs.checkpoint import _fsync_dir, file_digest, fsync_file
+from pickaxe.runs.checkpoint import _fsync_dir, fsync_file
 from pickaxe.runs.weights import (
     MODEL_DIGEST_FILE,
     MODEL_FILE,

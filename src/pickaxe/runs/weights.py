@@ -11,8 +11,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from pickaxe.digests import digest_problem, file_digest
 from pickaxe.errors import PickaxeError
-from pickaxe.runs.checkpoint import file_digest
 
 MODEL_FILE = "model.safetensors"
 MODEL_DIGEST_FILE = "model.json"
@@ -47,14 +47,9 @@ def load_flat_weights(networks: dict[str, nn.Module], tensors: dict[str, torch.T
 def verify_weights(path: Path, recorded: dict[str, Any], fix: str) -> None:
     """Raise a one-line ``PickaxeError`` ending in ``fix`` when ``path``'s size or sha256 differs from ``recorded``
     (its ``model.json``: the final model's or a kept policy's)."""
-    actual = file_digest(path)
-    if actual["size"] != recorded["size"]:
-        raise PickaxeError(
-            f"{path} has {actual['size']} bytes but {MODEL_DIGEST_FILE} records {recorded['size']} (truncated or "
-            f"overwritten); {fix}"
-        )
-    if actual["sha256"] != recorded["sha256"]:
-        raise PickaxeError(f"{path} does not match its sha256 in {MODEL_DIGEST_FILE} (corrupted on disk); {fix}")
+    problem = digest_problem(file_digest(path), recorded, MODEL_DIGEST_FILE)
+    if problem is not None:
+        raise PickaxeError(f"{path} {problem}; {fix}")
 
 
 def load_into(net: nn.Module, state: dict[str, Any], source: Path) -> None:

@@ -9,9 +9,6 @@ after with 95% Wilson intervals. ``pickaxe.train.build.train(cfg)`` finds it thr
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
-import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -38,9 +35,9 @@ from pickaxe.envs.text.prompt_env import PromptEnv, load_examples
 from pickaxe.envs.text.rewards import parse_reward_spec
 from pickaxe.envs.text.synthetic_preferences import GOLD_SCORES
 from pickaxe.envs.text.tasks import make_task
-from pickaxe.errors import ConfigError, PickaxeError
+from pickaxe.errors import ConfigError
 from pickaxe.eval.stats import pass_at_k
-from pickaxe.models.export import export_model, read_export_source
+from pickaxe.models.export import export_model
 from pickaxe.models.lm import completion_logprobs, load_lm, num_parameters, tiny_lm
 from pickaxe.models.lora import apply_lora_config, is_lora, merge_lora, shared_reference
 from pickaxe.models.reward import RewardModel
@@ -55,6 +52,7 @@ from pickaxe.runs.checkpoint import has_checkpoint
 from pickaxe.runs.model import load_collector_state, load_model, weights_source
 from pickaxe.runs.run import Run
 from pickaxe.train.evaluate import text_estimates
+from pickaxe.train.inputs import check_inputs, verify_inputs
 from pickaxe.train.llm_config import LLMEvalConfig, LLMTrainConfig
 from pickaxe.train.runtime import settle_for_training
 from pickaxe.train.trainer import FitResult, Trainer
@@ -221,11 +219,13 @@ def load_run_lm(
 ) -> tuple[nn.Module, Any]:
     """An LLM run's model rebuilt from its config with the weights of ``checkpoint`` loaded (verified; see
     ``pickaxe.runs.model.load_model``) on ``device`` (``cpu``, ``cuda``, ``cuda:N`` or ``auto``; a malformed one is a
-    one-line ``ConfigError``), and its tokenizer. What export, the playground and the arena load."""
+    one-line ``ConfigError``), and its tokenizer. What export, the playground and the arena load. The run's starting
+    model (``model.path``: its architecture and tokenizer) is checked against its export's digests first."""
     try:
         dev = resolve_device(device)
     except RuntimeError:  # torch's error for a malformed device string
         raise ConfigError(f"--device {device!r} is not a device; use cpu, cuda, cuda:N or auto") from None
+    verify_inputs(cfg, options=("model.path",))
     model, tokenizer = build_model(cfg, dev, derive_llm_seeds(cfg.seed)["model"])
     load_model(run_dir, {"policy": model}, dev, checkpoint=checkpoint)
     return model, tokenizer
@@ -247,52 +247,6 @@ def ptx_source(cfg: LLMTrainConfig, tokenizer: Any, device: torch.device) -> Dem
     seed = derive_llm_seeds(cfg.seed)["warm_start"] + 1
     demos = build_env(cfg, seed, derive_llm_seeds(cfg.seed)["eval_env"])
     return DemoCollector(demos, tokenizer, cfg.warm_start.batch_size, device=device)
-
-
-INPUTS_FILE = "inputs.json"
-"""What an LLM run read from outside its folder, written when it starts: ``digests`` (sha256 of the files it reads
-afresh at every start: reward model, preference files) and ``sources`` (the ``pickaxe_source.json`` of every
-exported model it loaded: which run, checkpoint and step the starting policy or the reward model came from)."""
-
-
-def _digest(path: Path) -> str:
-    """sha256 of a file, or of a folder's files (names and contents, sorted)."""
-    files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
-    h = hashlib.sha256()
-    for f in files:
-        h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
-        with open(f, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()
-
-
-def check_inputs(cfg: LLMTrainConfig, run: Run | None, resuming: bool) -> None:
-    """Record in ``RUN_DIR/inputs.json`` (:data:`INPUTS_FILE`) the digests of the files the run reads afresh at every
-    start (``data.reward_model``, ``preferences.path``/``heldout_path``) and where its exported input models came
-    from; on a resume, refuse with one line when a digest changed since the run started (the resumed run would not
-    be the run that was stopped)."""
-    if run is None:
-        return
-    paths = {"data.reward_model": cfg.data.reward_model, "preferences.path": cfg.preferences.path,
-             "preferences.heldout_path": cfg.preferences.heldout_path}  # fmt: skip
-    now = {k: _digest(Path(v)) for k, v in paths.items() if v and Path(v).exists()}
-    file = run.path / INPUTS_FILE
-    if resuming and file.is_file():
-        before = json.loads(file.read_text()).get("digests", {})
-        for key, digest in before.items():
-            if now.get(key) != digest:
-                raise PickaxeError(
-                    f"{paths.get(key)!r} (--{key.replace('_', '-')}) changed since {run.path} started, so resuming "
-                    "would not continue the same run; restore the original or start a new run"
-                )
-        return
-    models = {"model.path": cfg.model.path, "data.reward_model": cfg.data.reward_model}
-    sources = {k: read_export_source(v) for k, v in models.items() if v and Path(v).is_dir()}
-    record = {"digests": now, "sources": {k: v for k, v in sources.items() if v is not None}}
-    tmp = file.with_name(f".{INPUTS_FILE}.tmp")
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, file)
 
 
 def frozen_reference(model: nn.Module) -> nn.Module:
@@ -601,17 +555,18 @@ def start_policy(
 ) -> tuple[nn.Module, Any, dict[str, int], torch.device, bool]:
     """What every LLM run starts with: torch threads, seeds, device, the policy and its tokenizer, warm-started with
     SFT on a fresh run. Returns ``(model, tokenizer, seeds, device, resuming)``; a resumed run (one with
-    checkpoints) gets its weights from the checkpoint, so it skips the warm start, and its input files must be the
-    ones it started with (:func:`check_inputs`)."""
+    checkpoints) gets its weights from the checkpoint, so it skips the warm start. Input files are checked first,
+    before any model is loaded: exports and generated preference files against their recorded digests, and on a
+    resume against the ones the run started with (:func:`~pickaxe.train.inputs.check_inputs`)."""
     set_torch_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
     seeds = derive_llm_seeds(cfg.seed)
     device = resolve_device(cfg.device)
+    resuming = run is not None and has_checkpoint(run.path)
+    check_inputs(cfg, run, resuming)  # before any model is loaded: a damaged export is one line, not a traceback
     model, tokenizer = build_model(cfg, device, seeds["model"])
     if progress:
         Console().print(f"model: {type(model).__name__}, {num_parameters(model):,} parameters on {device}")
-    resuming = run is not None and has_checkpoint(run.path)
-    check_inputs(cfg, run, resuming)
     if cfg.warm_start.updates > 0 and not resuming:
         if run is not None:
             run.set_phase("warm_start")
@@ -721,7 +676,9 @@ def _run_reference(
 def run_evaluator(cfg: LLMTrainConfig, run_dir: str | Path) -> tuple[nn.Module, Algorithm, TextEvaluator, torch.device]:
     """What scores an LLM run's weights on its held-out prompts with the run's own evaluation settings: the model
     rebuilt from ``cfg`` (load a checkpoint's weights into it), the algorithm the evaluator scores it through, the
-    ``TextEvaluator`` (the run's env, an ``HFEngine`` on the model, the run's KL reference) and the device."""
+    ``TextEvaluator`` (the run's env, an ``HFEngine`` on the model, the run's KL reference) and the device. The
+    exports it loads (``model.path``, ``data.reward_model``) are checked against their digests first."""
+    verify_inputs(cfg, options=("model.path", "data.reward_model"))
     set_torch_threads(cfg.torch_threads)
     seeds = derive_llm_seeds(cfg.seed)
     device = resolve_device(cfg.device)

@@ -4,7 +4,8 @@ Both start from the run's policy (``--model.path`` or the tiny model, warm-start
 read preference pairs from ``preferences.path`` or generate them: the policy samples ``preferences.samples``
 completions per prompt and the ``data.gold`` scorer labels every pair (see
 :mod:`pickaxe.rollout.gold_preferences`). Generated pairs are written to ``RUN_DIR/preferences/`` before training,
-so a resumed run reads the very same data and a later stage (DPO after the reward model) can train on it.
+with their sizes and sha256 digests in ``RUN_DIR/preferences/MANIFEST.json``, so a resumed run reads the very same data
+and a later stage (DPO after the reward model) can train on it, checked against those digests when it starts.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ from rich.console import Console
 from pickaxe.algos.base import Algorithm
 from pickaxe.algos.dpo import DPO
 from pickaxe.algos.reward_model import RewardModelTrainer
-from pickaxe.envs.text.preferences import PreferencePair, load_preferences, save_preferences
+from pickaxe.envs.text.preferences import (
+    PreferencePair,
+    load_preferences,
+    record_preference_digests,
+    save_preferences,
+    verify_preference_digest,
+)
 from pickaxe.errors import ConfigError
 from pickaxe.eval.stats import wilson_interval
 from pickaxe.models.reward import RewardModel
@@ -38,6 +45,9 @@ from pickaxe.train.llm import (
 from pickaxe.train.llm_config import LLMTrainConfig
 
 __all__ = ["build_dpo_trainer", "build_reward_model_trainer", "preference_data"]
+
+_GENERATED = ("heldout.jsonl", "train.jsonl")
+"""The preference files a run generates in ``RUN_DIR/preferences``, with their digests in its ``MANIFEST.json``."""
 
 HELDOUT_FRACTION = 0.1
 """Share of a preference file's prompts held out when no ``preferences.heldout_path`` is given."""
@@ -74,6 +84,8 @@ def preference_data(
         return _split_by_prompt(pairs, seeds["eval_env"])
     folder = run.path / "preferences" if run is not None else None
     if resuming and folder is not None and (folder / "train.jsonl").is_file():  # written last: both are complete
+        if not all([verify_preference_digest(folder / n, "the run's own preferences") for n in _GENERATED]):
+            record_preference_digests(folder, _GENERATED)  # killed before it recorded them: complete all the same
         return load_preferences(folder / "train.jsonl"), load_preferences(folder / "heldout.jsonl")
     env = build_env(cfg, seeds["env"], seeds["eval_env"])
     engine = HFEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, cfg.engine.max_batch, seeds["engine"])
@@ -94,6 +106,7 @@ def preference_data(
     if folder is not None:
         save_preferences(heldout, folder / "heldout.jsonl")
         save_preferences(train, folder / "train.jsonl")  # written last: its presence means both are complete
+        record_preference_digests(folder, _GENERATED)  # what a later stage that trains on them checks
     return train, heldout
 
 

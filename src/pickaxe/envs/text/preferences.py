@@ -19,9 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pickaxe.digests import MANIFEST, file_problem, read_manifest, write_manifest
 from pickaxe.envs.text.prompt_env import DatasetError, _read_json, _read_jsonl, _text
 
-__all__ = ["PreferencePair", "load_preferences", "save_preferences"]
+__all__ = [
+    "PreferencePair",
+    "load_preferences",
+    "record_preference_digests",
+    "save_preferences",
+    "verify_preference_digest",
+]
 
 
 @dataclass
@@ -154,3 +161,35 @@ def _ranking(row: dict[str, Any], key: str, where: str) -> list[str]:
             )
         ranking.append(text)
     return ranking
+
+
+PREFERENCES_FORMAT = "pickaxe-preferences"
+"""The format of the ``MANIFEST.json`` a run writes beside the preference files it generated."""
+
+
+def record_preference_digests(folder: str | Path, names: Sequence[str]) -> None:
+    """Record the size and sha256 of the preference files ``names`` a run wrote in ``folder`` in
+    ``folder/MANIFEST.json`` (written last, atomically), so a later stage that trains on them can tell they are the
+    ones written (:func:`verify_preference_digest`)."""
+    write_manifest(Path(folder), list(names), PREFERENCES_FORMAT)
+
+
+def verify_preference_digest(path: str | Path, flag: str) -> bool:
+    """Check preference file ``path`` against the digest the run that wrote it recorded (``MANIFEST.json`` beside
+    it): a changed file (a swapped label, a truncated write) is a ``DatasetError`` whose one line names the file
+    and the fix. Returns whether a recorded digest was checked: a file nobody recorded (the user's own) is
+    accepted as it is (``flag`` names the option that gave it, for the message)."""
+    file = Path(path)
+    try:
+        files = read_manifest(file.parent, PREFERENCES_FORMAT)
+    except ValueError as e:
+        raise DatasetError(f"{flag}: {e}; restore it or delete it to use the files unverified") from None
+    if files is None or file.name not in files:
+        return False
+    problem = file_problem(file, files[file.name], str(file.parent / MANIFEST))
+    if problem is not None:
+        raise DatasetError(
+            f"{flag} {str(file)!r} {problem}: it changed after the run that generated it recorded it; restore it or "
+            f"rerun that run (to train on an edited copy on purpose, save it outside {file.parent})"
+        )
+    return True
