@@ -215,7 +215,7 @@ def test_llm_ppo_run_killed_and_resumed_equals_the_uninterrupted_run(stages: Pat
         (["synthetic-rm", "--data.gold", "nosuch"], "--data.gold: unknown reward 'nosuch'"),
         (["arith-grpo", "--data.reward", "exact+"], "--data.reward: reward spec 'exact+' ends with '+'"),
         (["synthetic-bon", "--data.reward-model", "/nope"], "--data.reward-model '/nope' does not exist"),
-        (["synthetic-dpo", "--preferences.path", "/nope.jsonl"], "--preferences.path: preference file '/nope.jsonl' does not exist"),
+        (["synthetic-dpo", "--preferences.path", "/nope.jsonl"], "preference file '/nope.jsonl' does not exist"),
     ],
 )
 def test_bad_reward_and_data_flags_fail_before_anything_is_built(

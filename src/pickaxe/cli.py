@@ -325,8 +325,9 @@ class EvalArgs:
 
 def _eval(args: list[str]) -> int:
     _needs_run_dir(args, "eval")
-    opts = parse(EvalArgs, merge_repeated(args, "--checkpoints"), "pickaxe eval")
-    from pickaxe.exp.checkpoint_eval import parse_choices
+    args = merge_repeated(args, "--checkpoints", "all, best, latest, final or env steps")
+    opts = parse(EvalArgs, args, "pickaxe eval")
+    from pickaxe.exp.checkpoint_eval import parse_choices  # torch-free, like a fully cached evaluation
     from pickaxe.recipes.args import load_run_config
     from pickaxe.train.config import TrainConfig
 
