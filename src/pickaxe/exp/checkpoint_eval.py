@@ -30,7 +30,7 @@ import numpy as np
 
 from pickaxe.errors import PickaxeError
 from pickaxe.eval.alarms import detect_alarms
-from pickaxe.eval.selection import SelectConfig, candidates_from_records, resolve_metric, select_best
+from pickaxe.eval.selection import METRICS, SelectConfig, candidates_from_records, resolve_metric, select_best
 from pickaxe.eval.stats import (
     finite_number,
     iqm,
@@ -166,14 +166,25 @@ def best_step(run_dir: Path, cfg: Any, refs: Sequence[CheckpointRef]) -> int:
     there are some, else over the run's logged evaluations (steps with kept weights only)."""
     select = select_config(run_dir, cfg)
     kept = {r.step for r in refs}
+    evaluated: set[int] = set()
+    logged: set[str] = set()
     for records in (_results_records(run_dir), _eval_records(run_dir)):
         records = [r for r in records if r["step"] in kept]
+        evaluated |= {r["step"] for r in records}
+        logged |= {k for r in records for k in r if k.startswith("eval/") and not k.endswith(("_ci_low", "_ci_high"))}
         metric = resolve_metric(select, {k for r in records for k in r})
         if metric is None:
             continue
         chosen = select_best(candidates_from_records(records, metric), select, metric)
         if chosen is not None:
             return chosen.step
+    if evaluated:  # steps with weights were evaluated, but not on the selection metric
+        wanted = select.metric or " or ".join(METRICS)
+        raise PickaxeError(
+            f"{run_dir}: the selection metric {wanted} is logged at none of its {len(evaluated)} evaluated steps with "
+            f"kept weights (they log {', '.join(sorted(logged)) or 'nothing'}), so none is best; name a step or use "
+            "--checkpoints latest"
+        )
     raise PickaxeError(
         f"{run_dir} has no evaluated step with kept weights, so none is best; name a step or use --checkpoints latest"
     )

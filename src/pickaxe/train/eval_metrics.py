@@ -50,15 +50,12 @@ def reward_terms(cfg: Any) -> list[str] | None:
 def eval_metric_names(cfg: Any) -> tuple[set[str], tuple[str, ...]]:
     """The ``eval/`` metrics the run of ``cfg`` logs at every evaluation: exact names, and prefixes any name under
     which is logged (an agent run's per-term metrics, whose names its tools decide)."""
-    from pickaxe.algos.configs import DPOConfig, GRPOConfig, LLMPPOConfig, RewardModelConfig
-    from pickaxe.train.llm_config import BestOfNConfig, LLMTrainConfig
-
-    if not isinstance(cfg, LLMTrainConfig):
+    if cfg.KIND == "classic":
         return set(CLASSIC), ()
-    algo = cfg.algo
-    if isinstance(algo, RewardModelConfig):
+    algo, name = cfg.algo, cfg.algo_name()
+    if name == "rm":
         return set(REWARD_MODEL), ()
-    if isinstance(algo, BestOfNConfig):
+    if name == "bon":
         return set(BEST_OF_N) | ({"eval/reward/gold", "eval/reward/gold_se"} if cfg.data.gold else set()), ()
     names = set(TEXT)
     terms = reward_terms(cfg)
@@ -71,9 +68,9 @@ def eval_metric_names(cfg: Any) -> tuple[set[str], tuple[str, ...]]:
         names |= set(TEXT_SAMPLED) | {f"eval/pass@{k}" for k in {1, min(e.pass_k, e.samples)}}
         if per_term:
             names |= {"eval/sampled_return_mean"} | {f"eval/sampled/{t}" for t in terms or ()}
-        reference = isinstance(algo, DPOConfig) or (isinstance(algo, GRPOConfig | LLMPPOConfig) and algo.kl_coef > 0)
+        reference = name == "dpo" or (name in ("grpo", "ppo") and algo.kl_coef > 0)  # the KL's frozen reference
         names |= {"eval/kl"} if reference else set()
-    if isinstance(algo, DPOConfig):
+    if name == "dpo":
         names |= set(DPO_PAIRS)
     return names, prefixes
 
