@@ -48,10 +48,11 @@ def _fake_run(folder: Path, recipe: str = "cartpole-ppo") -> Path:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ('{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"prompt": "a", bad\n', "row 1 is not valid JSON"),
-        ('{"prompt": "a", "chosen": "b"}\n', "row 0 has no 'rejected' field"),
+        ('{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"prompt": "a", bad\n', "line 2 is not valid JSON"),
+        ('{"prompt": "a", "chosen": "b"}\n', "line 1 has no 'rejected' field"),
         ("", "holds no rows"),
         ('{"prompt": "a", "chosen": 3, "rejected": "c"}\n', "field 'chosen' must be a string"),
+        ('{"prompt": "a", "chosen": "b", "rejected": "c"}\n\n{"prompt": "a", "chosen": "b"}\n', "line 3 has no"),
     ],
 )
 def test_a_broken_preference_file_is_refused_before_any_model(

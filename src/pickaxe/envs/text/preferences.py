@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pickaxe.envs.text.prompt_env import DatasetError, _read_json, _read_jsonl, _text
+from pickaxe.envs.text.prompt_env import DatasetError, _text, read_rows
 
 __all__ = ["PreferencePair", "load_preferences", "save_preferences"]
 
@@ -53,14 +53,13 @@ def load_preferences(
     Each row needs a non-empty string under ``prompt_key`` and either non-empty, different strings under
     ``chosen_key`` and ``rejected_key``, or (``ranking_key`` set) a list of at least two distinct non-empty
     strings, best first, under ``ranking_key``. Pairs come out in row order (a ranking's pairs in the order
-    ``(0, 1), (0, 2), ..., (1, 2), ...``). Any bad row raises ``DatasetError`` with the file, the row number
-    (0-based), the field and what to fix; nothing is returned then.
+    ``(0, 1), (0, 2), ..., (1, 2), ...``). Any bad row raises ``DatasetError`` with the file, where the row is (a
+    JSONL file's line number, else the 0-based row), the field and what to fix; nothing is returned then.
     """
-    name, rows = _rows(source)
+    name, rows = read_rows(source, "preference file")
     groups: dict[str, int] = {}
     pairs: list[PreferencePair] = []
-    for i, row in enumerate(rows):
-        where = f"{name}: row {i}"
+    for i, (where, row) in enumerate(rows):
         if not isinstance(row, dict):
             raise DatasetError(f"{where} is a {type(row).__name__}, not an object with a {prompt_key!r} field")
         prompt = _field(row, prompt_key, where, "prompt_key")
@@ -99,26 +98,6 @@ def save_preferences(pairs: Sequence[PreferencePair], path: str | Path) -> Path:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     return path
-
-
-def _rows(source: str | Path | Any) -> tuple[str, Sequence[Any]]:
-    """The source's display name and its rows (a file is read whole before any row is validated)."""
-    if not isinstance(source, str | Path):
-        return f"<{type(source).__name__}>", source
-    path = Path(source)
-    name = str(path)
-    if not path.is_file():
-        raise DatasetError(f"preference file {name!r} does not exist; pass a .jsonl, .json or .parquet file")
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        return name, list(_read_jsonl(path))
-    if suffix == ".json":
-        return name, _read_json(path)
-    if suffix == ".parquet":
-        import datasets
-
-        return name, datasets.Dataset.from_parquet(str(path))
-    raise DatasetError(f"{name}: unsupported file type {suffix!r}; use .jsonl, .json or .parquet")
 
 
 def _field(row: dict[str, Any], key: str, where: str, option: str) -> str:
