@@ -198,3 +198,29 @@ def test_arena_on_a_classic_run_writes_no_arena_file(tmp_path: Path, capsys: pyt
     run = _fake_run(tmp_path / "run")
     err = _refused(capsys, tmp_path, ["arena", str(run)])
     assert "is a classic RL run" in err and not (run / "arena.sqlite").exists()
+
+
+_NO_TORCH = """
+import sys
+from pickaxe.cli import main
+
+root = sys.argv[1]
+for argv in (["train", "synthetic-rm", "--preferences.path", root + "/bad.jsonl"],
+             ["train", "synthetic-bon", "--data.reward-model", root],
+             ["train", "synthetic-sft", "--model.hidden", "63"],
+             ["train", "synthetic-sft", "--select.metric", "eval/nope"]):
+    assert main([*argv, "--run-dir", root + "/r"]) == 2, argv
+assert "torch" not in sys.modules, "imported torch"
+print("ok")
+"""
+
+
+def test_train_refuses_bad_inputs_before_importing_torch(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "bad.jsonl").write_text("{not json\n")
+    proc = subprocess.run([sys.executable, "-c", _NO_TORCH, str(tmp_path)], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+    assert _listing(tmp_path) == ["bad.jsonl"]

@@ -152,6 +152,7 @@ def _train(args: list[str]) -> int:
         raise PickaxeError("pickaxe train needs a recipe name, e.g. `pickaxe train cartpole-ppo` (`pickaxe recipes`)")
     name = args[0]
     cfg, opts = parse_train(name, args[1:])
+    cfg.check()  # every input and value, before torch and the builders are imported (and before a supervisor forks)
     if opts.max_restarts is not None:
         from pickaxe.runs.run import default_run_dir
 
@@ -169,6 +170,7 @@ def _train(args: list[str]) -> int:
         track=opts.track,
         prometheus_port=opts.prometheus_port,
         overwrite=opts.overwrite,
+        checked=True,
     )
     _print_result(result, run, opts.no_progress)
     return 0

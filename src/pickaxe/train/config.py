@@ -203,11 +203,12 @@ class RunConfig:
         ``check_more``, ``--select.metric`` names a metric the run logs, and the device exists. ``pending``:
         absolute folders an earlier pipeline stage writes; inputs under them are checked when their stage starts."""
         from pickaxe.train.eval_metrics import check_select_metric
-        from pickaxe.utils import resolve_device
 
         validate(self, "")
         self.check_more(pending)
         check_select_metric(self)
+        from pickaxe.utils import resolve_device  # imports torch: after every check that does not need it
+
         resolve_device(self.device)  # type: ignore[attr-defined]
 
     def check_more(self, pending: Sequence[Path] = ()) -> None:
