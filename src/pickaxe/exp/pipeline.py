@@ -234,7 +234,8 @@ def check_pipeline_dir(folder: Path) -> None:
     """A pipeline folder is new, empty, or an earlier run of a pipeline (its ``pipeline.json``); it is not a run's
     folder or inside one, and not a folder holding other things. One-line ``PickaxeError`` otherwise."""
     absolute = folder.absolute()
-    for parent in [absolute, *absolute.parents]:
+    ours = (folder / PIPELINE_FILE).is_file()  # an earlier run of a pipeline: its own files are no run's
+    for parent in [*([] if ours else [absolute]), *absolute.parents]:
         if parent.is_dir() and _holds_run(parent):
             inside = "is" if parent == absolute else f"lies inside {parent}, which is"
             raise PickaxeError(f"--pipeline-dir {folder} {inside} a run's folder; a pipeline writes its queue and "
