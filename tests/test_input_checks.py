@@ -53,6 +53,7 @@ def _fake_run(folder: Path, recipe: str = "cartpole-ppo") -> Path:
         ("", "holds no rows"),
         ('{"prompt": "a", "chosen": 3, "rejected": "c"}\n', "field 'chosen' must be a string"),
         ('{"prompt": "a", "chosen": "b", "rejected": "c"}\n\n{"prompt": "a", "chosen": "b"}\n', "line 3 has no"),
+        ('{"prompt": "a", "chosen": "b", "rejected": "c"}\n', "has one prompt, so none can be held out"),
     ],
 )
 def test_a_broken_preference_file_is_refused_before_any_model(

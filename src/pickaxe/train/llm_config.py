@@ -355,7 +355,7 @@ class LLMTrainConfig(RunConfig):
         preference files whole (every row), the prompt files, the ``--model.path`` and ``--data.reward-model``
         folders (a saved causal LM; a reward model's export); without a path, the tiny model's shape. An input
         under a ``pending`` folder (one an earlier pipeline stage writes) is checked when its stage starts."""
-        from pickaxe.envs.text.preferences import load_preferences
+        from pickaxe.envs.text.preferences import load_preferences, split_by_prompt
         from pickaxe.envs.text.prompt_env import load_examples
         from pickaxe.models.folders import check_lm_folder, check_reward_model_folder, check_tiny_shape
 
@@ -373,7 +373,9 @@ class LLMTrainConfig(RunConfig):
                            ("preferences.heldout_path", self.preferences.heldout_path)):  # fmt: skip
             if ready(value):
                 try:
-                    load_preferences(value, ranking_key=self.preferences.ranking_key)
+                    pairs = load_preferences(value, ranking_key=self.preferences.ranking_key)
+                    if key == "preferences.path" and not self.preferences.heldout_path:
+                        split_by_prompt(pairs, 0, value)  # the run holds out some of its prompts: there must be two
                 except PickaxeError as e:
                     raise ConfigError(f"--{key.replace('_', '-')}: {e}") from None
         for key, value in (("data.path", self.data.path), ("data.eval_path", self.data.eval_path)):

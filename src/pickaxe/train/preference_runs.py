@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 from rich.console import Console
 
 from pickaxe.algos.base import Algorithm
 from pickaxe.algos.dpo import DPO
 from pickaxe.algos.reward_model import RewardModelTrainer
-from pickaxe.envs.text.preferences import PreferencePair, load_preferences, save_preferences
+from pickaxe.envs.text.preferences import PreferencePair, load_preferences, save_preferences, split_by_prompt
 from pickaxe.errors import ConfigError
 from pickaxe.eval.stats import wilson_interval
 from pickaxe.models.reward import RewardModel
@@ -39,21 +38,6 @@ from pickaxe.train.llm_config import LLMTrainConfig
 
 __all__ = ["build_dpo_trainer", "build_reward_model_trainer", "preference_data"]
 
-HELDOUT_FRACTION = 0.1
-"""Share of a preference file's prompts held out when no ``preferences.heldout_path`` is given."""
-
-
-def _split_by_prompt(pairs: list[PreferencePair], seed: int) -> tuple[list[PreferencePair], list[PreferencePair]]:
-    """A seeded ``HELDOUT_FRACTION`` of the prompts (at least one, never all) and their pairs held out."""
-    groups = sorted({p.group for p in pairs})
-    if len(groups) < 2:
-        raise ConfigError(
-            "the preference file has one prompt, so none can be held out: add prompts or set --preferences.heldout-path"
-        )
-    n = min(len(groups) - 1, max(1, round(HELDOUT_FRACTION * len(groups))))
-    held = set(np.random.default_rng(seed).permutation(groups)[:n].tolist())
-    return [p for p in pairs if p.group not in held], [p for p in pairs if p.group in held]
-
 
 def preference_data(
     cfg: LLMTrainConfig,
@@ -71,7 +55,7 @@ def preference_data(
         pairs = load_preferences(p.path, ranking_key=p.ranking_key)
         if p.heldout_path:
             return pairs, load_preferences(p.heldout_path, ranking_key=p.ranking_key)
-        return _split_by_prompt(pairs, seeds["eval_env"])
+        return split_by_prompt(pairs, seeds["eval_env"], p.path)
     folder = run.path / "preferences" if run is not None else None
     if resuming and folder is not None and (folder / "train.jsonl").is_file():  # written last: both are complete
         return load_preferences(folder / "train.jsonl"), load_preferences(folder / "heldout.jsonl")

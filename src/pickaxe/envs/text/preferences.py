@@ -19,9 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pickaxe.envs.text.prompt_env import DatasetError, _text, read_rows
 
-__all__ = ["PreferencePair", "load_preferences", "save_preferences"]
+__all__ = ["HELDOUT_FRACTION", "PreferencePair", "load_preferences", "save_preferences", "split_by_prompt"]
+
+HELDOUT_FRACTION = 0.1
+"""Share of a preference file's prompts held out when no held-out file is given."""
 
 
 @dataclass
@@ -83,6 +88,21 @@ def load_preferences(
     if not pairs:
         raise DatasetError(f"{name} holds no rows; a preference dataset needs at least one pair")
     return pairs
+
+
+def split_by_prompt(
+    pairs: list[PreferencePair], seed: int, source: str | Path = "the preference file"
+) -> tuple[list[PreferencePair], list[PreferencePair]]:
+    """Training and held-out pairs: a seeded ``HELDOUT_FRACTION`` of the prompts (at least one, never all) and their
+    pairs held out; one prompt alone cannot be split (``DatasetError`` naming ``source`` and the fix)."""
+    groups = sorted({p.group for p in pairs})
+    if len(groups) < 2:
+        raise DatasetError(
+            f"{source} has one prompt, so none can be held out: add prompts or set --preferences.heldout-path"
+        )
+    n = min(len(groups) - 1, max(1, round(HELDOUT_FRACTION * len(groups))))
+    held = set(np.random.default_rng(seed).permutation(groups)[:n].tolist())
+    return [p for p in pairs if p.group not in held], [p for p in pairs if p.group in held]
 
 
 def save_preferences(pairs: Sequence[PreferencePair], path: str | Path) -> Path:
