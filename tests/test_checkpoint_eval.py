@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from pickaxe.cli import main
 from pickaxe.exp import checkpoint_eval
 from pickaxe.runs.run import read_metrics
 from pickaxe.train.build import train
+from pickaxe.train.eval_metrics import eval_metric_names
 from test_policies import classic_cfg, llm_cfg
 
 
@@ -40,6 +42,39 @@ def _count_builds(monkeypatch: pytest.MonkeyPatch, cls: type) -> list[int]:
 
     monkeypatch.setattr(cls, "_build", counted)
     return calls
+
+
+def _logged_eval_metrics(run_dir: Path) -> set[str]:
+    """The ``eval/`` metrics the run logged (not their CI ends, not the marker of the evaluation before training)."""
+    return {
+        k
+        for r in read_metrics(run_dir)
+        for k in r
+        if k.startswith("eval/") and not k.endswith(("_ci_low", "_ci_high")) and k != "eval/phase_before"
+    }
+
+
+_NO_TORCH = """
+import sys
+from pickaxe.cli import main
+
+run, missing = sys.argv[1], sys.argv[2]
+assert main(["eval", run, "--checkpoints", "all"]) == 0
+assert main(["eval", missing, "--checkpoints", "all"]) == 2
+assert main(["eval", run, "--checkpoints", "newest"]) == 2
+assert main(["eval", run, "--checkpoints"]) == 2
+assert "torch" not in sys.modules, "imported torch"
+print("ok")
+"""
+
+
+def _assert_cached_eval_imports_no_torch(run_dir: Path, tmp_path: Path) -> None:
+    """A fully cached ``eval --checkpoints all`` (and a missing run folder, a bad or missing --checkpoints value) in a
+    fresh interpreter never imports torch."""
+    proc = subprocess.run([sys.executable, "-c", _NO_TORCH, str(run_dir), str(tmp_path / "missing")],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+    assert "from the cache" in proc.stdout
 
 
 def _error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
@@ -87,6 +122,34 @@ def test_all_checkpoints_table_files_and_cache(
     assert _report(run_dir)["rows"] == report["rows"]
     assert main(["eval", str(run_dir), "--checkpoints", "2048", "--no-cache"]) == 0
     assert "0 of 1 from the cache" in capsys.readouterr().out and len(builds) == 2
+    _assert_cached_eval_imports_no_torch(run_dir, tmp_path)
+
+
+def test_the_metrics_a_select_metric_may_name_are_those_the_run_logs(classic_run: Path) -> None:
+    names, prefixes = eval_metric_names(classic_cfg())
+    assert _logged_eval_metrics(classic_run) == names and prefixes == ()
+
+
+def test_checkpoints_without_a_value_is_an_error_not_a_plain_eval(
+    classic_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for argv in (["--checkpoints"], ["--checkpoints", "--episodes", "2"], ["--episodes", "2", "--checkpoints"]):
+        err = _error(capsys, ["eval", str(classic_run), *argv])
+        assert "--checkpoints needs at least one value: all, best, latest, final or env steps" in err
+    assert not (classic_run / "eval").exists()
+
+
+def test_best_says_so_when_the_selection_metric_is_not_logged(
+    classic_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(classic_run, run_dir, ignore=shutil.ignore_patterns("eval", "selection.json"))
+    config = json.loads((run_dir / "config.json").read_text())
+    config["select"]["metric"] = "eval/accuracy"  # a config from before --select.metric was checked
+    (run_dir / "config.json").write_text(json.dumps(config))
+    err = _error(capsys, ["eval", str(run_dir), "--checkpoints", "best"])
+    assert "the selection metric eval/accuracy is logged at none of its 4 evaluated steps with kept weights" in err
+    assert "eval/return_mean" in err and not (run_dir / "eval").exists()
 
 
 def test_without_matplotlib_the_report_says_how_to_get_plots(
@@ -162,6 +225,9 @@ def test_llm_checkpoints_with_cis_and_cache(
     assert report["best"]["metric"] == "eval/accuracy" and len(builds) == 1
     assert main(["eval", str(run_dir), "--checkpoints", "all"]) == 0
     assert "3 of 3 from the cache" in capsys.readouterr().out and len(builds) == 1
+    _assert_cached_eval_imports_no_torch(run_dir, tmp_path)
+    names, prefixes = eval_metric_names(llm_cfg())
+    assert _logged_eval_metrics(run_dir) == names and prefixes == ()
     assert main(["eval", str(run_dir), "--checkpoints", "latest", "--samples", "2", "--pass-k", "2"]) == 0
     capsys.readouterr()
     assert _report(run_dir)["settings"]["samples"] == 2 and len(builds) == 2  # other settings: evaluated afresh

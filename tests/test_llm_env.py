@@ -119,12 +119,12 @@ def test_load_jsonl_parquet_and_dataset(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("lines", "message"),
     [
-        ([b'{"prompt": "a", "answer": "1"}', b'{"answer": "2"}'], r"p\.jsonl: row 1 has no 'prompt' field"),
-        ([b'{"prompt": "a", "answer": "1"}', b'{"prompt": "  ", "answer": "2"}'], r"row 1: the prompt is empty"),
-        ([b'{"prompt": "a"}'], r"row 0 has no 'answer' field"),
-        ([b'{"prompt": "a", "answer": "1"}', b'{"prompt": "\xff\xfe", "answer": "2"}'], r"row 1 is not valid UTF-8"),
-        ([b'{"prompt": "a", "answer": "1"', b"{}"], r"row 0 is not valid JSON"),
-        ([b'{"prompt": 3, "answer": "1"}'], r"row 0: field 'prompt' must be a string"),
+        ([b'{"prompt": "a", "answer": "1"}', b'{"answer": "2"}'], r"p\.jsonl: line 2 has no 'prompt' field"),
+        ([b'{"prompt": "a", "answer": "1"}', b'{"prompt": "  ", "answer": "2"}'], r"line 2: the prompt is empty"),
+        ([b'{"prompt": "a"}'], r"line 1 has no 'answer' field"),
+        ([b'{"prompt": "a", "answer": "1"}', b'{"prompt": "\xff\xfe", "answer": "2"}'], r"line 2 is not valid UTF-8"),
+        ([b'{"prompt": "a", "answer": "1"', b"{}"], r"line 1 is not valid JSON"),
+        ([b'{"prompt": 3, "answer": "1"}'], r"line 1: field 'prompt' must be a string"),
     ],
 )
 def test_bad_rows_name_the_file_and_row(tmp_path: Path, lines: list[bytes], message: str) -> None:

@@ -68,22 +68,22 @@ def test_a_ranking_becomes_all_its_ordered_pairs_grouped_per_prompt(tmp_path: Pa
 @pytest.mark.parametrize(
     ("rows", "ranking_key", "message"),
     [
-        ([PAIRS[0], {"chosen": "a", "rejected": "b"}], None, r"p\.jsonl: row 1 has no 'prompt' field .*set prompt_key"),
-        ([{"prompt": "q", "rejected": "b"}], None, r"row 0 has no 'chosen' field .*set chosen_key"),
-        ([{"prompt": "q", "chosen": "a", "rejected": None}], None, r"row 0 has no 'rejected' field"),
-        ([{"prompt": "q", "chosen": 4, "rejected": "b"}], None, r"row 0: field 'chosen' must be a string, got int"),
-        ([{"prompt": " ", "chosen": "a", "rejected": "b"}], None, r"row 0: field 'prompt' is empty"),
+        ([PAIRS[0], {"chosen": "a", "rejected": "b"}], None, r"p\.jsonl: line 2 has no 'prompt' field .*prompt_key"),
+        ([{"prompt": "q", "rejected": "b"}], None, r"line 1 has no 'chosen' field .*set chosen_key"),
+        ([{"prompt": "q", "chosen": "a", "rejected": None}], None, r"line 1 has no 'rejected' field"),
+        ([{"prompt": "q", "chosen": 4, "rejected": "b"}], None, r"line 1: field 'chosen' must be a string, got int"),
+        ([{"prompt": " ", "chosen": "a", "rejected": "b"}], None, r"line 1: field 'prompt' is empty"),
         (
             [{"prompt": "q", "chosen": "a", "rejected": "a"}],
             None,
-            r"row 0: fields 'chosen' and 'rejected' are the same",
+            r"line 1: fields 'chosen' and 'rejected' are the same",
         ),
-        ([PAIRS[0], ["q", "a", "b"]], None, r"row 1 is a list, not an object"),
-        ([{"prompt": "q", "chosen": "a"}], "ranked", r"row 0 has no 'ranked' field .*set ranking_key"),
-        ([{"prompt": "q", "ranked": "a > b"}], "ranked", r"row 0: field 'ranked' must be a list .*got str"),
-        ([{"prompt": "q", "ranked": ["a"]}], "ranked", r"row 0: field 'ranked' ranks 1 response\(s\)"),
-        ([{"prompt": "q", "ranked": ["a", 3]}], "ranked", r"row 0: field 'ranked\[1\]' must be a string"),
-        ([{"prompt": "q", "ranked": ["a", ""]}], "ranked", r"row 0: field 'ranked\[1\]' is empty"),
+        ([PAIRS[0], ["q", "a", "b"]], None, r"line 2 is a list, not an object"),
+        ([{"prompt": "q", "chosen": "a"}], "ranked", r"line 1 has no 'ranked' field .*set ranking_key"),
+        ([{"prompt": "q", "ranked": "a > b"}], "ranked", r"line 1: field 'ranked' must be a list .*got str"),
+        ([{"prompt": "q", "ranked": ["a"]}], "ranked", r"line 1: field 'ranked' ranks 1 response\(s\)"),
+        ([{"prompt": "q", "ranked": ["a", 3]}], "ranked", r"line 1: field 'ranked\[1\]' must be a string"),
+        ([{"prompt": "q", "ranked": ["a", ""]}], "ranked", r"line 1: field 'ranked\[1\]' is empty"),
         ([{"prompt": "q", "ranked": ["a", "b", "a"]}], "ranked", r"field 'ranked\[2\]' repeats 'ranked\[0\]'"),
     ],
 )
@@ -110,7 +110,7 @@ def test_bad_files_and_bytes(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match="must hold a JSON list"):
         load_preferences(tmp_path / "obj.json")
     (tmp_path / "bad.jsonl").write_bytes(b'{"prompt": "q", "chosen": "a", "rejected": "b"}\n{"prompt": "\xff"}\n')
-    with pytest.raises(DatasetError, match="row 1 is not valid UTF-8"):
+    with pytest.raises(DatasetError, match="line 2 is not valid UTF-8"):
         load_preferences(tmp_path / "bad.jsonl")
 
 
@@ -120,11 +120,11 @@ def test_nothing_is_half_loaded(tmp_path: Path) -> None:
     rows: list[Any] = [*PAIRS, {"prompt": "q", "chosen": "a"}]
     path = _jsonl(tmp_path / "p.jsonl", rows)
     result: list[PreferencePair] | None = None
-    with pytest.raises(DatasetError, match="row 3 has no 'rejected' field"):
+    with pytest.raises(DatasetError, match="line 4 has no 'rejected' field"):
         result = load_preferences(path)
     assert result is None
     path.write_text(path.read_text() + '{"prompt": "q", "chosen": "a", "rejected": "b"\n')  # truncated last line
-    with pytest.raises(DatasetError, match="row 4 is not valid JSON"):
+    with pytest.raises(DatasetError, match="line 5 is not valid JSON"):
         load_preferences(path)
     rows[-1]["rejected"] = "b"
     assert len(load_preferences(_jsonl(path, rows))) == 4

@@ -152,9 +152,9 @@ def test_save_and_load_round_trip_gives_equal_scores(tmp_path: Path) -> None:
     expected = model.score(batch["input_ids"], batch["attention_mask"])
     assert torch.equal(loaded.score(batch["input_ids"], batch["attention_mask"]), expected)
     tiny_lm(len(TOK), hidden=32, layers=1, heads=4, kv_heads=2, intermediate=64).save_pretrained(tmp_path / "lm")
-    with pytest.raises(ModelError, match="not a reward model config"):
+    with pytest.raises(ModelError, match="holds a causal LM, not a reward model"):
         RewardModel.load(tmp_path / "lm")
-    with pytest.raises(ModelError, match="holds no reward model"):
+    with pytest.raises(ModelError, match="does not exist"):
         RewardModel.load(tmp_path / "missing")
 
 

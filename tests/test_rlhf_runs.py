@@ -22,7 +22,8 @@ from pickaxe.recipes import get_recipe
 from pickaxe.rollout.gold_preferences import gold_pairs
 from pickaxe.rollout.pair_collector import PairCollector
 from pickaxe.train.best_of_n import best_of_n_kl, pick_best
-from pickaxe.train.build import train
+from pickaxe.train.build import config_from_dict, train
+from pickaxe.train.eval_metrics import eval_metric_names
 
 
 def test_sort_quality_scores_order_and_digits() -> None:
@@ -86,6 +87,17 @@ def test_best_of_n_picks_the_proxy_best_of_disjoint_groups() -> None:
     assert best_of_n_kl(1) == 0.0 and best_of_n_kl(4) == pytest.approx(math.log(4) - 0.75)
 
 
+def _config(run_dir: Path) -> dict:
+    return json.loads((run_dir / "config.json").read_text())
+
+
+def _logged_eval_metrics(run_dir: Path) -> set[str]:
+    """The ``eval/`` metrics the run logged (not their CI ends, not the marker of the evaluation before training)."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    keys = {k for r in records for k in r if k.startswith("eval/") and k != "eval/phase_before"}
+    return {k for k in keys if not k.endswith(("_ci_low", "_ci_high"))}
+
+
 def _tiny(cfg, steps: int, eval_every: int):
     cfg.model.hidden, cfg.model.layers, cfg.model.intermediate = 32, 1, 64
     cfg.eval.prompts, cfg.eval.samples = 16, 2
@@ -117,6 +129,8 @@ def test_sft_reward_model_dpo_and_best_of_n_chain_through_exports(stages: Path, 
     assert train_pairs and all(p.metadata["gold_chosen"] > p.metadata["gold_rejected"] for p in train_pairs)
     rm_records = [json.loads(line) for line in (stages / "rm" / "metrics.jsonl").read_text().splitlines()]
     assert any("eval/accuracy" in r for r in rm_records if r["step"] > 0)
+    for stage in ("sft", "rm"):  # what --select.metric may name is what each kind of run logs
+        assert _logged_eval_metrics(stages / stage) == eval_metric_names(config_from_dict(_config(stages / stage)))[0]
     assert (stages / "rm" / "export" / "model.safetensors").is_file()
     rm_source = json.loads((stages / "rm" / "export" / "pickaxe_source.json").read_text())
     assert rm_source["started_from"] == str(stages / "sft" / "export")  # the run records where it came from
@@ -134,6 +148,7 @@ def test_sft_reward_model_dpo_and_best_of_n_chain_through_exports(stages: Path, 
     for key in ("eval/reward/proxy", "eval/reward/gold", "eval/kl", "eval/eval_accuracy"):
         assert key in last, key
     records = [json.loads(line) for line in (tmp_path / "dpo" / "metrics.jsonl").read_text().splitlines()]
+    assert _logged_eval_metrics(tmp_path / "dpo") == eval_metric_names(dpo)[0]
     before = next(r for r in records if r.get("eval/phase_before"))
     assert before["eval/kl"] == 0.0  # before training the policy is its reference, sample for sample
     assert math.isfinite(last["eval/kl"]) and last["eval/kl"] != 0.0
@@ -143,6 +158,7 @@ def test_sft_reward_model_dpo_and_best_of_n_chain_through_exports(stages: Path, 
     bon.data.reward_model = str(stages / "rm" / "export")
     bon.algo.n = (1, 4)
     result, _ = train(bon, tmp_path / "bon")
+    assert _logged_eval_metrics(tmp_path / "bon") == eval_metric_names(bon)[0]
     by_n = {r["step"]: r for r in result.history}
     assert by_n[4]["eval/reward/proxy"] >= by_n[1]["eval/reward/proxy"]  # the best of 4 by proxy scores higher
     assert json.loads((tmp_path / "bon" / "status.json").read_text())["state"] == "finished"
@@ -270,8 +286,8 @@ def test_llm_ppo_run_killed_and_resumed_equals_the_uninterrupted_run(stages: Pat
     [
         (["synthetic-rm", "--data.gold", "nosuch"], "--data.gold: unknown reward 'nosuch'"),
         (["arith-grpo", "--data.reward", "exact+"], "--data.reward: reward spec 'exact+' ends with '+'"),
-        (["synthetic-bon", "--data.reward-model", "/nope"], "--data.reward-model '/nope' holds no saved reward model"),
-        (["synthetic-dpo", "--preferences.path", "/nope.jsonl"], "--preferences.path '/nope.jsonl' does not exist"),
+        (["synthetic-bon", "--data.reward-model", "/nope"], "--data.reward-model '/nope' does not exist"),
+        (["synthetic-dpo", "--preferences.path", "/nope.jsonl"], "preference file '/nope.jsonl' does not exist"),
     ],
 )
 def test_bad_reward_and_data_flags_fail_before_anything_is_built(

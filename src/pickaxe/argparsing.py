@@ -114,17 +114,23 @@ def parse(cls: type[T], args: list[str], prog: str, description: str | None = No
     return parsed
 
 
-def merge_repeated(args: list[str], flag: str) -> list[str]:
-    """``--flag a --flag b`` (or ``--flag=a``) -> ``--flag a b`` at the end: tyro takes a tuple option once."""
+def merge_repeated(args: list[str], flag: str, choices: str = "") -> list[str]:
+    """``--flag a --flag b`` (or ``--flag=a``) -> ``--flag a b`` at the end: tyro takes a tuple option once. A
+    ``--flag`` followed by no value is a one-line ``ConfigError`` (``choices`` says what it takes), never the
+    option left out."""
     values: list[str] = []
     rest: list[str] = []
     i = 0
     while i < len(args):
         if args[i] == flag:
             i += 1
+            start = len(values)
             while i < len(args) and not args[i].startswith("--"):
                 values.append(args[i])
                 i += 1
+            if len(values) == start:
+                takes = f": {choices}" if choices else ""
+                raise ConfigError(f"{flag} needs at least one value{takes}; give one or leave {flag} out")
             continue
         if args[i].startswith(flag + "="):
             values.append(args[i].split("=", 1)[1])

@@ -152,6 +152,7 @@ def _train(args: list[str]) -> int:
         raise PickaxeError("pickaxe train needs a recipe name, e.g. `pickaxe train cartpole-ppo` (`pickaxe recipes`)")
     name = args[0]
     cfg, opts = parse_train(name, args[1:])
+    cfg.check()  # every input and value, before torch and the builders are imported (and before a supervisor forks)
     if opts.max_restarts is not None:
         from pickaxe.runs.run import default_run_dir
 
@@ -169,6 +170,7 @@ def _train(args: list[str]) -> int:
         track=opts.track,
         prometheus_port=opts.prometheus_port,
         overwrite=opts.overwrite,
+        checked=True,
     )
     _print_result(result, run, opts.no_progress)
     return 0
@@ -325,8 +327,9 @@ class EvalArgs:
 
 def _eval(args: list[str]) -> int:
     _needs_run_dir(args, "eval")
-    opts = parse(EvalArgs, merge_repeated(args, "--checkpoints"), "pickaxe eval")
-    from pickaxe.exp.checkpoint_eval import parse_choices
+    args = merge_repeated(args, "--checkpoints", "all, best, latest, final or env steps")
+    opts = parse(EvalArgs, args, "pickaxe eval")
+    from pickaxe.exp.checkpoint_eval import parse_choices  # torch-free, like a fully cached evaluation
     from pickaxe.recipes.args import load_run_config
     from pickaxe.train.config import TrainConfig
 

@@ -6,7 +6,7 @@ own evaluation code: classic runs on N episodes (mean and IQM of the return with
 LLM runs on the held-out prompts through the run's ``TextEvaluator`` (accuracy with its Wilson CI, pass@k, every
 reward term greedy and sampled, KL to the reference, length, entropy, each with a 95% CI). The per-sample values
 of a checkpoint are cached in ``RUN/eval/cache/<sha256[:16]>-<settings hash>.json``, keyed by the weights' digest
-and the evaluation settings, so a rerun loads no model.
+and the evaluation settings, so a rerun loads no model: a fully cached evaluation does not import torch.
 
 Outputs: a table on stdout, ``RUN/eval/checkpoints.json`` (rows, the best checkpoint by the run's selection rule,
 the reward-hacking alarms over the results, and for the top two checkpoints how many more samples would separate
@@ -24,13 +24,13 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pickaxe.errors import PickaxeError
 from pickaxe.eval.alarms import detect_alarms
-from pickaxe.eval.selection import SelectConfig, candidates_from_records, resolve_metric, select_best
+from pickaxe.eval.selection import METRICS, SelectConfig, candidates_from_records, resolve_metric, select_best
 from pickaxe.eval.stats import (
     finite_number,
     iqm,
@@ -49,7 +49,9 @@ from pickaxe.runs.model import (
 )
 from pickaxe.runs.policies import list_policies
 from pickaxe.runs.tracking import read_metrics
-from pickaxe.train.evaluate import BOOTSTRAP_REPS, Estimate, mean_ci, text_estimates
+
+if TYPE_CHECKING:
+    from pickaxe.train.evaluate import Estimate
 
 CACHE_VERSION = 2
 """Bumped when the cached values or their summaries change meaning (old cache files are then ignored); 2: the CIs
@@ -164,14 +166,25 @@ def best_step(run_dir: Path, cfg: Any, refs: Sequence[CheckpointRef]) -> int:
     there are some, else over the run's logged evaluations (steps with kept weights only)."""
     select = select_config(run_dir, cfg)
     kept = {r.step for r in refs}
+    evaluated: set[int] = set()
+    logged: set[str] = set()
     for records in (_results_records(run_dir), _eval_records(run_dir)):
         records = [r for r in records if r["step"] in kept]
+        evaluated |= {r["step"] for r in records}
+        logged |= {k for r in records for k in r if k.startswith("eval/") and not k.endswith(("_ci_low", "_ci_high"))}
         metric = resolve_metric(select, {k for r in records for k in r})
         if metric is None:
             continue
         chosen = select_best(candidates_from_records(records, metric), select, metric)
         if chosen is not None:
             return chosen.step
+    if evaluated:  # steps with weights were evaluated, but not on the selection metric
+        wanted = select.metric or " or ".join(METRICS)
+        raise PickaxeError(
+            f"{run_dir}: the selection metric {wanted} is logged at none of its {len(evaluated)} evaluated steps with "
+            f"kept weights (they log {', '.join(sorted(logged)) or 'nothing'}), so none is best; name a step or use "
+            "--checkpoints latest"
+        )
     raise PickaxeError(
         f"{run_dir} has no evaluated step with kept weights, so none is best; name a step or use --checkpoints latest"
     )
@@ -257,6 +270,8 @@ class _Classic(_Checkpoints):
         return {"return": returns.astype(np.float64), "length": lengths.astype(np.float64)}
 
     def estimates(self, values: dict[str, np.ndarray]) -> dict[str, Estimate]:
+        from pickaxe.train.evaluate import BOOTSTRAP_REPS, Estimate, mean_ci
+
         r, length, n = values["return"], values["length"], len(values["return"])
         return {  # the mean and its CI as the run's EnvEvaluator logs them
             "eval/return_mean": Estimate(float(r.mean()), *mean_ci(r), n),
@@ -312,6 +327,8 @@ class _LLM(_Checkpoints):
         return evaluator.samples(algo)
 
     def estimates(self, values: dict[str, np.ndarray]) -> dict[str, Estimate]:
+        from pickaxe.train.evaluate import text_estimates
+
         return text_estimates(values)
 
     def units(self, values: dict[str, np.ndarray], metric: str) -> np.ndarray | None:

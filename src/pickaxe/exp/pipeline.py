@@ -187,7 +187,9 @@ def check_extra(stages: tuple[Stage, ...], extra: list[str]) -> None:
 def plan(
     pipeline: Pipeline, pipeline_dir: Path | None, seed: int, extra: list[str]
 ) -> tuple[Path, dict[str, Any], list[dict[str, Any]]]:
-    """Validate every stage's flags (nothing is queued when one is wrong) and build the commands.
+    """Validate the pipeline folder and every stage's flags and inputs (nothing is queued or written when one is
+    wrong) and build the commands. Each stage's config gets the checks its ``pickaxe train`` runs before training
+    (``cfg.check``); an input that an earlier stage writes (``{sft}/export``) is checked when that stage starts.
 
     Returns (pipeline folder, spec, one ``{name, recipe, depends_on, run_dir, export, command}`` per stage)."""
     from pickaxe.recipes.args import parse_train
@@ -197,16 +199,53 @@ def plan(
     check_extra(stages, extra)
     spec = pipeline_spec(pipeline, stages, seed, extra)
     folder = pipeline_dir if pipeline_dir is not None else default_pipeline_dir(spec)
+    check_pipeline_dir(folder)
+    pending = [folder.absolute() / s.name for s in stages]
     entries = []
     for s in stages:
         command = stage_command(s, folder, seed, extra)
-        parse_train(s.recipe, command[5:])  # exactly what the stage's `pickaxe train` will parse
+        cfg, _ = parse_train(s.recipe, command[5:])  # exactly what the stage's `pickaxe train` will parse
+        try:
+            cfg.check(pending)  # and what it checks before training
+        except PickaxeError as e:
+            raise ConfigError(f"stage {s.name}: {e}") from None
         run_dir = command[command.index("--run-dir") + 1]
         entries.append({
             "name": s.name, "recipe": s.recipe, "depends_on": list(s.depends_on),
             "run_dir": run_dir, "export": str(Path(run_dir) / "export"), "command": command,
         })  # fmt: skip
     return folder, spec, entries
+
+
+def _holds_run(folder: Path) -> bool:
+    """Whether ``folder`` holds a run: its files (``runs.folder.RUN_MARKERS``), or a config.json naming an algorithm
+    (a run's config), not merely some other config.json."""
+    from pickaxe.runs.folder import RUN_MARKERS
+
+    if any((folder / m).exists() for m in RUN_MARKERS if m != "config.json"):
+        return True
+    try:
+        config = json.loads((folder / "config.json").read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(config, dict) and "algo_name" in config
+
+
+def check_pipeline_dir(folder: Path) -> None:
+    """A pipeline folder is new, empty, or an earlier run of a pipeline (its ``pipeline.json``); it is not a run's
+    folder or inside one, and not a folder holding other things. One-line ``PickaxeError`` otherwise."""
+    absolute = folder.absolute()
+    ours = (folder / PIPELINE_FILE).is_file()  # an earlier run of a pipeline: its own files are no run's
+    for parent in [*([] if ours else [absolute]), *absolute.parents]:
+        if parent.is_dir() and _holds_run(parent):
+            inside = "is" if parent == absolute else f"lies inside {parent}, which is"
+            raise PickaxeError(f"--pipeline-dir {folder} {inside} a run's folder; a pipeline writes its queue and "
+                               "stage runs into a folder of its own: choose a new or empty --pipeline-dir")  # fmt: skip
+    if folder.exists() and not folder.is_dir():
+        raise PickaxeError(f"--pipeline-dir {folder} is a file; choose a new or empty folder")
+    if folder.is_dir() and not (folder / PIPELINE_FILE).is_file() and any(folder.iterdir()):
+        raise PickaxeError(f"--pipeline-dir {folder} holds other files and no {PIPELINE_FILE}, so it is no "
+                           "pipeline's folder; choose a new or empty --pipeline-dir")  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ metrics

@@ -1,22 +1,36 @@
-"""Models: policies and value networks."""
+"""Models: policies and value networks.
 
-from pickaxe.models.actor_critic import ActorCritic
-from pickaxe.models.lm import load_lm, tiny_lm
-from pickaxe.models.mlp import mlp
-from pickaxe.models.normalize import ObsNormalized
-from pickaxe.models.policy import Policy
-from pickaxe.models.q_network import EpsilonGreedy, QNetwork
-from pickaxe.models.tokenizer import char_tokenizer, load_tokenizer
+Names resolve on first use (PEP 562), so ``pickaxe.models.folders`` (the torch-free checks of model folders and of
+the tiny model's shape) imports without torch. The MLP factory is ``pickaxe.models.mlp.mlp`` (``pickaxe.models.mlp``
+is its module).
+"""
 
-__all__ = [
-    "ActorCritic",
-    "EpsilonGreedy",
-    "ObsNormalized",
-    "Policy",
-    "QNetwork",
-    "char_tokenizer",
-    "load_lm",
-    "load_tokenizer",
-    "mlp",
-    "tiny_lm",
-]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pickaxe.lazy import lazy_getattr
+
+_LAZY = {
+    "ActorCritic": "pickaxe.models.actor_critic",
+    "EpsilonGreedy": "pickaxe.models.q_network",
+    "ObsNormalized": "pickaxe.models.normalize",
+    "Policy": "pickaxe.models.policy",
+    "QNetwork": "pickaxe.models.q_network",
+    "char_tokenizer": "pickaxe.models.tokenizer",
+    "load_lm": "pickaxe.models.lm",
+    "load_tokenizer": "pickaxe.models.tokenizer",
+    "tiny_lm": "pickaxe.models.lm",
+}
+__all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:
+    from pickaxe.models.actor_critic import ActorCritic  # noqa: F401
+    from pickaxe.models.lm import load_lm, tiny_lm  # noqa: F401
+    from pickaxe.models.normalize import ObsNormalized  # noqa: F401
+    from pickaxe.models.policy import Policy  # noqa: F401
+    from pickaxe.models.q_network import EpsilonGreedy, QNetwork  # noqa: F401
+    from pickaxe.models.tokenizer import char_tokenizer, load_tokenizer  # noqa: F401
+
+
+__getattr__ = lazy_getattr("pickaxe.models", _LAZY, globals())

@@ -14,15 +14,11 @@ from torch import nn
 
 from pickaxe.data.layout import LayoutMode, SequenceBounds, TokenLayout, over_layouts
 from pickaxe.data.shared_prefix import SharedPrefixLayout, plan_shared_prefix
-from pickaxe.errors import PickaxeError
+from pickaxe.models.folders import ModelError, check_lm_folder, check_tiny_shape
 from pickaxe.utils import resolve_device
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class ModelError(PickaxeError):
-    """A model path that does not hold a loadable causal LM."""
 
 
 def load_lm(path: str | Path, device: str | torch.device = "auto", dtype: DType = "float32") -> nn.Module:
@@ -34,10 +30,7 @@ def load_lm(path: str | Path, device: str | torch.device = "auto", dtype: DType 
     from transformers import AutoConfig, AutoModelForCausalLM
 
     p = Path(path)
-    if not p.exists():
-        raise ModelError(f"model path {str(p)!r} does not exist; pass --model.path DIR with a saved model folder")
-    if not (p / "config.json").is_file():
-        raise ModelError(f"{p} has no config.json: not a saved transformers model (model.save_pretrained(DIR))")
+    check_lm_folder(p, flag=None)
     try:
         config = AutoConfig.from_pretrained(str(p), local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(
@@ -67,8 +60,10 @@ def tiny_lm(
     """A small randomly initialised Qwen2- or Llama-style causal LM (float32, eval mode, no dropout).
 
     Input and output embeddings are untied so the weights save as plain safetensors. Initialisation is seeded
-    by ``seed`` without touching the global RNG.
+    by ``seed`` without touching the global RNG. A shape the attention cannot take is a one-line ``ModelError``
+    (:func:`~pickaxe.models.folders.check_tiny_shape`).
     """
+    check_tiny_shape(hidden, heads, kv_heads, prefix="")
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     kwargs = dict(

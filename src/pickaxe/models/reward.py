@@ -20,12 +20,15 @@ import torch
 from torch import nn
 
 from pickaxe.data.layout import TokenLayout
-from pickaxe.models.lm import ModelError, enable_checkpointing, load_lm, position_ids, scalar_head, split_lm, tiny_lm
+from pickaxe.models.folders import (
+    CONFIG_FILE,
+    REWARD_MODEL_FORMAT,
+    WEIGHTS_FILE,
+    ModelError,
+    check_reward_model_folder,
+)
+from pickaxe.models.lm import enable_checkpointing, load_lm, position_ids, scalar_head, split_lm, tiny_lm
 from pickaxe.utils import resolve_device
-
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
-FORMAT = "pickaxe-reward-model"
 
 
 class RewardModel(nn.Module):
@@ -95,7 +98,7 @@ class RewardModel(nn.Module):
 
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
-        record = {"format": FORMAT, "version": 1, "backbone": self.config.to_dict()}
+        record = {"format": REWARD_MODEL_FORMAT, "version": 1, "backbone": self.config.to_dict()}
         (folder / CONFIG_FILE).write_text(json.dumps(record, indent=2, sort_keys=True))
         tensors = {k: t.detach().cpu().contiguous() for k, t in self.state_dict().items()}
         save_file(tensors, str(folder / WEIGHTS_FILE))
@@ -110,16 +113,7 @@ class RewardModel(nn.Module):
 
         folder = Path(path)
         config_path, weights = folder / CONFIG_FILE, folder / WEIGHTS_FILE
-        if not config_path.is_file() or not weights.is_file():
-            raise ModelError(
-                f"{folder} holds no reward model ({CONFIG_FILE} and {WEIGHTS_FILE}); write one with RewardModel.save"
-            )
-        try:
-            record = json.loads(config_path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ModelError(f"{config_path} is not valid JSON ({e}); save the reward model again") from None
-        if not isinstance(record, dict) or record.get("format") != FORMAT:
-            raise ModelError(f"{config_path} is not a reward model config; load a causal LM with load_lm instead")
+        record = check_reward_model_folder(folder, flag=None)
         backbone_cfg = dict(record["backbone"])
         config = AutoConfig.for_model(backbone_cfg.pop("model_type"), **backbone_cfg)
         model = cls(AutoModel.from_config(config))

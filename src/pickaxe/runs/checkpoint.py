@@ -31,15 +31,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
-
-import torch
-from safetensors.torch import load_file, save_file
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from pickaxe.digests import file_digest
 from pickaxe.errors import CheckpointError, PickaxeError
 from pickaxe.faults import fault_point
-from pickaxe.runs.state import flatten_state, unflatten_state
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "CheckpointError",
@@ -198,6 +197,11 @@ def _info(folder: Path, meta: dict[str, Any]) -> CheckpointInfo:
 
 
 def _load_one(folder: Path, map_location: str | torch.device) -> tuple[Any, CheckpointInfo]:
+    import torch
+    from safetensors.torch import load_file
+
+    from pickaxe.runs.state import unflatten_state
+
     device = torch.device(map_location)
     torch.empty(0, device=device)  # an unusable device is the caller's error, not a damaged checkpoint
     device = None if device.type == "cpu" else device
@@ -244,6 +248,10 @@ class CheckpointManager:
         if metric is not None and not math.isfinite(metric := float(metric)):
             logger.warning("checkpoint of step %d: metric %s is not finite; stored without one", step, metric)
             metric = None  # never counts as best
+        from safetensors.torch import save_file
+
+        from pickaxe.runs.state import flatten_state
+
         tensors, skeleton = flatten_state(state)
         doc = {
             "format": FORMAT,

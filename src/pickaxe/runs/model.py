@@ -7,11 +7,7 @@ import json
 import time
 import warnings
 from pathlib import Path
-from typing import Any
-
-import torch
-from safetensors.torch import load_file, save_file
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from pickaxe.digests import file_digest
 from pickaxe.errors import PickaxeError
@@ -27,6 +23,10 @@ from pickaxe.runs.weights import (
     write_json_synced,
 )
 
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
 SELECTION_FILE = "selection.json"
 """The run's best step by its selection rule (written by the Trainer after every evaluation); ``"best"`` loads it."""
 
@@ -38,6 +38,8 @@ def save_model(run_dir: Path, networks: dict[str, nn.Module], step: int | None =
     Tensors that share memory (tied input/output embeddings) are written once per name, as copies:
     safetensors refuses shared tensors, and loading gives each name the same values again.
     """
+    from safetensors.torch import save_file
+
     path = run_dir / MODEL_FILE
     tmp = path.with_suffix(".tmp")
     save_file(flat_weights(networks), str(tmp))
@@ -149,6 +151,8 @@ def _load_final(run_dir: Path, device: str | torch.device) -> dict[str, torch.Te
         )
     else:
         verify_weights(path, recorded, f"restore it from a backup, or {fix}")
+    from safetensors.torch import load_file
+
     try:
         return load_file(str(path), device=str(device))
     except Exception as e:  # safetensors raises its own error types for malformed files

@@ -23,11 +23,7 @@ import secrets
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
-from safetensors.torch import load_file, save_file
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from pickaxe.digests import file_digest
 from pickaxe.errors import PickaxeError
@@ -40,6 +36,10 @@ from pickaxe.runs.weights import (
     verify_weights,
     write_json_synced,
 )
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 POLICIES_DIR = "policies"
 _STEP_RE = re.compile(r"step-(\d{12})")
@@ -84,6 +84,8 @@ def save_policy(run_dir: str | Path, networks: dict[str, nn.Module], step: int, 
     tmp = root / f"{_TMP}{final.name}-{secrets.token_hex(4)}"
     tmp.mkdir()
     try:
+        from safetensors.torch import save_file
+
         save_file(flat_weights(acting_networks(networks)), str(tmp / MODEL_FILE))
         fsync_file(tmp / MODEL_FILE)
         kept = {k: _finite(v) for k, v in sorted(metrics.items()) if k.startswith("eval/")}
@@ -169,6 +171,8 @@ def load_policy_tensors(run_dir: str | Path, step: int, device: str | torch.devi
     if record is None:
         raise PickaxeError(f"{folder / MODEL_DIGEST_FILE} is missing, unreadable or malformed; {fix}")
     verify_weights(path, record, fix)
+    from safetensors.torch import load_file
+
     try:
         return load_file(str(path), device=str(device))
     except Exception as e:  # safetensors raises its own error types for malformed files

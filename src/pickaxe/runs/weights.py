@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from pickaxe.digests import digest_problem, file_digest
 from pickaxe.errors import PickaxeError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 MODEL_FILE = "model.safetensors"
 MODEL_DIGEST_FILE = "model.json"

@@ -156,6 +156,7 @@ def train(
     track: tuple[str, ...] = (),
     prometheus_port: int | None = None,
     overwrite: bool = False,
+    checked: bool = False,
 ) -> tuple[FitResult, Run]:
     """Train any registered config (``TrainConfig`` and others) into ``run_dir`` (default ``runs/<recipe>-<time>``).
 
@@ -164,9 +165,11 @@ def train(
     holds a run is refused (``pickaxe resume`` continues it) unless ``overwrite``, which moves the old run aside
     to ``<run_dir>.old-<timestamp>``. If building the experiment fails with a user error, the new run folder is
     removed again. A full disk or an unwritable folder during training raises a one-line ``PickaxeError``.
+    ``checked``: the caller already ran ``cfg.check()`` on this config (the CLI does, before importing torch).
     """
     builder = builder_for(cfg)
-    cfg.check()  # a bad value, env id, device or missing extra fails before the run directory exists
+    if not checked:
+        cfg.check()  # a bad value, env id, input, device or missing extra fails before the run directory exists
     _follow_if_learner(cfg)
     path = Path(run_dir) if run_dir is not None else default_run_dir(cfg.recipe)
     try:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pickaxe.algos.configs import A2CConfig, DQNConfig, PPOConfig, RecurrentPPOConfig
@@ -196,17 +198,22 @@ class RunConfig:
     def __post_init__(self) -> None:
         validate(self, "")
 
-    def check(self) -> None:
+    def check(self, pending: Sequence[Path] = ()) -> None:
         """Fail fast, before a run directory exists: every value in range (keys named in full), the checks of
-        ``check_more`` and the device exists."""
-        from pickaxe.utils import resolve_device
+        ``check_more``, ``--select.metric`` names a metric the run logs, and the device exists. ``pending``:
+        absolute folders an earlier pipeline stage writes; inputs under them are checked when their stage starts."""
+        from pickaxe.train.eval_metrics import check_select_metric
 
         validate(self, "")
-        self.check_more()
+        self.check_more(pending)
+        check_select_metric(self)
+        from pickaxe.utils import resolve_device  # imports torch: after every check that does not need it
+
         resolve_device(self.device)  # type: ignore[attr-defined]
 
-    def check_more(self) -> None:
-        """Checks across fields or against the installed software; each kind of run adds its own."""
+    def check_more(self, pending: Sequence[Path] = ()) -> None:
+        """Checks across fields or against the installed software; each kind of run adds its own (``pending``: see
+        ``check``)."""
 
     def algo_name(self) -> str:
         """The registry name of ``self.algo``'s config type."""
@@ -269,7 +276,7 @@ class TrainConfig(RunConfig):
     """Torch intra-op threads; 1 is fastest for small models on shared CPUs."""
     recipe: str = "custom"
 
-    def check_more(self) -> None:
+    def check_more(self, pending: Sequence[Path] = ()) -> None:
         """The collector's steps fit the envs and the env id is registered."""
         from pickaxe.envs.make import check_env_id
 

@@ -89,7 +89,9 @@ def checkpoint_label(checkpoint: str | int) -> str:
     return f"step {checkpoint}" if isinstance(checkpoint, int) else str(checkpoint)
 
 
-def _llm_config(run_dir: Path) -> LLMTrainConfig:
+def llm_run_config(run_dir: Path) -> LLMTrainConfig:
+    """The config of ``run_dir`` when it is an LLM run with a policy of its own (what the playground and the arena
+    generate from); a one-line ``PickaxeError`` for a classic run or a reward-model or best-of-n run."""
     data = Run.open(run_dir).config()
     cfg = config_from_dict(data)
     if not isinstance(cfg, LLMTrainConfig):
@@ -123,7 +125,7 @@ def load_run_policy(
     from pickaxe.train.llm import load_run_lm
 
     run_path = Path(run_dir)
-    cfg = _llm_config(run_path)
+    cfg = llm_run_config(run_path)
     which = checkpoint_choice(checkpoint)
     model, tokenizer = load_run_lm(cfg, run_path, device, which)
     model = merge_lora(model, copy_model=False).eval().requires_grad_(False)
@@ -225,7 +227,7 @@ def prepare_arena(
     run's task. Responses already stored for the same prompt and checkpoint are kept, so a rerun only generates
     what is missing (e.g. the checkpoints written since). Needs at least two checkpoints (counting those stored)."""
     run_path = Path(run_dir)
-    cfg = _llm_config(run_path)
+    cfg = llm_run_config(run_path)
     chosen = resolve_checkpoints(run_path, checkpoints)
     stored = store.labels(name) if name in store.arenas() else []
     if len({*stored, *(checkpoint_label(c) for c in chosen)}) < 2:

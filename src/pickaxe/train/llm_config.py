@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -315,8 +316,9 @@ class LLMTrainConfig(RunConfig):
     torch_threads: int = ranged(1, ge=1, le=4096)
     recipe: str = "custom"
 
-    def check_more(self) -> None:
-        """The LLM libraries are installed."""
+    def check_more(self, pending: Sequence[Path] = ()) -> None:
+        """The LLM libraries are installed, the tiny model's shape, and every input file and folder (see
+        ``_check_inputs``)."""
         import importlib.util
 
         for module in ("transformers", "tokenizers"):
@@ -333,21 +335,7 @@ class LLMTrainConfig(RunConfig):
                     parse_reward_spec(spec, stand_in)
                 except ConfigError as e:
                     raise ConfigError(f"--{key.replace('_', '-')}: {e}") from None
-        for key, value in (
-            ("preferences.path", self.preferences.path),
-            ("preferences.heldout_path", self.preferences.heldout_path),
-        ):
-            if value and not Path(value).is_file():
-                raise ConfigError(
-                    f"--{key.replace('_', '-')} {value!r} does not exist; pass a .jsonl, .json or .parquet file of "
-                    "{prompt, chosen, rejected} rows"
-                )
-        rm = self.data.reward_model
-        if rm and not (Path(rm) / "config.json").is_file():
-            raise ConfigError(
-                f"--data.reward-model {rm!r} holds no saved reward model (config.json); pass the export folder of a "
-                "reward-model run (RUN_DIR/export)"
-            )
+        self._check_inputs(pending)
         if isinstance(self.algo, BestOfNConfig) and not self.data.reward_model:
             raise ConfigError("best-of-n ranks samples by a reward model: set --data.reward-model DIR")
         if self.recipe in ("synthetic-ppo", "synthetic-rloo") and not self.data.reward_model:
@@ -362,6 +350,41 @@ class LLMTrainConfig(RunConfig):
                 "this run needs preference pairs: set --preferences.path FILE, or --data.gold to label the policy's "
                 "own samples"
             )
+
+    def _check_inputs(self, pending: Sequence[Path]) -> None:
+        """Read every input before any model loads, with the code that reads it when the run starts: the
+        preference files whole (every row), the prompt files, the ``--model.path`` and ``--data.reward-model``
+        folders (a saved causal LM; a reward model's export); without a path, the tiny model's shape. An input
+        under a ``pending`` folder (one an earlier pipeline stage writes) is checked when its stage starts."""
+        from pickaxe.envs.text.preferences import load_preferences, split_by_prompt
+        from pickaxe.envs.text.prompt_env import load_examples
+        from pickaxe.models.folders import check_lm_folder, check_reward_model_folder, check_tiny_shape
+
+        def ready(value: str | None) -> bool:
+            return bool(value) and not any(Path(value).absolute().is_relative_to(p) for p in pending)
+
+        m = self.model
+        if m.path is None:
+            check_tiny_shape(m.hidden, m.heads, m.kv_heads)
+        elif ready(m.path):
+            check_lm_folder(m.path, "--model.path")
+        if ready(self.data.reward_model):
+            check_reward_model_folder(self.data.reward_model, "--data.reward-model")
+        for key, value in (("preferences.path", self.preferences.path),
+                           ("preferences.heldout_path", self.preferences.heldout_path)):  # fmt: skip
+            if ready(value):
+                try:
+                    pairs = load_preferences(value, ranking_key=self.preferences.ranking_key)
+                    if key == "preferences.path" and not self.preferences.heldout_path:
+                        split_by_prompt(pairs, 0, value)  # the run holds out some of its prompts: there must be two
+                except PickaxeError as e:
+                    raise ConfigError(f"--{key.replace('_', '-')}: {e}") from None
+        for key, value in (("data.path", self.data.path), ("data.eval_path", self.data.eval_path)):
+            if ready(value):
+                try:
+                    load_examples(value, self.data.prompt_key, self.data.answer_key)
+                except PickaxeError as e:
+                    raise ConfigError(f"--{key.replace('_', '-')}: {e}") from None
 
     def _check_agent(self) -> None:
         """``--agent.*`` against this run: an algorithm that samples episodes, room for them in the tiny model, a

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 from rich.console import Console
 
@@ -24,6 +23,7 @@ from pickaxe.envs.text.preferences import (
     load_preferences,
     record_preference_digests,
     save_preferences,
+    split_by_prompt,
     verify_preference_digest,
 )
 from pickaxe.errors import ConfigError
@@ -49,21 +49,6 @@ __all__ = ["build_dpo_trainer", "build_reward_model_trainer", "preference_data"]
 _GENERATED = ("heldout.jsonl", "train.jsonl")
 """The preference files a run generates in ``RUN_DIR/preferences``, with their digests in its ``MANIFEST.json``."""
 
-HELDOUT_FRACTION = 0.1
-"""Share of a preference file's prompts held out when no ``preferences.heldout_path`` is given."""
-
-
-def _split_by_prompt(pairs: list[PreferencePair], seed: int) -> tuple[list[PreferencePair], list[PreferencePair]]:
-    """A seeded ``HELDOUT_FRACTION`` of the prompts (at least one, never all) and their pairs held out."""
-    groups = sorted({p.group for p in pairs})
-    if len(groups) < 2:
-        raise ConfigError(
-            "the preference file has one prompt, so none can be held out: add prompts or set --preferences.heldout-path"
-        )
-    n = min(len(groups) - 1, max(1, round(HELDOUT_FRACTION * len(groups))))
-    held = set(np.random.default_rng(seed).permutation(groups)[:n].tolist())
-    return [p for p in pairs if p.group not in held], [p for p in pairs if p.group in held]
-
 
 def preference_data(
     cfg: LLMTrainConfig,
@@ -81,7 +66,7 @@ def preference_data(
         pairs = load_preferences(p.path, ranking_key=p.ranking_key)
         if p.heldout_path:
             return pairs, load_preferences(p.heldout_path, ranking_key=p.ranking_key)
-        return _split_by_prompt(pairs, seeds["eval_env"])
+        return split_by_prompt(pairs, seeds["eval_env"], p.path)
     folder = run.path / "preferences" if run is not None else None
     if resuming and folder is not None and (folder / "train.jsonl").is_file():  # written last: both are complete
         if not all([verify_preference_digest(folder / n, "the run's own preferences") for n in _GENERATED]):

@@ -52,33 +52,42 @@ def main(argv: list[str]) -> int:
     argv = list(argv)
     if not wants_help(argv) and (not argv or argv[0].startswith("-")):
         raise PickaxeError("pickaxe arena needs a run directory first, e.g. `pickaxe arena runs/my-run --prompts 32`")
-    args = parse(ArenaArgs, merge_repeated(argv, "--checkpoints"), "pickaxe arena")
-    from pickaxe.eval.arena import ArenaStore
-    from pickaxe.train.generate import prepare_arena
-
+    args = parse(ArenaArgs, merge_repeated(argv, "--checkpoints", "all, or final, latest, best or env steps"),
+                 "pickaxe arena")  # fmt: skip
     run_dir = Path(args.run_dir)
     if not (run_dir / "config.json").is_file():
         raise PickaxeError(f"{run_dir} is not a run directory (no config.json); pass the folder of an LLM run")
     checkpoints: list[str] | str = "all" if list(args.checkpoints) == ["all"] else list(args.checkpoints)
     if "all" in checkpoints and checkpoints != "all":
         raise PickaxeError("--checkpoints takes `all` alone or a list of steps (final, latest, best, or env steps)")
+    from pickaxe.eval.arena import ArenaStore
+    from pickaxe.train.generate import llm_run_config, prepare_arena
+
+    llm_run_config(run_dir)  # a classic or reward-model run is refused before the arena file exists
     db = Path(args.db) if args.db else run_dir / DEFAULT_DB
     name = args.name or run_dir.resolve().name
+    created = not db.exists()
     try:
         store = ArenaStore(db)
     except (OSError, sqlite3.Error) as e:  # a folder where the file should be, permissions, not a database
         raise PickaxeError(f"cannot open the arena file {db} ({' '.join(str(e).split())}); pass another --db") from None
-    made = prepare_arena(
-        store,
-        name,
-        run_dir,
-        checkpoints,
-        n_prompts=args.prompts,
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        device=args.device,
-        progress=lambda line: print(line, file=sys.stderr),
-    )
+    try:
+        made = prepare_arena(
+            store,
+            name,
+            run_dir,
+            checkpoints,
+            n_prompts=args.prompts,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            device=args.device,
+            progress=lambda line: print(line, file=sys.stderr),
+        )
+    except PickaxeError:
+        store.close()
+        if created:  # refused before any response was stored: leave no arena file behind
+            _remove_db(db)
+        raise
     labels = store.labels(name)
     where = (
         f"vote with `pickaxe ui {run_dir.parent}` (Arena page)"
@@ -90,3 +99,9 @@ def main(argv: list[str]) -> int:
         f"prompts, {made} responses generated now; {where}"
     )
     return 0
+
+
+def _remove_db(db: Path) -> None:
+    """Delete an arena file this command created, with SQLite's side files."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        db.with_name(db.name + suffix).unlink(missing_ok=True)

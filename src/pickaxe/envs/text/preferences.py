@@ -19,16 +19,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pickaxe.digests import MANIFEST, file_problem, read_manifest, write_manifest
-from pickaxe.envs.text.prompt_env import DatasetError, _read_json, _read_jsonl, _text
+from pickaxe.envs.text.prompt_env import DatasetError, _text, read_rows
 
 __all__ = [
+    "HELDOUT_FRACTION",
     "PreferencePair",
     "load_preferences",
     "record_preference_digests",
     "save_preferences",
+    "split_by_prompt",
     "verify_preference_digest",
 ]
+
+HELDOUT_FRACTION = 0.1
+"""Share of a preference file's prompts held out when no held-out file is given."""
 
 
 @dataclass
@@ -60,14 +67,13 @@ def load_preferences(
     Each row needs a non-empty string under ``prompt_key`` and either non-empty, different strings under
     ``chosen_key`` and ``rejected_key``, or (``ranking_key`` set) a list of at least two distinct non-empty
     strings, best first, under ``ranking_key``. Pairs come out in row order (a ranking's pairs in the order
-    ``(0, 1), (0, 2), ..., (1, 2), ...``). Any bad row raises ``DatasetError`` with the file, the row number
-    (0-based), the field and what to fix; nothing is returned then.
+    ``(0, 1), (0, 2), ..., (1, 2), ...``). Any bad row raises ``DatasetError`` with the file, where the row is (a
+    JSONL file's line number, else the 0-based row), the field and what to fix; nothing is returned then.
     """
-    name, rows = _rows(source)
+    name, rows = read_rows(source, "preference file")
     groups: dict[str, int] = {}
     pairs: list[PreferencePair] = []
-    for i, row in enumerate(rows):
-        where = f"{name}: row {i}"
+    for i, (where, row) in enumerate(rows):
         if not isinstance(row, dict):
             raise DatasetError(f"{where} is a {type(row).__name__}, not an object with a {prompt_key!r} field")
         prompt = _field(row, prompt_key, where, "prompt_key")
@@ -93,6 +99,21 @@ def load_preferences(
     return pairs
 
 
+def split_by_prompt(
+    pairs: list[PreferencePair], seed: int, source: str | Path = "the preference file"
+) -> tuple[list[PreferencePair], list[PreferencePair]]:
+    """Training and held-out pairs: a seeded ``HELDOUT_FRACTION`` of the prompts (at least one, never all) and their
+    pairs held out; one prompt alone cannot be split (``DatasetError`` naming ``source`` and the fix)."""
+    groups = sorted({p.group for p in pairs})
+    if len(groups) < 2:
+        raise DatasetError(
+            f"{source} has one prompt, so none can be held out: add prompts or set --preferences.heldout-path"
+        )
+    n = min(len(groups) - 1, max(1, round(HELDOUT_FRACTION * len(groups))))
+    held = set(np.random.default_rng(seed).permutation(groups)[:n].tolist())
+    return [p for p in pairs if p.group not in held], [p for p in pairs if p.group in held]
+
+
 def save_preferences(pairs: Sequence[PreferencePair], path: str | Path) -> Path:
     """Write ``pairs`` as JSONL rows ``{prompt, chosen, rejected, **metadata}`` that :func:`load_preferences` reads
     back (same pairs, same order); written to a temporary file and renamed, so a reader never sees half a file."""
@@ -106,26 +127,6 @@ def save_preferences(pairs: Sequence[PreferencePair], path: str | Path) -> Path:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     return path
-
-
-def _rows(source: str | Path | Any) -> tuple[str, Sequence[Any]]:
-    """The source's display name and its rows (a file is read whole before any row is validated)."""
-    if not isinstance(source, str | Path):
-        return f"<{type(source).__name__}>", source
-    path = Path(source)
-    name = str(path)
-    if not path.is_file():
-        raise DatasetError(f"preference file {name!r} does not exist; pass a .jsonl, .json or .parquet file")
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        return name, list(_read_jsonl(path))
-    if suffix == ".json":
-        return name, _read_json(path)
-    if suffix == ".parquet":
-        import datasets
-
-        return name, datasets.Dataset.from_parquet(str(path))
-    raise DatasetError(f"{name}: unsupported file type {suffix!r}; use .jsonl, .json or .parquet")
 
 
 def _field(row: dict[str, Any], key: str, where: str, option: str) -> str:

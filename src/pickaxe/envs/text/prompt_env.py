@@ -28,7 +28,7 @@ from pickaxe.envs.text.rewards import (
 from pickaxe.envs.text.tasks import GeneratedTask
 from pickaxe.errors import ConfigError, PickaxeError
 
-__all__ = ["DatasetError", "Example", "PromptEnv", "load_examples"]
+__all__ = ["DatasetError", "Example", "PromptEnv", "load_examples", "read_rows"]
 
 
 class DatasetError(PickaxeError):
@@ -44,47 +44,60 @@ def load_examples(
 
     Each row needs a non-empty string under ``prompt_key`` and, unless ``answer_key`` is None, a value under
     ``answer_key`` (stored as a string); the other fields become the example's metadata. Any bad row raises
-    ``DatasetError`` with the file, the row number (0-based) and what to fix.
+    ``DatasetError`` with the file, where the row is (a JSONL file's line number, else the 0-based row) and what to
+    fix.
     """
-    if isinstance(source, str | Path):
-        path = Path(source)
-        name = str(path)
-        if not path.is_file():
-            raise DatasetError(f"prompt file {name!r} does not exist; pass a .jsonl, .json or .parquet file")
-        suffix = path.suffix.lower()
-        if suffix == ".jsonl":
-            rows: Sequence[Any] = list(_read_jsonl(path))
-        elif suffix == ".json":
-            rows = _read_json(path)
-        elif suffix == ".parquet":
-            import datasets
-
-            rows = datasets.Dataset.from_parquet(str(path))
-        else:
-            raise DatasetError(f"{name}: unsupported file type {suffix!r}; use .jsonl, .json or .parquet")
-    else:
-        name, rows = f"<{type(source).__name__}>", source
-    examples = [_validate(row, i, name, prompt_key, answer_key) for i, row in enumerate(rows)]
+    name, rows = read_rows(source, "prompt file")
+    examples = [_validate(row, where, prompt_key, answer_key) for where, row in rows]
     if not examples:
         raise DatasetError(f"{name} holds no rows; a prompt dataset needs at least one")
     return examples
 
 
-def _read_jsonl(path: Path):
-    for i, raw in enumerate(line for line in path.read_bytes().splitlines() if line.strip()):
+def read_rows(source: str | Path | Any, what: str) -> tuple[str, list[tuple[str, Any]]]:
+    """The display name of ``source`` (a ``.jsonl``/``.json``/``.parquet`` file, or rows such as a
+    ``datasets.Dataset``) and its rows, each with where it is: ``<file>: line N`` in a JSONL file (1-based, blank
+    lines counted), else ``<file>: row i`` (0-based). The file is read whole first; an unreadable line or file is a
+    ``DatasetError`` naming it (``what``: e.g. ``preference file``). What prompt and preference files share."""
+    if not isinstance(source, str | Path):
+        name = f"<{type(source).__name__}>"
+        return name, [(f"{name}: row {i}", row) for i, row in enumerate(source)]
+    path = Path(source)
+    name = str(path)
+    if not path.is_file():
+        raise DatasetError(f"{what} {name!r} does not exist; pass a .jsonl, .json or .parquet file")
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return name, [(f"{name}: line {n}", row) for n, row in _read_jsonl(path)]
+    if suffix == ".json":
+        rows: Sequence[Any] = _read_json(path)
+    elif suffix == ".parquet":
+        import datasets
+
+        rows = datasets.Dataset.from_parquet(str(path))
+    else:
+        raise DatasetError(f"{name}: unsupported file type {suffix!r}; use .jsonl, .json or .parquet")
+    return name, [(f"{name}: row {i}", row) for i, row in enumerate(rows)]
+
+
+def _read_jsonl(path: Path) -> list[tuple[int, Any]]:
+    """``(line number, row)`` for every non-blank line."""
+    out = []
+    for n, raw in enumerate(path.read_bytes().splitlines(), start=1):
+        if not raw.strip():
+            continue
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
             raise DatasetError(
-                f"{path}: row {i} is not valid UTF-8 (byte {e.start}: {raw[e.start : e.start + 1]!r}); "
+                f"{path}: line {n} is not valid UTF-8 (byte {e.start}: {raw[e.start : e.start + 1]!r}); "
                 "re-encode the file as UTF-8"
             ) from None
         try:
-            yield json.loads(text)
+            out.append((n, json.loads(text)))
         except json.JSONDecodeError as e:
-            raise DatasetError(
-                f"{path}: row {i} is not valid JSON ({e.msg} at column {e.colno}); fix that line"
-            ) from None
+            raise DatasetError(f"{path}: line {n} is not valid JSON ({e.msg} at column {e.colno}); fix it") from None
+    return out
 
 
 def _read_json(path: Path) -> list[Any]:
@@ -95,7 +108,7 @@ def _read_json(path: Path) -> list[Any]:
     except json.JSONDecodeError as e:
         raise DatasetError(f"{path} is not valid JSON ({e.msg}, line {e.lineno}); fix it or use .jsonl") from None
     if not isinstance(data, list):
-        raise DatasetError(f"{path} must hold a JSON list of objects (one per prompt)")
+        raise DatasetError(f"{path} must hold a JSON list of objects (one per row)")
     return data
 
 
@@ -114,8 +127,7 @@ def _text(value: Any, where: str, key: str) -> str:
     return value
 
 
-def _validate(row: Any, i: int, name: str, prompt_key: str, answer_key: str | None) -> Example:
-    where = f"{name}: row {i}"
+def _validate(row: Any, where: str, prompt_key: str, answer_key: str | None) -> Example:
     if not isinstance(row, dict):
         raise DatasetError(f"{where} is a {type(row).__name__}, not an object with a {prompt_key!r} field")
     if prompt_key not in row or row[prompt_key] is None:
