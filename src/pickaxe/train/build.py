@@ -17,7 +17,7 @@ from pickaxe.algos.base import Algorithm
 from pickaxe.envs.make import SeededVectorEnv, make
 from pickaxe.errors import ConfigError, PickaxeError
 from pickaxe.rollout.collector import Collector
-from pickaxe.runs.folder import disk_error
+from pickaxe.runs.folder import check_run_writable, disk_error
 from pickaxe.runs.model import load_model
 from pickaxe.runs.policies import acting_networks
 from pickaxe.runs.run import Run, default_run_dir
@@ -199,6 +199,11 @@ def resume(
     """
     _follow_if_learner(None, run_dir)
     run = Run.open(run_dir, track=track, prometheus_port=prometheus_port)
+    try:
+        check_run_writable(run.path)  # a read-only run folder is one line before anything is built
+    except PickaxeError:
+        run.close()  # trackers and the Prometheus endpoint it started
+        raise
     cfg = config_from_dict(run.config())
     how = "restart" if allow_no_checkpoint else "resume"
     return _fit(builder_for(cfg), cfg, run, progress, resume=how), run
