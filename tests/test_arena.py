@@ -2,6 +2,7 @@
 bootstrap is seeded and brackets the fit, and the SQLite store loses no vote under concurrent voters and stores
 nothing for an invalid one."""
 
+import gc
 import math
 import sqlite3
 import threading
@@ -16,10 +17,12 @@ from pickaxe.eval.arena import (
     ELO_PER_NAT,
     ArenaError,
     ArenaStore,
+    ArenaSummary,
     Vote,
     bootstrap_ci,
     bradley_terry,
     leaderboard,
+    read_arenas,
     votes_to_separate,
 )
 
@@ -138,6 +141,35 @@ def test_store_is_wal_and_issues_anonymised_matches(tmp_path: Path) -> None:
     assert store.vote_count("t") == 1
     (vote,) = store.votes("t")
     assert f"{vote.left} says" in m.left and vote.choice == "left"
+
+
+def test_a_vote_on_a_match_of_another_arena_is_refused(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    store.add_arena("u", {})
+    store.add_responses("u", [(0, "p", "a", "1"), (0, "p", "b", "2")])
+    m = store.issue_match("u", "v1")
+    with pytest.raises(ArenaError, match="belongs to arena 'u', not 't'") as info:
+        store.record_vote(m.id, "v1", "left", arena="t")
+    assert info.value.status == 409 and store.vote_count() == 0
+    assert store.record_vote(m.id, "v1", "left", arena="u") is True
+    assert (store.vote_count("u"), store.vote_count("t")) == (1, 0)
+
+
+def test_read_arenas_counts_without_creating_files(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    m = store.issue_match("t", "v1")
+    store.record_vote(m.id, "v1", "left")
+    assert read_arenas(store.path) == [ArenaSummary("t", 3, 3, 1)]  # read through the open writer's WAL
+    store.close()
+    del store
+    gc.collect()
+    assert [p.name for p in tmp_path.iterdir()] == ["arena.sqlite"]
+    assert read_arenas(tmp_path / "arena.sqlite") == [ArenaSummary("t", 3, 3, 1)]
+    assert [p.name for p in tmp_path.iterdir()] == ["arena.sqlite"]  # no -wal/-shm made by the read
+    (tmp_path / "junk.sqlite").write_bytes(b"junk" * 512)
+    with pytest.raises(ArenaError, match="is not a readable arena file") as info:
+        read_arenas(tmp_path / "junk.sqlite")
+    assert info.value.status == 409
 
 
 def test_invalid_votes_store_nothing(tmp_path: Path) -> None:

@@ -142,6 +142,37 @@ def test_train_help_lists_config_keys_and_run_options(capsys) -> None:
         assert flag in out, flag
 
 
+@pytest.mark.parametrize(
+    ("argv", "shown"),
+    [
+        (["pipeline", "--help"], ["--pipeline-dir STR", "--workers INT", "--gpus INT"]),
+        (["export", "--help"], ["--out STR"]),
+        (["ui", "--help"], ["--queue-db STR"]),
+        (["eval", "--help"], ["--episodes INT"]),
+        (["queue", "list", "--help"], ["--state [STR [STR ...]]", "--db STR"]),
+        (["train", "arith-grpo", "--help"], ["--run-dir STR", "--algo.tis-cap FLOAT"]),
+    ],
+)
+def test_optional_options_show_their_value_not_none(capsys, argv: list[str], shown: list[str]) -> None:
+    # tyro shows `X | None` as `{None}|STR`; the help shows the value an option takes
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "{None}" not in out
+    for text in shown:
+        assert text in out, text
+
+
+def test_an_optional_option_still_takes_none_where_its_help_offers_it() -> None:
+    from pickaxe.argparsing import parse
+    from pickaxe.exp.queue_cli import ListArgs
+    from pickaxe.recipes.args import parse_train
+
+    assert parse(ListArgs, ["--state", "queued", "running"], "q").state == ("queued", "running")
+    assert parse(ListArgs, ["--state", "None"], "q").state is None
+    assert parse_train("cartpole-ppo", ["--algo.value-clip", "None"])[0].algo.value_clip is None
+    assert parse_train("cartpole-ppo", ["--algo.value-clip", "0.3"])[0].algo.value_clip == 0.3
+
+
 def test_version(capsys) -> None:
     from importlib.metadata import version
 

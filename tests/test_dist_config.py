@@ -54,3 +54,23 @@ def test_a_malformed_ray_address_is_named(address: str) -> None:
 def test_worker_options_need_separate_placement(fields: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         DistConfig(**fields).check(llm=True)
+
+
+def test_starting_ray_prints_no_notice_of_its_own(tmp_path: Path) -> None:
+    """Regression: a local Ray announced "Token authentication is enabled for this Ray cluster..." on stderr."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from pickaxe.dist.runtime import ensure_ray\n"
+        "ray = ensure_ray(None, num_cpus=1)\n"
+        "print(ray.get(ray.put(41)) + 1)\n"
+        "ray.shutdown()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {"HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "42"
+    assert "Token authentication" not in proc.stderr and "RAY_AUTH_MODE" not in proc.stderr, proc.stderr
+    assert (tmp_path / ".ray" / "auth_token").is_file()  # authentication is on, as Ray chose it

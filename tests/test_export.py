@@ -159,6 +159,45 @@ def test_cli_export_bad_input_is_one_line(
     assert (tmp_path / "busy" / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.parametrize("kind", ["OSError", "SafetensorError"])
+def test_cli_export_onto_a_full_disk_is_one_line(
+    run_dir: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    import errno
+
+    import transformers
+
+    class SafetensorError(Exception):
+        """What safetensors raises for an I/O error (it is no OSError)."""
+
+    def full_disk(self, path: str, *args, **kwargs) -> None:
+        (Path(path) / "model.safetensors").write_bytes(b"half a model")
+        if kind == "OSError":
+            raise OSError(errno.ENOSPC, "No space left on device", str(Path(path) / "model.safetensors"))
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(transformers.PreTrainedModel, "save_pretrained", full_disk)
+    out = tmp_path / "m"
+    assert main(["export", str(run_dir), "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip() == (
+        f"pickaxe: error: no space left on device writing {out}; nothing was exported: free space and run the "
+        "command again"
+    )
+    assert captured.out == "" and list(tmp_path.iterdir()) == []  # no half export, no temporary folder
+
+
+def test_export_and_load_print_no_transformers_progress_bars(run_dir: Path, tmp_path: Path, capfd) -> None:
+    from transformers.utils import logging as hf_logging
+
+    capfd.readouterr()
+    assert main(["export", str(run_dir), "--out", str(tmp_path / "m")]) == 0
+    load_lm(tmp_path / "m", "cpu")
+    err = capfd.readouterr().err
+    assert "Writing model shards" not in err and "Loading weights" not in err and "it/s]" not in err
+    assert hf_logging.is_progress_bar_enabled()  # a program using transformers keeps its bars outside pickaxe
+
+
 def test_cli_export_help(capsys) -> None:
     assert main(["export", "--help"]) == 0
     text = capsys.readouterr().out

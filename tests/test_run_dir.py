@@ -279,6 +279,73 @@ def test_disk_errors_from_safetensors_and_while_creating_the_run(tmp_path: Path,
     assert not (tmp_path / "r").exists()
 
 
+def _read_only_mount(monkeypatch, folder: Path) -> None:
+    """Make every write under ``folder`` fail as on a read-only mount (EROFS, root included): ``open`` and
+    ``io.open`` in a writing mode and ``os.open`` with a writing flag, each naming the path as it was given
+    (TensorBoard gives bytes)."""
+    import builtins
+    import io
+
+    folder = folder.resolve()
+    real_open, real_os_open = builtins.open, os.open
+
+    def inside(path) -> bool:
+        return isinstance(path, str | bytes | os.PathLike) and Path(os.fsdecode(path)).resolve().is_relative_to(folder)
+
+    def fake_open(file, mode="r", *args, **kwargs):
+        if any(c in mode for c in "wax+") and inside(file):
+            raise OSError(errno.EROFS, "Read-only file system", file)
+        return real_open(file, mode, *args, **kwargs)
+
+    def fake_os_open(path, flags, *args, **kwargs):
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) and inside(path):
+            raise OSError(errno.EROFS, "Read-only file system", path)
+        return real_os_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    monkeypatch.setattr(io, "open", fake_open)
+    monkeypatch.setattr(os, "open", fake_os_open)
+
+
+def test_resuming_a_read_only_run_folder_is_one_line_before_anything_is_built(
+    trained: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    import shutil
+
+    run_dir = tmp_path / "r"
+    shutil.copytree(trained, run_dir)
+    before = _snapshot(run_dir)
+    _read_only_mount(monkeypatch, run_dir)
+    monkeypatch.setattr("pickaxe.train.build.builder_for", lambda cfg: pytest.fail("built before the check"))
+    capsys.readouterr()
+    assert main(["resume", str(run_dir), "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"pickaxe: error: cannot write run folder {run_dir} (Read-only file system); make it writable and run the "
+        "command again"
+    )
+    monkeypatch.undo()
+    assert _snapshot(run_dir) == before
+
+
+def test_a_read_only_tensorboard_folder_is_one_line_with_its_path_as_text(
+    trained: Path, tmp_path: Path, monkeypatch, capfd
+) -> None:
+    import shutil
+
+    run_dir = tmp_path / "r"
+    shutil.copytree(trained, run_dir)
+    _read_only_mount(monkeypatch, run_dir / "tensorboard")
+    capfd.readouterr()
+    assert main(["resume", str(run_dir), "--no-progress"]) == 2
+    err = capfd.readouterr().err
+    assert err.strip().splitlines()[-1] == (
+        f"pickaxe: error: read-only file system writing {run_dir / 'tensorboard'}; what was written before is kept: "
+        f"make {run_dir} writable and run `pickaxe resume {run_dir}`"
+    )
+    # TensorBoard's writer is never started in the folder: no traceback of its thread before the line
+    assert "Traceback" not in err and "Exception in thread" not in err and "b'" not in err
+
+
 # ----------------------------------------------------------------------------------- the verified model
 
 

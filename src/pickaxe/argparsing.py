@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import io
 import re
+import types
 import typing
 from collections.abc import Iterable
 from typing import Any, TypeVar
@@ -89,7 +90,9 @@ def run_tyro(cls: Any, args: list[str], prog: str, default: Any = None, descript
     buf = io.StringIO()
     try:
         with contextlib.redirect_stderr(buf):
-            return tyro.cli(cls, args=args, prog=prog, default=default, description=description)
+            return tyro.cli(
+                cls, args=args, prog=prog, default=default, description=description, registry=_optional_registry()
+            )
     except SystemExit as e:
         if e.code in (0, None):
             raise
@@ -99,6 +102,37 @@ def run_tyro(cls: Any, args: list[str], prog: str, default: Any = None, descript
         # a config's own __post_init__ check reaches tyro as "Value error Error parsing SECTION: MESSAGE"
         text = re.sub(r"Value error (Error parsing [\w.-]+: )?", "", text).strip()
         raise ConfigError(f"{prog}: {text}" if text else f"{prog}: could not parse {' '.join(args)}") from None
+
+
+def _optional_registry() -> Any:
+    """A tyro registry that shows an optional option (``X | None``) by its value's metavar: ``--out STR``, not
+    tyro's ``--out {None}|STR`` (``--state [STR [STR ...]]``, not ``{None}|{[STR [STR ...]]}``). The word ``None``
+    is still accepted where a field's help offers it (e.g. ``--algo.value-clip None``: no value clipping)."""
+    from tyro.constructors import ConstructorRegistry, PrimitiveConstructorSpec, PrimitiveTypeInfo
+
+    registry = ConstructorRegistry()
+
+    @registry.primitive_rule
+    def optional_rule(info: PrimitiveTypeInfo) -> PrimitiveConstructorSpec | None:
+        if typing.get_origin(info.type) not in (typing.Union, types.UnionType):
+            return None
+        options = typing.get_args(info.type)
+        values = [t for t in options if t is not type(None)]
+        if len(values) != 1 or len(options) != 2:
+            return None
+        inner = ConstructorRegistry.get_primitive_spec(PrimitiveTypeInfo.make(values[0], info.markers))
+        if not isinstance(inner, PrimitiveConstructorSpec) or inner.nargs not in (1, "*") or inner._action is not None:
+            return None  # a fixed count of several words could not also take the one word None
+        return PrimitiveConstructorSpec(
+            nargs=inner.nargs,
+            metavar=inner.metavar,
+            instance_from_str=lambda s: None if s == ["None"] else inner.instance_from_str(s),
+            is_instance=lambda x: True if x is None else inner.is_instance(x),
+            str_from_instance=lambda x: ["None"] if x is None else inner.str_from_instance(x),
+            choices=None if inner.choices is None else (*inner.choices, "None"),
+        )
+
+    return registry
 
 
 def parse(cls: type[T], args: list[str], prog: str, description: str | None = None) -> T:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -62,10 +63,14 @@ def test_serving_beyond_loopback_warns(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], host: str, warns: bool
 ) -> None:
     served: dict = {}
-    monkeypatch.setattr("uvicorn.run", lambda app, **kw: served.update(kw, app=app))
-    monkeypatch.setattr(app_module, "check_port", lambda h, p: None)
+
+    def run(server, sockets):  # what uvicorn would serve, on the socket serve() bound
+        served.update(host=server.config.host, port=server.config.port, app=server.config.app, sockets=sockets)
+
+    monkeypatch.setattr("uvicorn.Server.run", run)
+    monkeypatch.setattr(app_module, "listen", lambda h, p: socket.socket())
     assert main([str(tmp_path), "--host", host, "--port", "8123", "--queue-db", str(tmp_path / "q.db")]) == 0
-    assert (served["host"], served["port"]) == (host, 8123)
+    assert (served["host"], served["port"]) == (host, 8123) and len(served["sockets"]) == 1
     assert served["app"].state.queue_db == tmp_path / "q.db"
     err = capsys.readouterr().err
     warning = f"pickaxe ui: warning: serving on {host}, reachable from other machines; the app has no authentication"
@@ -89,3 +94,53 @@ def test_the_app_starts_without_importing_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def _start_ui(runs: Path, port: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "pickaxe.cli", "ui", str(runs), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _get_runs(port: int, proc: subprocess.Popen[str]) -> socket.socket:
+    """A connection to the ``pickaxe ui`` of ``proc`` that has had one answer and stays open (keep-alive); fails when
+    the process exits first (e.g. it could not listen)."""
+    deadline = time.monotonic() + 120  # the start imports FastAPI; generous on a loaded machine
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"pickaxe ui exited {proc.returncode}: {proc.communicate()[1].strip()}")
+        try:
+            conn = socket.create_connection(("127.0.0.1", port), timeout=30)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                pytest.fail("pickaxe ui did not listen within 120 s")
+            time.sleep(0.1)
+    conn.sendall(b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    assert conn.recv(65536).startswith(b"HTTP/1.1 200")
+    return conn
+
+
+def test_a_killed_ui_can_listen_on_its_port_again_at_once(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    first = _start_ui(tmp_path, port)
+    try:
+        conn = _get_runs(port, first)
+        first.kill()  # SIGKILL: no shutdown; the open connection is left to the kernel (FIN_WAIT / TIME_WAIT)
+        first.wait(timeout=30)
+        conn.close()
+    finally:
+        if first.poll() is None:
+            first.kill()
+        first.communicate()
+    second = _start_ui(tmp_path, port)
+    try:
+        _get_runs(port, second).close()  # it listens on the same port, without waiting for TIME_WAIT to expire
+    finally:
+        second.terminate()
+        second.communicate(timeout=30)

@@ -4,6 +4,7 @@ as text, a malformed vote from the page is refused and not counted."""
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -173,3 +174,58 @@ def test_arena_names_with_colons_resolve(client: TestClient, arena_root: Path) -
     assert "llm:v1:greedy" in ids
     r = client.post("/api/arena/match", json={"arena": "llm:v1:greedy", "voter": "z"})
     assert r.status_code == 200 and {r.json()["left"], r.json()["right"]} == {"x", "y"}
+
+
+def test_a_vote_naming_another_arena_is_refused(client: TestClient, arena_root: Path) -> None:
+    # both arenas live in llm/arena.sqlite: the match of one must not be counted in the reply of the other
+    m = client.post("/api/arena/match", json={"arena": "llm:xss", "voter": "kim"}).json()
+    vote = {"arena": "llm:demo", "match": m["match"], "voter": "kim", "choice": "left"}
+    r = client.post("/api/arena/vote", json=vote)
+    assert r.status_code == 409 and "belongs to arena 'xss', not 'demo'" in r.json()["detail"]
+    assert _votes(arena_root) == 0
+    r = client.post("/api/arena/vote", json=vote | {"arena": "llm:xss"})
+    assert r.json() == {"stored": True, "votes": 1}  # the count of the arena the vote is stored in
+    assert ArenaStore(arena_root / "llm" / "arena.sqlite").vote_count("demo") == 0
+
+
+def _closed_store(path: Path) -> Path:
+    """An arena file with one arena (two checkpoints), its store closed: no ``-wal``/``-shm`` beside it."""
+    store = ArenaStore(path)
+    store.add_arena("a", {})
+    store.add_responses("a", [(0, "p", "x", "1"), (0, "p", "y", "2")])
+    store.close()
+    del store
+    gc.collect()
+    assert sorted(p.name for p in path.parent.iterdir() if p.name.startswith(path.name)) == [path.name]
+    return path
+
+
+def test_a_damaged_or_outside_arena_file_is_skipped_not_a_500(
+    client: TestClient, arena_root: Path, tmp_path: Path, make_run: Callable[..., Path]
+) -> None:
+    make_run(arena_root / "broken", kind="llm")
+    (arena_root / "broken" / "arena.sqlite").write_bytes(b"not a database " * 100)
+    outside = _closed_store(tmp_path / "elsewhere" / "arena.sqlite")
+    before = outside.read_bytes()
+    make_run(arena_root / "linked", kind="llm")
+    (arena_root / "linked" / "arena.sqlite").symlink_to(outside)
+    quiet = _closed_store(make_run(arena_root / "quiet", kind="llm") / "arena.sqlite")
+
+    r = client.get("/api/arena/arenas")
+    assert r.status_code == 200
+    body = r.json()
+    assert {a["id"] for a in body["arenas"]} == {"llm:demo", "llm:xss", "quiet:a"}
+    reasons = {u["folder"]: u["reason"] for u in body["unreadable"]}
+    assert set(reasons) == {"broken", "linked"}
+    assert "not a readable arena file (file is not a database)" in reasons["broken"]
+    assert "leads outside" in reasons["linked"] and "not opened" in reasons["linked"]
+    assert all("\n" not in reason for reason in reasons.values())
+    # listing only reads: nothing is created beside the arena files, inside the runs folder or out of it
+    assert sorted(p.name for p in quiet.parent.iterdir() if p.name.startswith("arena")) == ["arena.sqlite"]
+    assert [p.name for p in outside.parent.iterdir()] == ["arena.sqlite"] and outside.read_bytes() == before
+
+    for arena, status, detail in [("linked:a", 409, "leads outside"), ("broken:a", 409, "not a readable arena")]:
+        r = client.post("/api/arena/match", json={"arena": arena, "voter": "v"})
+        assert r.status_code == status and detail in r.json()["detail"], r.text
+    assert [p.name for p in outside.parent.iterdir()] == ["arena.sqlite"] and outside.read_bytes() == before
+    assert client.post("/api/arena/match", json={"arena": "quiet:a", "voter": "v"}).status_code == 200

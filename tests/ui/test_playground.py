@@ -104,3 +104,68 @@ def test_playground_page_shows_two_checkpoints_side_by_side(
     assert page.locator("#side-a table.pg-logprobs tbody tr").count() >= 1
     assert page.js_errors == [] and page.outside_requests == []
     screenshot(page, "playground")
+
+
+class _StubPolicy:
+    label = "final"
+
+
+class _StubCache:
+    """A policy cache that loads nothing."""
+
+    def get(self, run_dir: Path, checkpoint: str | int) -> tuple[Any, bool]:
+        return _StubPolicy(), True
+
+
+def test_generations_beyond_the_cap_are_refused_at_once_and_pages_stay_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from pickaxe.train import generate as generate_module
+    from pickaxe.train.generate import Generation
+
+    (tmp_path / "sft").mkdir()
+    (tmp_path / "sft" / "config.json").write_text('{"kind": "llm", "algo_name": "sft"}')
+    entered, release = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    def engine(policy: Any, prompts: list[str], *args: Any) -> list[Generation]:
+        """Blocks the first generation until the test releases it; any other answers at once."""
+        calls.append(prompts[0])
+        if len(calls) == 1:
+            entered.set()
+            assert release.wait(timeout=60)
+        return [Generation(prompts[0], "ok", [1], ["ok"], None, True)]
+
+    monkeypatch.setattr(generate_module, "generate", engine)
+    monkeypatch.setattr(generate_module, "available_checkpoints", lambda run_dir: ["final"])
+    app = create_app(tmp_path, queue_db=tmp_path / "queue.db", max_generations=1)
+    app.state.policy_cache = _StubCache()
+    ask = {"run": "sft", "checkpoint": "final"}
+    answers: list[Any] = []
+    first = threading.Thread(
+        target=lambda: answers.append(TestClient(app).post("/api/playground/generate", json=ask | {"prompt": "a"}))
+    )
+    first.start()
+    try:
+        assert entered.wait(timeout=60)
+        busy = TestClient(app).post("/api/playground/generate", json=ask | {"prompt": "b"})
+        assert busy.status_code == 429 and busy.headers["retry-after"] == "1"
+        assert "busy: 1 generation already running" in busy.json()["detail"]
+        assert "--max-generations" in busy.json()["detail"]
+        assert TestClient(app).get("/api/runs").status_code == 200  # other pages are served meanwhile
+    finally:
+        release.set()
+        first.join(timeout=60)
+    assert answers[0].status_code == 200 and answers[0].json()["text"] == "ok"
+    assert calls == ["a"]  # the refused request never reached the engine
+    again = TestClient(app).post("/api/playground/generate", json=ask | {"prompt": "c"})
+    assert again.status_code == 200 and calls == ["a", "c"]  # the slot is free again
+
+
+def test_max_generations_must_be_positive(tmp_path: Path) -> None:
+    from pickaxe.errors import PickaxeError
+
+    with pytest.raises(PickaxeError, match="--max-generations must be an integer >= 1, got 0"):
+        create_app(tmp_path, max_generations=0)

@@ -35,6 +35,7 @@ __all__ = [
     "ELO_PER_NAT",
     "ArenaError",
     "ArenaStore",
+    "ArenaSummary",
     "Match",
     "Rating",
     "Separation",
@@ -42,6 +43,7 @@ __all__ = [
     "bootstrap_ci",
     "bradley_terry",
     "leaderboard",
+    "read_arenas",
     "separation",
     "votes_to_separate",
 ]
@@ -350,6 +352,47 @@ MAX_VOTER_CHARS = 64
 BUSY_TIMEOUT_S = 30.0
 
 
+class ArenaSummary(NamedTuple):
+    """One arena of a file as a listing shows it: its name and how many checkpoints, prompts and votes it has."""
+
+    name: str
+    checkpoints: int
+    prompts: int
+    votes: int
+
+
+def read_arenas(path: str | Path) -> list[ArenaSummary]:
+    """The arenas in the arena file at ``path``, read without creating or changing any file.
+
+    SQLite opens a WAL file read-only by creating its ``-wal`` and ``-shm`` files when they are missing; so a file
+    without a ``-wal`` (no writer has it open and every vote is in the file itself) is read as ``immutable``, and
+    one with both (a writer has it open) is read through them, read-only. Raises :class:`ArenaError` (one line,
+    status 409) for a damaged file or one that is not an arena file."""
+    path = Path(path)
+    wal, shm = (path.with_name(path.name + suffix) for suffix in ("-wal", "-shm"))
+    mode = "mode=ro" if wal.exists() and shm.exists() else "immutable=1"
+    try:
+        db = sqlite3.connect(f"{path.absolute().as_uri()}?{mode}", uri=True, timeout=BUSY_TIMEOUT_S)
+        try:
+            names = [r[0] for r in db.execute("SELECT name FROM arenas ORDER BY name")]
+            labels = dict(db.execute("SELECT arena, COUNT(DISTINCT label) FROM responses GROUP BY arena").fetchall())
+            prompts = dict(
+                db.execute("SELECT arena, COUNT(DISTINCT prompt_id) FROM responses GROUP BY arena").fetchall()
+            )
+            votes = dict(
+                db.execute(
+                    "SELECT m.arena, COUNT(*) FROM votes v JOIN matches m ON m.id = v.match_id GROUP BY m.arena"
+                ).fetchall()
+            )
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as e:  # not a database, a damaged one, or one without the arena tables
+        raise ArenaError(
+            f"{path} is not a readable arena file ({e}); prepare it again with `pickaxe arena`", 409
+        ) from None
+    return [ArenaSummary(n, int(labels.get(n, 0)), int(prompts.get(n, 0)), int(votes.get(n, 0))) for n in names]
+
+
 def label_order(label: str) -> tuple[int, int, str]:
     """Sort key of checkpoint labels: ``step N`` by N, then the words (``final``, ``latest``) by name."""
     digits = label.removeprefix("step ")
@@ -525,22 +568,28 @@ class ArenaStore:
             ).fetchone()[0]
         return Match(match_id, arena, prompt, texts[left], texts[right])
 
-    def record_vote(self, match_id: Any, voter: Any, choice: Any) -> bool:
+    def record_vote(self, match_id: Any, voter: Any, choice: Any, arena: str | None = None) -> bool:
         """Record ``voter``'s ``choice`` on match ``match_id``; True when stored, False when this exact vote was
         already stored (repeating a request is harmless). Raises :class:`ArenaError` (one line, nothing stored) for
-        a choice not in :data:`CHOICES`, an unknown match, a match issued to another voter, or a match that already
-        has a different vote."""
+        a choice not in :data:`CHOICES`, an unknown match, a match issued to another voter, a match of another
+        arena than ``arena`` (when given: the arena the voter named), or a match that already has a different
+        vote."""
         if not isinstance(choice, str) or choice not in CHOICES:
             raise ArenaError(f"choice must be one of {', '.join(CHOICES)}, got {choice!r}", 422)
         if not isinstance(match_id, str) or not match_id or len(match_id) > 100:
             raise ArenaError("match must be the id string /api/arena/match returned", 422)
         voter = check_voter(voter)
         with self._connect() as db, self._write(db):
-            row = db.execute("SELECT voter FROM matches WHERE id = ?", (match_id,)).fetchone()
+            row = db.execute("SELECT voter, arena FROM matches WHERE id = ?", (match_id,)).fetchone()
             if row is None:
                 raise ArenaError(f"unknown match {match_id!r}; ask for a new match", 404)
             if row[0] != voter:
                 raise ArenaError("this match was issued to another voter; ask for a new match", 403)
+            if arena is not None and row[1] != arena:
+                raise ArenaError(
+                    f"match {match_id!r} belongs to arena {row[1]!r}, not {arena!r}; vote in the arena it came from",
+                    409,
+                )
             done = db.execute("SELECT voter, choice FROM votes WHERE match_id = ?", (match_id,)).fetchone()
             if done is not None:
                 if done[1] == choice:

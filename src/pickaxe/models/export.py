@@ -25,6 +25,7 @@ from torch import nn
 
 from pickaxe.digests import digest_problem, file_problem, folder_digests, is_entry
 from pickaxe.errors import PickaxeError
+from pickaxe.models.lm import no_progress_bars
 from pickaxe.models.lora import is_lora, merge_lora
 from pickaxe.models.reward import RewardModel
 
@@ -71,7 +72,8 @@ def export_model(
                     f"cannot export a {type(model).__name__}: export_model takes a transformers causal LM (a "
                     "PreTrainedModel, with or without LoRA adapters) or a RewardModel"
                 )
-            merge_lora(model).save_pretrained(str(tmp))
+            with no_progress_bars():
+                merge_lora(model).save_pretrained(str(tmp))
             fmt = FORMAT_CAUSAL_LM
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))

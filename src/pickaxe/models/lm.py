@@ -3,7 +3,10 @@ rollout engines and learners (both must process logits the same way, or the on-p
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,6 +24,33 @@ DType = Literal["auto", "float32", "bfloat16", "float16"]
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+_quiet_lock = threading.Lock()
+_quiet_depth = 0
+_bars_were_on = True
+
+
+@contextlib.contextmanager
+def no_progress_bars() -> Iterator[None]:
+    """transformers' (and the Hugging Face hub's) progress bars off for the block, as they were after it: loading
+    or saving a model otherwise prints ``Loading weights`` / ``Writing model shards`` bars into pickaxe's output.
+    Nested and concurrent blocks (the web app loads in threads) keep them off until the last one ends."""
+    global _quiet_depth, _bars_were_on
+    from transformers.utils import logging as hf_logging
+
+    with _quiet_lock:
+        if _quiet_depth == 0:
+            _bars_were_on = hf_logging.is_progress_bar_enabled()
+            hf_logging.disable_progress_bar()
+        _quiet_depth += 1
+    try:
+        yield
+    finally:
+        with _quiet_lock:
+            _quiet_depth -= 1
+            if _quiet_depth == 0 and _bars_were_on:
+                hf_logging.enable_progress_bar()
+
+
 def load_lm(path: str | Path, device: str | torch.device = "auto", dtype: DType = "float32") -> nn.Module:
     """A ``transformers`` causal LM from local directory ``path`` (``config.json`` + weights), on ``device``.
 
@@ -32,13 +62,14 @@ def load_lm(path: str | Path, device: str | torch.device = "auto", dtype: DType 
     p = Path(path)
     check_lm_folder(p, flag=None)
     try:
-        config = AutoConfig.from_pretrained(str(p), local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(
-            str(p),
-            config=config,
-            local_files_only=True,
-            dtype="auto" if dtype == "auto" else _DTYPES[dtype],
-        )
+        with no_progress_bars():
+            config = AutoConfig.from_pretrained(str(p), local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(
+                str(p),
+                config=config,
+                local_files_only=True,
+                dtype="auto" if dtype == "auto" else _DTYPES[dtype],
+            )
     except (OSError, ValueError, KeyError) as e:
         raise ModelError(f"could not load a causal LM from {p}: {e}") from None
     return model.to(resolve_device(device))

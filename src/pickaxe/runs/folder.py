@@ -78,6 +78,19 @@ def _probe_writable(folder: Path, path: Path) -> None:
     os.unlink(name)
 
 
+def check_run_writable(path: Path) -> None:
+    """Raise one ``PickaxeError`` line when files cannot be created in the existing run folder ``path`` (a
+    read-only mount, permissions): what ``pickaxe resume`` checks before it builds anything."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".pickaxe-write-test-", dir=path)
+    except OSError as e:
+        raise PickaxeError(
+            f"cannot write run folder {path} ({e.strerror or e}); make it writable and run the command again"
+        ) from None
+    os.close(fd)
+    os.unlink(name)
+
+
 def unique_path(base: Path) -> Path:
     """``base``, or ``base-1``, ``base-2``, ... whichever does not exist yet."""
     path, i = base, 1
@@ -111,10 +124,18 @@ def make_dirs(path: Path) -> list[Path]:
     return missing
 
 
-def disk_error(e: BaseException, run_dir: str | Path, resumable: bool = True) -> PickaxeError | None:
+def disk_error(
+    e: BaseException,
+    run_dir: str | Path,
+    resumable: bool = True,
+    target: str | Path | None = None,
+    undone: str = "no run was created",
+) -> PickaxeError | None:
     """A one-line ``PickaxeError`` for a full disk, a quota or a read-only / unwritable folder met while writing a
     run (None for any other error). safetensors reports these as ``SafetensorError("... (os error 28)")``.
-    ``resumable``: the run exists and ``pickaxe resume`` continues it; else the command is to be run again."""
+    ``resumable``: the run exists and ``pickaxe resume`` continues it; else the command is to be run again, and
+    ``undone`` says what was left unmade. The line names ``target`` (default: the file the error names, else
+    ``run_dir``) and, for a read-only or unwritable folder, asks to make ``run_dir`` writable."""
     fixes = {
         errno.ENOSPC: ("no space left on device", "free space"),
         errno.EDQUOT: ("disk quota exceeded", "free space"),
@@ -128,9 +149,10 @@ def disk_error(e: BaseException, run_dir: str | Path, resumable: bool = True) ->
     if code not in fixes:
         return None
     what, fix = fixes[code]
-    target = filename if filename is not None else run_dir
+    if target is None:
+        target = filename if filename is not None else run_dir
     if not resumable:
-        return PickaxeError(f"{what} writing {target}; no run was created: {fix} and run the command again")
+        return PickaxeError(f"{what} writing {target}; {undone}: {fix} and run the command again")
     return PickaxeError(
         f"{what} writing {target}; what was written before is kept: {fix} and run `pickaxe resume {run_dir}`"
     )
@@ -142,7 +164,10 @@ def _os_error_code(e: BaseException | None) -> tuple[int | None, str | None]:
         if e is None:
             break
         if isinstance(e, OSError):
-            return e.errno, None if e.filename is None else str(e.filename)
+            name = e.filename
+            if isinstance(name, bytes | os.PathLike):  # TensorBoard names its files as bytes: text, not b'...'
+                name = os.fsdecode(name)
+            return e.errno, None if name is None else str(name)
         match = re.search(r"\(os error (\d+)\)", str(e)) if type(e).__name__ == "SafetensorError" else None
         if match:
             return int(match.group(1)), None

@@ -6,8 +6,10 @@ import importlib
 import importlib.util
 import json
 import math
+import os
 import re
 import socket
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +70,8 @@ class TensorBoardLogger:
     def __init__(self, log_dir: Path, purge_step: int | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter  # imported lazily: it is slow to import
 
+        # the writer's own thread would meet a read-only folder first, with a traceback and the path as bytes
+        _check_writable(log_dir)
         # purge_step hides events a killed run wrote past its last checkpoint
         self._writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
 
@@ -94,6 +98,17 @@ class TensorBoardLogger:
     def close(self) -> None:
         """Flush and close the writer."""
         self._writer.close()
+
+
+def _check_writable(folder: Path) -> None:
+    """Create ``folder`` if needed and a file in it; an ``OSError`` naming ``folder`` (as text) when either fails."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=".pickaxe-write-test-", dir=folder)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, str(folder)) from None
+    os.close(fd)
+    os.unlink(name)
 
 
 class PrometheusSink:

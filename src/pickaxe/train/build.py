@@ -18,7 +18,7 @@ from pickaxe.envs.make import SeededVectorEnv, make
 from pickaxe.errors import ConfigError, PickaxeError
 from pickaxe.rollout.collector import Collector
 from pickaxe.runs.checkpoint import has_checkpoint, no_checkpoint_error
-from pickaxe.runs.folder import disk_error
+from pickaxe.runs.folder import check_run_writable, disk_error
 from pickaxe.runs.model import SELECTION_FILE, load_model
 from pickaxe.runs.policies import acting_networks, prune_policies
 from pickaxe.runs.run import Run, default_run_dir
@@ -205,6 +205,11 @@ def resume(
     """
     _follow_if_learner(None, run_dir)
     run = Run.open(run_dir, track=track, prometheus_port=prometheus_port)
+    try:
+        check_run_writable(run.path)  # a read-only run folder is one line before anything is built
+    except PickaxeError:
+        run.close()  # trackers and the Prometheus endpoint it started
+        raise
     cfg = config_from_dict(run.config())
     how = "resume"
     if not has_checkpoint(run.path):

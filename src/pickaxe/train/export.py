@@ -12,6 +12,7 @@ import torch
 from pickaxe.errors import PickaxeError
 from pickaxe.models.export import export_model
 from pickaxe.models.lora import is_lora, merge_lora
+from pickaxe.runs.folder import disk_error
 from pickaxe.runs.model import MODEL_FILE, checkpoint_choice, weights_source
 from pickaxe.runs.run import Run
 from pickaxe.train.build import config_from_dict
@@ -35,7 +36,8 @@ def export_run(
     ``checkpoint``: ``"final"`` (``model.safetensors``), ``"latest"``, ``"best"`` or an env step, as for
     ``pickaxe eval``. The folder loads with ``load_lm``/``load_tokenizer`` and gives the run's log-probs;
     ``pickaxe_source.json`` records the run folder, recipe, algorithm, seed, config hash, git commit, the
-    checkpoint and its env step, and the model the run started from. Weights are loaded on ``device``.
+    checkpoint and its env step, and the model the run started from. Weights are loaded on ``device``. A full
+    disk or an unwritable destination raises a one-line ``PickaxeError`` (nothing is left under ``out_dir``).
     """
     from pickaxe.train.llm import load_run_lm
 
@@ -60,4 +62,11 @@ def export_run(
     source["lora_merged"] = lora
     if out_dir is None:  # the run's own export (the trainer writes one too): always regenerable, so replaced
         out_dir, overwrite = run_path / DEFAULT_EXPORT_DIR, True
-    return export_model(model.eval(), tokenizer, out_dir, source, overwrite=overwrite)
+    try:
+        return export_model(model.eval(), tokenizer, out_dir, source, overwrite=overwrite)
+    except Exception as e:  # a full disk or an unwritable folder: one line (the export is written whole or not at all)
+        out = Path(out_dir)
+        error = disk_error(e, out.absolute().parent, resumable=False, target=out, undone="nothing was exported")
+        if error is None:
+            raise
+        raise error from e

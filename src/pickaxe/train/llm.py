@@ -38,7 +38,7 @@ from pickaxe.envs.text.tasks import make_task
 from pickaxe.errors import ConfigError
 from pickaxe.eval.stats import pass_at_k
 from pickaxe.models.export import export_model
-from pickaxe.models.lm import completion_logprobs, load_lm, num_parameters, tiny_lm
+from pickaxe.models.lm import completion_logprobs, load_lm, no_progress_bars, num_parameters, tiny_lm
 from pickaxe.models.lora import apply_lora_config, is_lora, merge_lora, shared_reference
 from pickaxe.models.reward import RewardModel
 from pickaxe.models.tokenizer import char_tokenizer, load_tokenizer
@@ -350,7 +350,8 @@ def vllm_model_path(cfg: LLMTrainConfig, model: nn.Module, tokenizer: Any, run: 
     if run is None:
         raise ConfigError("the vllm engine with a tiny model needs a run directory to save the model into")
     path = str(run.path / "engine_model")
-    model.save_pretrained(path)
+    with no_progress_bars():
+        model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
 

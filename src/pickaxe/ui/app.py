@@ -20,8 +20,9 @@ from fastapi.staticfiles import StaticFiles
 
 from pickaxe.errors import PickaxeError
 from pickaxe.exp.queue_store import default_db_path
+from pickaxe.ui import DEFAULT_MAX_GENERATIONS
 
-__all__ = ["LOOPBACK_HOSTS", "STATIC_DIR", "create_app", "serve"]
+__all__ = ["LOOPBACK_HOSTS", "STATIC_DIR", "create_app", "listen", "serve"]
 
 STATIC_DIR = Path(__file__).parent / "static"
 """The pages, scripts, styles and vendored libraries, served at ``/static``."""
@@ -29,12 +30,19 @@ STATIC_DIR = Path(__file__).parent / "static"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 """Hosts only this machine can reach; any other gets the no-authentication warning."""
 
+LISTEN_BACKLOG = 2048
+"""Connections the server socket queues before accepting them (uvicorn's own default)."""
+
 PAGES = {"/": "runs.html", "/runs": "runs.html", "/queue": "queue.html", "/checkpoints": "checkpoints.html"}
 """Page routes served by this module (the arena and playground routers serve their own)."""
 
 
 def create_app(
-    runs_dir: str | Path, queue_db: str | Path | None = None, *, allowed_hosts: Iterable[str] | None = None
+    runs_dir: str | Path,
+    queue_db: str | Path | None = None,
+    *,
+    allowed_hosts: Iterable[str] | None = None,
+    max_generations: int = DEFAULT_MAX_GENERATIONS,
 ) -> FastAPI:
     """The app over the runs under ``runs_dir`` and the job queue ``queue_db`` (default: ``$PICKAXE_QUEUE`` or
     ``~/.pickaxe/queue.db``, read when a page asks; a missing queue is an empty queue page, not an error).
@@ -44,14 +52,21 @@ def create_app(
     page cannot cancel jobs or cast votes through the user's browser. With ``allowed_hosts`` (``serve`` passes
     the loopback names when it listens on loopback), a request naming another ``Host`` is refused (DNS rebinding).
 
-    Raises ``PickaxeError`` when ``runs_dir`` is not a folder.
+    At most ``max_generations`` playground generations run at once; more are answered 429 (see
+    :class:`pickaxe.ui.playground.GenerationSlots`). Request bodies are capped while they stream in
+    (:func:`pickaxe.ui.body.read_capped`).
+
+    Raises ``PickaxeError`` when ``runs_dir`` is not a folder or ``max_generations`` is below 1.
     """
     from pickaxe.ui import arena, checkpoints, playground, queue, runs
 
     root = Path(runs_dir).expanduser()
     if not root.is_dir():
         raise PickaxeError(f"{root} is not a folder; `pickaxe ui RUNS_DIR` serves the runs under RUNS_DIR")
+    if isinstance(max_generations, bool) or not isinstance(max_generations, int) or max_generations < 1:
+        raise PickaxeError(f"--max-generations must be an integer >= 1, got {max_generations!r}")
     app = FastAPI(title="pickaxe", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.generation_slots = playground.GenerationSlots(max_generations)
     app.state.runs_dir = root.resolve()
     app.state.queue_db = Path(queue_db).expanduser() if queue_db is not None else default_db_path()
     app.state.summary_cache = runs.SummaryCache()
@@ -108,18 +123,28 @@ def _page(name: str) -> Callable[[], Awaitable[FileResponse]]:
     return page
 
 
-def check_port(host: str, port: int) -> None:
-    """Raise one ``PickaxeError`` line when ``port`` is out of range or already taken on ``host``."""
+def listen(host: str, port: int) -> socket.socket:
+    """The server's socket, bound to ``host:port`` and listening; one ``PickaxeError`` line when ``port`` is out of
+    range or another program listens there.
+
+    ``SO_REUSEADDR`` is set, as servers do: the connections of a ``pickaxe ui`` that was killed linger for a minute
+    (TIME_WAIT) and would otherwise keep its port from being bound again until they expire. A port some other
+    socket listens on is still refused. uvicorn serves this very socket, so no other program can take the port
+    between the check and the start."""
     if not 1 <= port <= 65535:
         raise PickaxeError(f"--port must be between 1 and 65535, got {port}")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            raise PickaxeError(
-                f"cannot listen on {host}:{port} ({e.strerror or e}); choose another port with --port"
-            ) from None
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(LISTEN_BACKLOG)
+    except OSError as e:
+        sock.close()
+        raise PickaxeError(
+            f"cannot listen on {host}:{port} ({e.strerror or e}); choose another port with --port"
+        ) from None
+    return sock
 
 
 def serve(
@@ -128,13 +153,19 @@ def serve(
     port: int = 8000,
     queue_db: str | Path | None = None,
     log_level: str = "warning",
+    max_generations: int = DEFAULT_MAX_GENERATIONS,
 ) -> None:
     """Serve the app with uvicorn until Ctrl-C. A host other than loopback gets a one-line warning on stderr:
     the app has no authentication, and its queue page can cancel jobs."""
     import uvicorn
 
-    app = create_app(runs_dir, queue_db, allowed_hosts=LOOPBACK_HOSTS if host in LOOPBACK_HOSTS else None)
-    check_port(host, port)
+    app = create_app(
+        runs_dir,
+        queue_db,
+        allowed_hosts=LOOPBACK_HOSTS if host in LOOPBACK_HOSTS else None,
+        max_generations=max_generations,
+    )
+    sock = listen(host, port)
     if host not in LOOPBACK_HOSTS:
         print(
             f"pickaxe ui: warning: serving on {host}, reachable from other machines; the app has no authentication",
@@ -146,4 +177,7 @@ def serve(
     threading.Thread(target=warm_cache, args=(app,), name="pickaxe-ui-warm", daemon=True).start()
     shown = f"[{host}]" if ":" in host else host
     print(f"pickaxe ui: http://{shown}:{port}/ (runs under {app.state.runs_dir}; Ctrl-C stops)", file=sys.stderr)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    try:
+        uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level)).run(sockets=[sock])
+    finally:
+        sock.close()

@@ -7,20 +7,24 @@ a request.
 
 API (every error is ``{"detail": "<one line>"}`` with a 4xx status, and stores nothing):
 
-- ``GET /api/arena/arenas``: the arenas with their checkpoint, prompt and vote counts;
+- ``GET /api/arena/arenas``: the arenas with their checkpoint, prompt and vote counts, read without writing
+  anything, and under ``unreadable`` each arena file that is damaged or leads outside RUNS_DIR, with the reason
+  (such a file is skipped, never opened, and never fails the list);
 - ``POST /api/arena/match`` ``{"arena", "voter"}``: a new match, ``{"match", "prompt", "left", "right"}`` (the
   checkpoints are not named);
 - ``POST /api/arena/vote`` ``{"arena", "match", "voter", "choice"}`` with choice ``left|right|tie|both_bad``:
-  ``{"stored": true|false (a repeat of the same vote), "votes": N}``;
+  ``{"stored": true|false (a repeat of the same vote), "votes": N}`` (N: the votes of that arena; a match of
+  another arena is refused with 409);
 - ``GET /api/arena/leaderboard?arena=ID``: Bradley–Terry ratings (Elo-like scale) with 95% bootstrap CIs and how
   many more votes would separate the top two.
 """
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +32,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
-from pickaxe.eval.arena import ArenaError, ArenaStore, Rating, separation
+from pickaxe.eval.arena import ArenaError, ArenaStore, Rating, read_arenas, separation
 from pickaxe.runs.listing import find_run_dirs
 from pickaxe.ui.arena_command import DEFAULT_DB
 from pickaxe.ui.body import json_body
@@ -46,37 +50,60 @@ _lock = threading.Lock()
 _stores: dict[Path, ArenaStore] = {}
 _boards: dict[tuple[Path, str], dict[str, Any]] = {}
 _fitting: dict[tuple[Path, str], threading.Lock] = {}
-_discovered: dict[Path, tuple[float, list[Path]]] = {}
+_discovered: dict[Path, tuple[float, list[ArenaFile]]] = {}
 DISCOVERY_TTL_S = 2.0
 
 
-def _store(path: Path) -> ArenaStore:
-    """One ``ArenaStore`` per file (opening one runs its schema statements)."""
+@dataclass(frozen=True)
+class ArenaFile:
+    """An arena file found under RUNS_DIR: its run ``folder`` (relative to RUNS_DIR, ``.`` for RUNS_DIR itself),
+    the file it is (``path``, resolved) and, when it must not be opened, why (``problem``)."""
+
+    folder: str
+    path: Path
+    problem: str | None = None
+
+
+def _store(entry: ArenaFile) -> ArenaStore:
+    """One ``ArenaStore`` per file (opening one runs its schema statements); a damaged file is a one-line 409."""
+    if entry.problem is not None:
+        raise HTTPException(409, entry.problem)
     with _lock:
-        store = _stores.get(path)
+        store = _stores.get(entry.path)
         if store is None:
-            store = _stores[path] = ArenaStore(path)
+            try:
+                store = _stores[entry.path] = ArenaStore(entry.path)
+            except sqlite3.DatabaseError as e:
+                raise HTTPException(
+                    409, f"{entry.folder}/{DEFAULT_DB} is not a readable arena file ({e}); prepare it again"
+                ) from None
         return store
 
 
-def _arena_files(root: Path) -> list[Path]:
-    """The arena files (resolved) of RUNS_DIR and of every run folder under it; the folder walk is reused for
-    :data:`DISCOVERY_TTL_S` seconds, so a vote does not walk every run folder."""
+def _arena_files(root: Path) -> list[ArenaFile]:
+    """The arena files of RUNS_DIR and of every run folder under it; the folder walk is reused for
+    :data:`DISCOVERY_TTL_S` seconds, so a vote does not walk every run folder. A file that leads outside RUNS_DIR
+    (a symbolic link, or a run folder that is one) is listed with its problem and never opened."""
     now = time.monotonic()
     with _lock:
         hit = _discovered.get(root)
     if hit is not None and now - hit[0] < DISCOVERY_TTL_S:
         return hit[1]
     folders = [root] if (root / "config.json").is_file() else [root, *find_run_dirs(root)]
-    found = [(f / DEFAULT_DB).resolve() for f in folders if (f / DEFAULT_DB).is_file()]
+    found = []
+    for folder in folders:
+        file = folder / DEFAULT_DB
+        if not file.is_file():
+            continue
+        rel = folder.relative_to(root).as_posix()
+        real = file.resolve()
+        problem = None
+        if not real.is_relative_to(root):
+            problem = f"{rel}/{DEFAULT_DB} leads outside {root} (to {real}); it is not opened"
+        found.append(ArenaFile(rel, real, problem))
     with _lock:
         _discovered[root] = (now, found)
     return found
-
-
-def _arena_id(root: Path, path: Path, name: str) -> str:
-    rel = path.parent.relative_to(root).as_posix()
-    return f"{rel}:{name}"
 
 
 def _find(request: Request, arena: Any) -> tuple[ArenaStore, str]:
@@ -84,16 +111,15 @@ def _find(request: Request, arena: Any) -> tuple[ArenaStore, str]:
     if not isinstance(arena, str) or not arena or len(arena) > 1000:
         raise HTTPException(422, "arena must be an arena id from /api/arena/arenas")
     root: Path = request.app.state.runs_dir
-    files = _arena_files(root)
+    files = {f.folder: f for f in _arena_files(root)}
     for i, c in enumerate(arena):  # folder names and arena names may both hold ":"; try each split
         if c != ":":
             continue
-        folder, name = arena[:i], arena[i + 1 :]
-        path = (root / folder / DEFAULT_DB).resolve()
-        if path.is_relative_to(root) and path in files:
-            store = _store(path)
-            if name in store.arenas():
-                return store, name
+        entry = files.get(arena[:i])
+        if entry is not None:
+            store = _store(entry)
+            if arena[i + 1 :] in store.arenas():
+                return store, arena[i + 1 :]
     raise HTTPException(404, f"no arena {arena!r} under {root}; create one with `pickaxe arena RUN_DIR`")
 
 
@@ -109,23 +135,32 @@ async def arena_page() -> FileResponse:
 
 @router.get("/api/arena/arenas")
 def list_arenas(request: Request) -> dict[str, Any]:
-    """Every arena under RUNS_DIR: id, name, run folder, checkpoints, prompts and votes."""
+    """Every arena under RUNS_DIR (id, name, run folder, checkpoints, prompts and votes), read without writing;
+    an arena file that cannot be read or leads outside RUNS_DIR is listed under ``unreadable`` with the reason,
+    and the others are listed as ever."""
     root: Path = request.app.state.runs_dir
-    out = []
-    for path in _arena_files(root):
-        store = _store(path)
-        for name in store.arenas():
+    out, unreadable = [], []
+    for entry in _arena_files(root):
+        if entry.problem is not None:
+            unreadable.append({"folder": entry.folder, "reason": entry.problem})
+            continue
+        try:
+            summaries = read_arenas(entry.path)
+        except ArenaError as e:
+            unreadable.append({"folder": entry.folder, "reason": str(e)})
+            continue
+        for a in summaries:
             out.append(
                 {
-                    "id": _arena_id(root, path, name),
-                    "name": name,
-                    "folder": path.parent.relative_to(root).as_posix(),
-                    "checkpoints": len(store.labels(name)),
-                    "prompts": store.prompt_count(name),
-                    "votes": store.vote_count(name),
+                    "id": f"{entry.folder}:{a.name}",
+                    "name": a.name,
+                    "folder": entry.folder,
+                    "checkpoints": a.checkpoints,
+                    "prompts": a.prompts,
+                    "votes": a.votes,
                 }
             )
-    return {"arenas": out}
+    return {"arenas": out, "unreadable": unreadable}
 
 
 def _issue(request: Request, arena: Any, voter: Any) -> dict[str, Any]:
@@ -140,7 +175,7 @@ def _issue(request: Request, arena: Any, voter: Any) -> dict[str, Any]:
 def _vote(request: Request, arena: Any, match: Any, voter: Any, choice: Any) -> dict[str, Any]:
     store, name = _find(request, arena)
     try:
-        stored = store.record_vote(match, voter, choice)
+        stored = store.record_vote(match, voter, choice, arena=name)
     except ArenaError as e:
         raise _refuse(e) from None
     return {"stored": stored, "votes": store.vote_count(name)}

@@ -1,4 +1,5 @@
-"""``pickaxe ui [RUNS_DIR] [--port P] [--host H] [--queue-db PATH]``: serve the local web app."""
+"""``pickaxe ui [RUNS_DIR] [--port P] [--host H] [--queue-db PATH] [--max-generations N]``: serve the local web
+app."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import tyro
 from pickaxe.argparsing import parse
 from pickaxe.config_keys import ranged
 from pickaxe.errors import PickaxeError
+from pickaxe.ui import DEFAULT_MAX_GENERATIONS
 
 __all__ = ["UiArgs", "main"]
 
@@ -26,6 +28,8 @@ class UiArgs:
     """Address to listen on; anything but loopback makes the app (which has no authentication) reachable by others."""
     queue_db: str | None = None
     """Queue database shown on the Queue page (default $PICKAXE_QUEUE or ~/.pickaxe/queue.db)."""
+    max_generations: int = ranged(DEFAULT_MAX_GENERATIONS, ge=1, le=256)
+    """Playground generations run at once; a request beyond them is answered "busy" (429) at once."""
 
 
 def main(argv: list[str]) -> int:
@@ -43,7 +47,9 @@ def main(argv: list[str]) -> int:
             hint = f"pickaxe ui needs the web extra ({missing} is missing): pip install 'pickaxe[web]'"
             raise PickaxeError(hint) from None
 
-        serve(args.runs_dir, host=args.host, port=args.port, queue_db=args.queue_db)
+        serve(
+            args.runs_dir, host=args.host, port=args.port, queue_db=args.queue_db, max_generations=args.max_generations
+        )
     except PickaxeError as e:
         print(f"pickaxe: error: {e}", file=sys.stderr)
         return 2

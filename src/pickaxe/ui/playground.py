@@ -6,15 +6,19 @@
   "seed"?, "logprobs"?}``: the response text, and with ``logprobs`` each token with its log-prob.
 
 Runs are named by their folder relative to RUNS_DIR and must be under it. Loaded models are kept in a small LRU
-cache (:data:`CACHE_SIZE`), so asking the same checkpoint again skips the load. Errors are one-line 4xx details.
+cache (:data:`CACHE_SIZE`), so asking the same checkpoint again skips the load. At most ``max_generations`` of
+``create_app`` (:data:`~pickaxe.ui.DEFAULT_MAX_GENERATIONS`, ``pickaxe ui --max-generations``) generations run at
+once; a request beyond them is answered 429 at once (see :class:`GenerationSlots`). Errors are one-line 4xx details.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +30,7 @@ from pickaxe.errors import PickaxeError
 from pickaxe.runs.listing import find_run_dirs
 from pickaxe.ui.body import json_body
 
-__all__ = ["CACHE_SIZE", "PolicyCache", "router"]
+__all__ = ["CACHE_SIZE", "GenerationSlots", "PolicyCache", "router"]
 
 router = APIRouter()
 """Routes of the playground; ``pickaxe.ui.app.create_app`` includes them."""
@@ -71,6 +75,35 @@ class PolicyCache:
                 while len(self._items) > self.size:
                     self._items.popitem(last=False)
         return policy, False
+
+
+class GenerationSlots:
+    """At most ``limit`` generations at once. A request finding every slot taken is refused at once with a one-line
+    429 (and ``Retry-After``) rather than queued: a generation waits in one of the threads that serve every page's
+    requests, so queued generations would slow the whole app down."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.running = 0
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def take(self) -> Iterator[None]:
+        """Hold a slot for the duration of the block (429 when none is free)."""
+        with self._lock:
+            if self.running >= self.limit:
+                raise HTTPException(
+                    429,
+                    f"the playground is busy: {self.limit} generation{'s' if self.limit > 1 else ''} already running "
+                    "(pickaxe ui --max-generations N allows more); try again when one finishes",
+                    headers={"Retry-After": "1"},
+                )
+            self.running += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.running -= 1
 
 
 def _cache(request: Request) -> PolicyCache:
@@ -209,4 +242,6 @@ async def playground_generate(request: Request) -> dict[str, Any]:
             "generate_ms": round(1000 * (done - loaded), 1),
         }
 
-    return await run_in_threadpool(work)
+    slots: GenerationSlots = request.app.state.generation_slots
+    with slots.take():  # taken before a server thread is: a refused request holds none
+        return await run_in_threadpool(work)

@@ -29,6 +29,11 @@
       sel.appendChild(PX.el("option", {value: a.id,
         text: `${a.name} (${a.folder}: ${a.checkpoints} checkpoints, ${a.prompts} prompts, ${a.votes} votes)`}));
     }
+    const skipped = data.unreadable || [];
+    $("unreadable").hidden = !skipped.length;
+    $("unreadable").textContent = skipped.length
+      ? "skipped: " + skipped.map((u) => u.reason).join("; ")
+      : "";
     const wanted = PX.query("arena");
     if (wanted && data.arenas.some((a) => a.id === wanted)) sel.value = wanted;
     if (!data.arenas.length) {
