@@ -416,3 +416,30 @@ def test_agent_evaluation_is_a_pure_function_of_the_weights() -> None:
     first = evaluator(SFT(model, SFTConfig()))
     assert torch.equal(engine.generator.get_state(), before)
     assert evaluator(SFT(model, SFTConfig())) == first
+
+
+class VersionedEngine(ScriptedEngine):
+    """A ScriptedEngine whose k-th turn is sampled by policy version ``first + k`` (async workers move on between
+    the turns of an episode)."""
+
+    def __init__(self, turns: Sequence[str], first: int) -> None:
+        super().__init__(turns)
+        self.first = first
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
+        version = self.first + self.calls
+        out = super().generate(prompts, params)
+        for c in out:
+            c.version = version
+        return out
+
+
+def test_an_episode_carries_the_oldest_policy_version_of_its_turns() -> None:
+    """Turns sampled by versions 5, 6 and 7: the episode is as stale as its oldest turn (5), which the staleness
+    bound and the on-policy checks read; an engine that tags no version leaves it None."""
+    env = tool_env()
+    rollout = AgentRollout(VersionedEngine([call("2*3"), call("4*5"), "20"], first=5), env, TOK)
+    [episode] = rollout.generate(rollout.encode(env.sample(1)), SamplingParams(200))
+    assert episode.info["turns"] == 3 and episode.version == 5
+    plain = AgentRollout(ScriptedEngine([call("2*3"), "6"]), env, TOK)
+    assert plain.generate(plain.encode(env.sample(1)), SamplingParams(200))[0].version is None

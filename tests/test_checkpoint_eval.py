@@ -165,3 +165,25 @@ def test_llm_checkpoints_with_cis_and_cache(
     assert main(["eval", str(run_dir), "--checkpoints", "latest", "--samples", "2", "--pass-k", "2"]) == 0
     capsys.readouterr()
     assert _report(run_dir)["settings"]["samples"] == 2 and len(builds) == 2  # other settings: evaluated afresh
+
+
+def test_the_cache_is_keyed_by_the_runs_settings(classic_run: Path, tmp_path: Path) -> None:
+    """The same weights under other evaluation settings (episodes) or another run config (an env capped at 20
+    steps) are evaluated afresh, never served the cached numbers of the first settings; the same settings again
+    are served from the cache."""
+    from pickaxe.recipes.args import load_run_config
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(classic_run, run_dir)
+    cfg = load_run_config(run_dir)
+    first = checkpoint_eval.evaluate_checkpoints(run_dir, cfg, ["latest"])
+    assert first.cached == 0 and first.rows[0]["metrics"]["eval/return_mean"]["mean"] > 20
+    assert checkpoint_eval.evaluate_checkpoints(run_dir, cfg, ["latest"]).cached == 1
+    fewer = checkpoint_eval.evaluate_checkpoints(run_dir, cfg, ["latest"], episodes=3)
+    assert fewer.cached == 0 and fewer.rows[0]["metrics"]["eval/return_mean"]["n"] == 3
+    capped = load_run_config(run_dir)
+    capped.env.kwargs = {"max_episode_steps": 20}
+    report = checkpoint_eval.evaluate_checkpoints(run_dir, capped, ["latest"])
+    assert report.cached == 0 and report.rows[0]["metrics"]["eval/return_mean"]["mean"] <= 20
+    assert report.settings["cache_key"] != first.settings["cache_key"]
+    assert checkpoint_eval.evaluate_checkpoints(run_dir, cfg, ["latest"]).cached == 1  # the first entry is kept

@@ -86,3 +86,20 @@ def test_more_mini_batches_than_sequences_still_updates_and_reports() -> None:
     metrics = algo.update(batch)
     assert len(grads) == 3 and metrics["grpo/sequences"] == 3.0
     assert math.isfinite(metrics["loss/policy"]) and "check/logprob_diff_max" in metrics
+
+
+@pytest.mark.parametrize("variant", ["dr-grpo", "grpo"])
+def test_dr_grpo_advantages_are_centred_and_never_divided_by_the_group_std(variant: str) -> None:
+    """Dr. GRPO (``scale_rewards=False``): ``r - mean_g`` exactly; GRPO divides that by the group's unbiased std
+    (+1e-6). Group 4 has std sqrt(1/3) and group 9 std sqrt(2): a division would show."""
+    reward = torch.tensor([1.0, 0.0, 0.0, 1.0, 5.0, 3.0])
+    group = torch.tensor([4, 4, 4, 4, 9, 9])
+    centred = torch.tensor([0.5, -0.5, -0.5, 0.5, 1.0, -1.0])
+    std = torch.tensor([math.sqrt(1 / 3)] * 4 + [math.sqrt(2.0)] * 2)
+    want = centred if variant == "dr-grpo" else centred / (std + 1e-6)
+    cfg = GRPOConfig.variant(variant)  # type: ignore[arg-type]
+    adv, _ = grpo_advantages(reward, group, cfg)
+    torch.testing.assert_close(adv, want)
+    algo = GRPO(_model(), cfg, SAMPLING)  # the algorithm writes the same advantages into the batch it trains on
+    batch = algo.with_advantages(TensorDict({"reward": reward, "group": group}, batch_size=[6]))
+    torch.testing.assert_close(batch["advantage"], want)

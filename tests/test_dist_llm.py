@@ -364,3 +364,83 @@ def test_bad_dist_flag_combinations_fail_in_one_line() -> None:
     cfg.dist.learners = 2
     with pytest.raises(ConfigError, match=r"DPOConfig does not split its update among learners"):
         cfg.check()
+
+
+class _RecordingEngine:
+    """A worker's engine that records the weights loaded into it and its sampler state."""
+
+    def __init__(self, model: Any, seed: int, device: str) -> None:
+        self.loads: list[tuple[str, int]] = []
+        self.sampler = {"seed": seed}
+
+    def load_weights(self, state: dict[str, Any], version: int) -> None:
+        self.loads.append((state["name"], version))
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
+        return [Completion(i, [1], [0.0], True) for i in range(len(prompts))]
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.sampler)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.sampler = dict(state)
+
+
+def test_an_engine_worker_reloads_its_weights_after_a_state_restore(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker loads a version's weights only when it holds another version, but after ``load_state`` (a
+    rollback: a version number may now name new weights) the next request loads them whatever it held. Run in
+    process, with ``ray.get`` the identity."""
+    from types import SimpleNamespace
+
+    from pickaxe.dist import engine_worker, runtime
+
+    monkeypatch.setattr(runtime, "import_ray", lambda: SimpleNamespace(get=lambda ref: ref))
+    worker = engine_worker.EngineWorker(None, _RecordingEngine, seed=7, torch_threads=1, device="cpu")
+    params = SamplingParams(n=1)
+    completions, version, state = worker.generate([[1, 2]], params, 3, [{"name": "v3"}])
+    assert version == 3 and [c.version for c in completions] == [3] and state == {"seed": 7}
+    worker.generate([[1, 2]], params, 3, [{"name": "v3"}])
+    assert worker.engine.loads == [("v3", 3)]  # the same version again: no reload
+    worker.load_state({"seed": 11})
+    assert worker.state() == {"seed": 11}
+    worker.generate([[1, 2]], params, 3, [{"name": "v3 after the rollback"}])
+    assert worker.engine.loads == [("v3", 3), ("v3 after the rollback", 3)]
+    worker.generate([[1, 2]], params, 4, [{"name": "v4"}])
+    assert worker.engine.loads[-1] == ("v4", 4)
+
+
+@pytest.mark.parametrize("behind, dropped", [(1, 0), (2, 1)])
+def test_async_keeps_a_batch_exactly_at_the_staleness_bound(behind: int, dropped: int) -> None:
+    """max_staleness 1: a batch 1 version behind the learner is trained on; 2 behind, it is regenerated."""
+    tok = char_tokenizer()
+    learner = {"version": 0}
+    scheduler = RolloutScheduler(
+        _VersionEngine(),  # type: ignore[arg-type]
+        PromptEnv(Arithmetic(2), seed=0),
+        lambda examples: encode_prompts(tok, examples),
+        prompts=3,
+        sampling=SamplingParams(n=1),
+        policy=torch.nn.Linear(1, 1),
+        version_fn=lambda: learner["version"],
+        mode="async",
+        max_staleness=1,
+    )
+    scheduler.next_batch()
+    learner["version"] = behind
+    _, _, done = scheduler.next_batch()
+    assert scheduler.metrics() == {"rollout/dropped_stale": float(dropped)}
+    assert {c.version for c in done} == {0 if dropped == 0 else behind}
+
+
+def test_pipelined_batch_k_is_generated_by_version_k_minus_the_staleness() -> None:
+    """max_staleness 2, one update per batch: batches 0..5 come from versions 0, 0, 0, 1, 2, 3, and exactly two
+    batches are in flight after each collect."""
+    learner = {"version": 0}
+    scheduler = _scheduler(PromptEnv(Arithmetic(2), seed=0), learner)
+    versions = []
+    for k in range(6):
+        learner["version"] = k
+        _, _, done = scheduler.next_batch()
+        versions.append({c.version for c in done})
+        assert len(scheduler.queue) == 2
+    assert versions == [{0}, {0}, {0}, {1}, {2}, {3}]

@@ -196,3 +196,21 @@ def test_rlhf_synthetic_end_to_end_survives_a_killed_worker(tmp_path: Path) -> N
     third = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert third.returncode == 0 and time.perf_counter() - start < 15, third.stderr
     assert "[1/" not in third.stderr  # no stage ran again
+
+
+def test_a_stage_may_depend_only_on_earlier_stages(tmp_path: Path) -> None:
+    """A stage listed before one it depends on (or depending on itself, or on no stage at all) is refused by name
+    before anything is planned or queued; a placeholder naming a stage that is not a dependency likewise."""
+    from pickaxe.errors import ConfigError
+
+    sft, rm = RLHF_SYNTHETIC.stages[:2]
+    for stages, missing in (((rm, sft), "sft"), ((dataclasses.replace(sft, depends_on=("sft",)),), "sft"),
+                            ((sft, dataclasses.replace(rm, depends_on=("sfft",))), "sfft")):  # fmt: skip
+        pipeline = dataclasses.replace(RLHF_SYNTHETIC, stages=stages)
+        with pytest.raises(ConfigError, match=f"stage {stages[-1 if missing == 'sfft' else 0].name} depends on "
+                                              f"{missing}, which is not an earlier stage"):  # fmt: skip
+            plan(pipeline, tmp_path / "p", 0, [])
+    undeclared = dataclasses.replace(rm, depends_on=())
+    with pytest.raises(ConfigError, match=r"stage rm: flag placeholder \{sft\} is not one of its dependencies"):
+        plan(dataclasses.replace(RLHF_SYNTHETIC, stages=(sft, undeclared)), tmp_path / "p", 0, [])
+    assert not (tmp_path / "p").exists()
