@@ -139,3 +139,18 @@ def test_a_follower_learner_neither_warm_starts_nor_evaluates_nor_starts_workers
     assert follower.warm_start.updates == 0 and follower.eval.before is False
     assert (follower.dist.placement, follower.dist.workers, follower.dist.mode) == ("colocated", 1, "sync")
     assert cfg.warm_start.updates == 8 and cfg.dist.workers == 2  # the leader's config is untouched
+
+
+def test_data_parallel_backend_and_torchrun_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pickaxe.dist.data_parallel import backend_for, init_from_env
+    from pickaxe.errors import PickaxeError
+
+    assert (backend_for("cuda:1"), backend_for("cpu")) == ("nccl", "gloo")
+    for key in ("RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert init_from_env() is False  # one process: no group, nothing asked of the environment
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    with pytest.raises(PickaxeError, match="WORLD_SIZE=2 but RANK, MASTER_PORT unset: start the learners"):
+        init_from_env()

@@ -294,3 +294,28 @@ def test_polyak_moves_the_target_critics_tau_of_the_way_to_the_online_ones(tau: 
     for t0, t, o in zip(target0, algo.target.parameters(), algo.critic.parameters(), strict=True):
         torch.testing.assert_close(t, (1 - tau) * t0 + tau * o)
         assert not torch.equal(o, t0)
+
+
+def test_critic_lr_and_target_entropy_scale_take_effect() -> None:
+    algo = _pendulum_sac(lr=1e-3, critic_lr=3e-3)
+    batch = TensorDict(
+        {k: torch.zeros(4, 1, *s) for k, s in (("obs", (3,)), ("action", (1,)), ("next_obs", (3,)))}
+        | {"reward": torch.zeros(4, 1), "terminated": torch.zeros(4, 1, dtype=torch.bool)},
+        batch_size=[4, 1],
+    )
+    algo.update(batch)
+    assert [g["lr"] for g in algo.optimizer.param_groups] == [3e-3, 1e-3, 1e-3]  # critics, actor, temperature
+    cfg = SACConfig(target_entropy_scale=0.5)
+    discrete = build_sac(cfg, gym.make("CartPole-v1"), ModelConfig(hidden=(8,)), torch.device("cpu"), 0)
+    assert discrete.target_entropy == pytest.approx(0.5 * math.log(2))
+
+
+def test_metrics_are_means_over_the_gradient_steps() -> None:
+    algo = _pendulum_sac(alpha=0.2, gradient_steps=3)
+    batch = TensorDict(
+        {k: torch.zeros(4, 1, *s) for k, s in (("obs", (3,)), ("action", (1,)), ("next_obs", (3,)))}
+        | {"reward": torch.zeros(4, 1), "terminated": torch.zeros(4, 1, dtype=torch.bool)},
+        batch_size=[4, 1],
+    )
+    metrics = algo.update(batch)
+    assert metrics["sac/alpha"] == pytest.approx(0.2) and "loss/alpha" not in metrics  # fixed: 0.2 at each step

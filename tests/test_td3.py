@@ -152,3 +152,19 @@ def test_polyak_moves_both_targets_tau_of_the_way_to_the_online_networks(tau: fl
         for t0, t, o in zip(before, target.parameters(), online.parameters(), strict=True):
             torch.testing.assert_close(t, (1 - tau) * t0 + tau * o)
             assert not torch.equal(o, t0)  # the online network was not pulled onto the old target
+
+
+def test_critic_lr_reaches_the_critics_and_lr_the_actor() -> None:
+    algo = _td3(TD3Config(learning_starts=0, batch_size=4, lr=1e-3, critic_lr=3e-3, policy_delay=1))
+    algo.update(_batch())
+    assert [g["lr"] for g in algo.optimizer.param_groups] == [3e-3, 1e-3]
+
+
+def test_exploration_noise_keeps_actions_within_the_bounds() -> None:
+    algo = _td3(TD3Config(learning_starts=0, exploration_noise=0.5))
+    with torch.no_grad():
+        algo.actor.net[-1].weight.zero_()
+        algo.actor.net[-1].bias.fill_(3.0)  # the actor says tanh(3) = 0.995 of the bound: noise pushes past it
+    algo.set_progress(0, 100)
+    a = algo.policy.act(torch.zeros(4096, 3))[0]
+    assert a.max().item() == 2.0 and a.min().item() >= -2.0 and (a == 2.0).float().mean() > 0.3
