@@ -183,3 +183,10 @@ def test_a_monitor_resumed_from_an_older_checkpoint_forgets_the_evaluations_from
     history = resumed.state_dict()["history"]
     assert [h["step"] for h in history] == [s for s in (0, 10, 20) if s < resumed_at] + [resumed_at]
     assert history[-1]["reward"] == 5.0 and resumed.fired == {}
+
+
+def test_a_reward_flat_from_the_start_is_not_saturated() -> None:
+    """Saturation means a reward that rose and stopped: one that never moved (a broken reward, or a verifier the
+    policy never passes) stays quiet, however flat its window."""
+    records = [{"step": 10 * i, "eval/return_mean": 0.0} for i in range(6)]
+    assert detect_alarms(records, AlarmConfig(saturation_window=3)) == []

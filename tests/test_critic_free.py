@@ -103,3 +103,16 @@ def test_dr_grpo_advantages_are_centred_and_never_divided_by_the_group_std(varia
     algo = GRPO(_model(), cfg, SAMPLING)  # the algorithm writes the same advantages into the batch it trains on
     batch = algo.with_advantages(TensorDict({"reward": reward, "group": group}, batch_size=[6]))
     torch.testing.assert_close(batch["advantage"], want)
+
+
+def test_clip_high_bounds_the_ratio_above_and_clip_low_below() -> None:
+    """DAPO's clip-higher: clip_low 0.2, clip_high 0.28. A ratio of 1.25 with A = +1 is inside [0.8, 1.28] (loss
+    -1.25, not clipped); 1.35 is clipped to 1.28; with A = -1 a ratio of 0.75 is clipped to 0.8."""
+    mask = torch.tensor([[0, 1]], dtype=torch.bool)
+    cfg = GRPOConfig(clip_low=0.2, clip_high=0.28)
+    for ratio, adv, want, clipped in ((1.25, 1.0, -1.25, 0), (1.35, 1.0, -1.28, 1), (0.75, -1.0, 0.8, 1)):
+        logprob = torch.tensor([[0.0, math.log(ratio)]])
+        mb = TensorDict({"loss_mask": mask, "advantage": torch.tensor([adv]), "old_logprob": torch.zeros(1, 2)},
+                        batch_size=[1])  # fmt: skip
+        loss, stats = grpo_loss(logprob, mb, cfg, 1.0, 1.0, 1.0)
+        assert loss.item() == pytest.approx(want) and stats["clipped"].item() == clipped

@@ -406,3 +406,16 @@ def test_the_critic_lr_follows_the_policys_warmup_and_schedule() -> None:
         metrics = algo.update(batch.clone())
     assert lrs[2:] == pytest.approx([5e-3, 5e-3]) and metrics["ppo/critic_lr"] == pytest.approx(5e-3)
     assert algo.optimizer.param_groups[0]["lr"] == pytest.approx(5e-4)
+
+
+@pytest.mark.parametrize("policy_norm, critic_norm", [(1e-3, 1e9), (1e9, 1e-3)])
+def test_policy_and_critic_gradients_are_clipped_to_their_own_max_norms(policy_norm: float, critic_norm: float) -> None:
+    base = _model()
+    batch = _grpo_batch(base, reference=_model(seed=5))
+    cfg = LLMPPOConfig(lr=1e-3, epochs=1, max_grad_norm=policy_norm, critic_max_grad_norm=critic_norm)
+    algo = _algo(base, cfg)
+    policy, critic = _step_grads(algo), _critic_grads(algo)
+    algo.update(batch)
+    small, large = (policy, critic) if policy_norm < critic_norm else (critic, policy)
+    assert small[0].norm().item() == pytest.approx(1e-3, rel=1e-4)
+    assert large[0].norm().item() > 1e-2  # unclipped: far above the other model's bound
