@@ -497,3 +497,16 @@ def test_an_observation_that_fills_the_budget_exactly_ends_the_episode() -> None
         rollout = AgentRollout(ScriptedEngine(script), env, TOK)
         [episode] = rollout.generate(rollout.encode(env.sample(1)), SamplingParams(200))
         assert episode.info["turns"] == turns and len(prompt) + len(episode.token_ids) <= budget
+
+
+def test_a_turn_is_cut_at_the_trajectory_budget_whatever_the_engine_returns() -> None:
+    """An engine that ignores ``max_new_tokens`` (it returns its whole script): the episode still keeps only the
+    tokens that fit the budget, with as many log-probs and mask entries."""
+    env = tool_env(max_tokens=10_000)
+    rollout = AgentRollout(RowEngine([["123456789"]]), env, TOK)
+    prompt = rollout.encode(env.sample(1))[0]
+    env = tool_env(max_tokens=len(prompt) + 5)
+    rollout = AgentRollout(RowEngine([["123456789"]]), env, TOK)
+    [episode] = rollout.generate(rollout.encode(env.sample(1)), SamplingParams(200))
+    assert episode.token_ids == TOK("12345", add_special_tokens=False)["input_ids"]
+    assert len(episode.logprobs) == len(episode.loss_mask) == 5

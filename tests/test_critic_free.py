@@ -116,3 +116,18 @@ def test_clip_high_bounds_the_ratio_above_and_clip_low_below() -> None:
                         batch_size=[1])  # fmt: skip
         loss, stats = grpo_loss(logprob, mb, cfg, 1.0, 1.0, 1.0)
         assert loss.item() == pytest.approx(want) and stats["clipped"].item() == clipped
+
+
+def test_the_truncated_importance_weight_scales_each_tokens_loss() -> None:
+    """On policy (ratio 1), A = +1 on two tokens with TIS weights 0.5 and 1: token-mean loss -(0.5 + 1) / 2."""
+    mb = TensorDict(
+        {
+            "loss_mask": torch.tensor([[0, 1, 1]], dtype=torch.bool),
+            "advantage": torch.tensor([1.0]),
+            "old_logprob": torch.zeros(1, 3),
+            "tis_weight": torch.tensor([[9.0, 0.5, 1.0]]),  # off the mask: never read
+        },
+        batch_size=[1],
+    )
+    loss, _ = grpo_loss(torch.zeros(1, 3), mb, GRPOConfig(), 2.0, 1.0, 1.0)
+    assert loss.item() == pytest.approx(-0.75)
