@@ -108,6 +108,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_dist_llm.py::test_async_keeps_a_batch_exactly_at_the_staleness_bound",
             "tests/test_dist_llm.py::test_pipelined_batch_k_is_generated_by_version_k_minus_the_staleness",
             "tests/test_dist_llm.py::test_scheduler_state_holds_the_batches_in_flight_and_their_prompts",
+            "tests/test_dist_llm.py::test_only_async_lets_workers_take_newer_weights",
         ],
     ),
     "exp": (

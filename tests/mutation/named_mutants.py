@@ -237,6 +237,7 @@ ROLLOUT_TESTS = (
     f"{T_DIST}::test_async_keeps_a_batch_exactly_at_the_staleness_bound",
     f"{T_DIST}::test_pipelined_batch_k_is_generated_by_version_k_minus_the_staleness",
     f"{T_DIST}::test_scheduler_state_holds_the_batches_in_flight_and_their_prompts",
+    f"{T_DIST}::test_only_async_lets_workers_take_newer_weights",
 )
 EXP_TESTS = (
     T_PIPE,
