@@ -516,7 +516,7 @@ AREAS = {
     "llm-algos": ("algos/llm_ppo.py", "algos/grpo.py", "algos/dpo.py", "algos/reward_model.py", "algos/rlhf_core.py"),
     "eval": ("eval/",),
     "dist": ("dist/",),
-    "rollout": ("rollout/agent.py", "rollout/pipelined.py"),
+    "agent": ("rollout/agent.py", "rollout/pipelined.py"),
     "exp": ("exp/", "train/llm.py"),
 }
 """The areas of the newer modules the kill ratio is reported for (mutants elsewhere: ``classic``)."""
