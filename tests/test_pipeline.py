@@ -146,9 +146,7 @@ def test_pipeline_resumes_a_killed_stage(
     assert table["sft"].startswith("succeeded  accuracy") and table["rm"].startswith("succeeded  accuracy")
 
     stamps = [p.stat().st_mtime_ns for p in (sft / "model.safetensors", rm / "model.safetensors")]
-    start = time.perf_counter()
     assert run_pipeline(two, opts, extra) == 0  # everything done: nothing new is queued or run
-    assert time.perf_counter() - start < 5
     assert "sft succeeded (kept), rm succeeded (kept)" in capsys.readouterr().err
     assert [(j.name, j.attempts) for j in JobQueue(folder / "queue.db").list()] == [("sft", 2), ("rm", 1)]
     assert [p.stat().st_mtime_ns for p in (sft / "model.safetensors", rm / "model.safetensors")] == stamps
@@ -192,9 +190,8 @@ def test_rlhf_synthetic_end_to_end_survives_a_killed_worker(tmp_path: Path) -> N
     assert all(s["state"] == "succeeded" for s in summary.values())
     assert "gold" in summary["dpo"]["headline"] and "n=16" in summary["bon"]["headline"]
 
-    start = time.perf_counter()
     third = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=120)
-    assert third.returncode == 0 and time.perf_counter() - start < 15, third.stderr
+    assert third.returncode == 0, third.stderr
     assert "[1/" not in third.stderr  # no stage ran again
 
 
