@@ -416,3 +416,97 @@ def test_agent_evaluation_is_a_pure_function_of_the_weights() -> None:
     first = evaluator(SFT(model, SFTConfig()))
     assert torch.equal(engine.generator.get_state(), before)
     assert evaluator(SFT(model, SFTConfig())) == first
+
+
+class VersionedEngine(ScriptedEngine):
+    """A ScriptedEngine whose k-th turn is sampled by policy version ``first + k`` (async workers move on between
+    the turns of an episode)."""
+
+    def __init__(self, turns: Sequence[str], first: int) -> None:
+        super().__init__(turns)
+        self.first = first
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
+        version = self.first + self.calls
+        out = super().generate(prompts, params)
+        for c in out:
+            c.version = version
+        return out
+
+
+def test_an_episode_carries_the_oldest_policy_version_of_its_turns() -> None:
+    """Turns sampled by versions 5, 6 and 7: the episode is as stale as its oldest turn (5), which the staleness
+    bound and the on-policy checks read; an engine that tags no version leaves it None."""
+    env = tool_env()
+    rollout = AgentRollout(VersionedEngine([call("2*3"), call("4*5"), "20"], first=5), env, TOK)
+    [episode] = rollout.generate(rollout.encode(env.sample(1)), SamplingParams(200))
+    assert episode.info["turns"] == 3 and episode.version == 5
+    plain = AgentRollout(ScriptedEngine([call("2*3"), "6"]), env, TOK)
+    assert plain.generate(plain.encode(env.sample(1)), SamplingParams(200))[0].version is None
+
+
+class RowEngine(ScriptedEngine):
+    """Row ``r`` of every request says ``scripts[r][k]`` at its k-th turn (EOS appended)."""
+
+    def __init__(self, scripts: Sequence[Sequence[str]]) -> None:
+        super().__init__([])
+        eos = [TOK.eos_token_id]
+        self.scripts = [[[*TOK(t, add_special_tokens=False)["input_ids"], *eos] for t in s] for s in scripts]
+        self.rows: list[int] = []
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
+        k = self.calls
+        self.calls += 1
+        active = [r for r, s in enumerate(self.scripts) if k < len(s)]  # finished episodes are not asked again
+        return [Completion(i, list(self.scripts[r][k]), [0.0] * len(self.scripts[r][k]), True)
+                for i, r in enumerate(active[: len(prompts)])]  # fmt: skip
+
+
+def test_each_episode_reads_the_results_of_its_own_tool_calls() -> None:
+    env = tool_env()
+    rollout = AgentRollout(RowEngine([[call("2*3"), "6"], [call("1+1"), call("4*5"), "20"]]), env, TOK)
+    episodes = rollout.generate(rollout.encode(env.sample(2)), SamplingParams(200))
+    texts = [TOK.decode(e.token_ids) for e in episodes]
+    assert "tool: 6\n" in texts[0] and "tool: 2\n" not in texts[0]
+    assert "tool: 2\n" in texts[1] and "tool: 20\n" in texts[1] and "tool: 6\n" not in texts[1]
+    assert [e.info["turns"] for e in episodes] == [2.0, 3.0] and [e.text for e in episodes] == ["6", "20"]
+
+
+def test_a_turn_without_eos_gets_the_templates_end_of_turn_text() -> None:
+    """A template that closes an assistant turn with EOS: after a turn that ended with EOS the model's own token
+    said it, so the appended tokens start after it; after a turn cut without EOS they start with it."""
+    template = ("{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}"
+                "{% if message['role'] == 'assistant' %}{{ eos_token }}{% endif %}\n{% endfor %}"
+                "{% if add_generation_prompt %}assistant: {% endif %}")  # fmt: skip
+    tok = char_tokenizer(model_max_length=512, chat_template=template)
+    fmt = ChatFormat(tok, tool_env())
+    tool = [{"role": "tool", "name": "calculator", "content": "6"}]
+    after_eos, cut = fmt.observation(tool, True), fmt.observation(tool, False)
+    assert cut == [tok.eos_token_id, *after_eos] and tok.eos_token_id not in after_eos
+    assert "tool: 6" in tok.decode(after_eos)
+
+
+def test_an_observation_that_fills_the_budget_exactly_ends_the_episode() -> None:
+    script = [call("2*3"), "6"]
+    probe = tool_env()
+    prompt = AgentRollout(ScriptedEngine(script), probe, TOK).encode(probe.sample(1))[0]
+    turn = ScriptedEngine(script).turns[0]
+    obs = ChatFormat(TOK, probe).observation([{"role": "tool", "name": "calculator", "content": "6"}], True)
+    for budget, turns in ((len(prompt) + len(turn) + len(obs), 1.0), (len(prompt) + len(turn) + len(obs) + 1, 2.0)):
+        env = tool_env(max_tokens=budget)
+        rollout = AgentRollout(ScriptedEngine(script), env, TOK)
+        [episode] = rollout.generate(rollout.encode(env.sample(1)), SamplingParams(200))
+        assert episode.info["turns"] == turns and len(prompt) + len(episode.token_ids) <= budget
+
+
+def test_a_turn_is_cut_at_the_trajectory_budget_whatever_the_engine_returns() -> None:
+    """An engine that ignores ``max_new_tokens`` (it returns its whole script): the episode still keeps only the
+    tokens that fit the budget, with as many log-probs and mask entries."""
+    env = tool_env(max_tokens=10_000)
+    rollout = AgentRollout(RowEngine([["123456789"]]), env, TOK)
+    prompt = rollout.encode(env.sample(1))[0]
+    env = tool_env(max_tokens=len(prompt) + 5)
+    rollout = AgentRollout(RowEngine([["123456789"]]), env, TOK)
+    [episode] = rollout.generate(rollout.encode(env.sample(1)), SamplingParams(200))
+    assert episode.token_ids == TOK("12345", add_special_tokens=False)["input_ids"]
+    assert len(episode.logprobs) == len(episode.loss_mask) == 5

@@ -164,3 +164,29 @@ def test_disabled_and_bad_config() -> None:
         AlarmConfig(length_drift=-1)
     with pytest.raises(ConfigError, match=r"--alarms\.length-min \(10\) must be below --alarms\.length-max \(5\)"):
         AlarmConfig(length_min=10, length_max=5)
+
+
+@pytest.mark.parametrize("resumed_at", [20, 30])
+def test_a_monitor_resumed_from_an_older_checkpoint_forgets_the_evaluations_from_that_step_on(resumed_at: int) -> None:
+    """Evaluations at steps 0..30 were observed, then the run resumed from an older checkpoint and evaluates
+    ``resumed_at`` again (30: the last step seen, 20: an earlier one): the monitor keeps the evaluations before it
+    and the new one, never the stale evaluation of the same step, so the saturation window counts the new
+    numbers: a flat tail of stale values must not make the reward look saturated."""
+    cfg = AlarmConfig(saturation_window=2, length_drift=0, entropy_drift=0)
+    monitor = AlarmMonitor(cfg)
+    for step, proxy in ((0, 0.0), (10, 1.0), (20, 2.0), (30, 2.01)):
+        monitor.observe(step, {"eval/sampled/proxy": proxy})
+    assert monitor.fired == {"reward_saturated": 30}
+    resumed = AlarmMonitor(cfg)
+    resumed.load_state_dict(json.loads(json.dumps(monitor.state_dict())))
+    assert resumed.observe(resumed_at, {"eval/sampled/proxy": 5.0}) == []  # 2.0/2.01 then 5.0: still climbing
+    history = resumed.state_dict()["history"]
+    assert [h["step"] for h in history] == [s for s in (0, 10, 20) if s < resumed_at] + [resumed_at]
+    assert history[-1]["reward"] == 5.0 and resumed.fired == {}
+
+
+def test_a_reward_flat_from_the_start_is_not_saturated() -> None:
+    """Saturation means a reward that rose and stopped: one that never moved (a broken reward, or a verifier the
+    policy never passes) stays quiet, however flat its window."""
+    records = [{"step": 10 * i, "eval/return_mean": 0.0} for i in range(6)]
+    assert detect_alarms(records, AlarmConfig(saturation_window=3)) == []

@@ -231,3 +231,57 @@ def test_llm_checkpoints_with_cis_and_cache(
     assert main(["eval", str(run_dir), "--checkpoints", "latest", "--samples", "2", "--pass-k", "2"]) == 0
     capsys.readouterr()
     assert _report(run_dir)["settings"]["samples"] == 2 and len(builds) == 2  # other settings: evaluated afresh
+
+
+def test_the_cache_is_keyed_by_the_runs_settings(classic_run: Path, tmp_path: Path) -> None:
+    """The same weights under other evaluation settings (episodes) or another run config (an env capped at 20
+    steps) are evaluated afresh, never served the cached numbers of the first settings; the same settings again
+    are served from the cache."""
+    from pickaxe.recipes.args import load_run_config
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(classic_run, run_dir)
+    cfg = load_run_config(run_dir)
+    first = checkpoint_eval.evaluate_checkpoints(run_dir, cfg, ["latest"])
+    assert first.cached == 0 and first.rows[0]["metrics"]["eval/return_mean"]["mean"] > 20
+    assert [r["step"] for r in first.rows] == [4096]  # latest: the newest kept weights
+    assert checkpoint_eval.evaluate_checkpoints(run_dir, cfg, ["latest"]).cached == 1
+    fewer = checkpoint_eval.evaluate_checkpoints(run_dir, cfg, ["latest"], episodes=3)
+    assert fewer.cached == 0 and fewer.rows[0]["metrics"]["eval/return_mean"]["n"] == 3
+    capped = load_run_config(run_dir)
+    capped.env.kwargs = {"max_episode_steps": 20}
+    report = checkpoint_eval.evaluate_checkpoints(run_dir, capped, ["latest"])
+    assert report.cached == 0 and report.rows[0]["metrics"]["eval/return_mean"]["mean"] <= 20
+    assert report.settings["cache_key"] != first.settings["cache_key"]
+    assert checkpoint_eval.evaluate_checkpoints(run_dir, cfg, ["latest"]).cached == 1  # the first entry is kept
+
+
+def test_best_prefers_checkpoint_results_needs_kept_weights_and_pairs_follow_the_mode(
+    classic_run: Path, tmp_path: Path
+) -> None:
+    """``best`` reads an earlier ``--checkpoints`` evaluation before the run's logged ones, never names a step
+    whose weights were not kept (a logged evaluation at step 512 with a huge return), and under mode=min the top
+    pair and the best are the lowest means."""
+    from pickaxe.recipes.args import load_run_config
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(classic_run, run_dir, ignore=shutil.ignore_patterns("eval"))
+    cfg = load_run_config(run_dir)
+    refs = checkpoint_eval.list_candidates(run_dir)
+    logged = {r["step"]: r["eval/return_mean"] for r in read_metrics(run_dir) if "eval/return_mean" in r}
+    with open(run_dir / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": 512, "eval/return_mean": 1e6}) + "\n")
+    assert checkpoint_eval.best_step(run_dir, cfg, refs) == json.loads((run_dir / "selection.json").read_text())["step"]
+    worst = min(logged, key=lambda s: (logged[s], s))
+    rows = [{"step": s, "metrics": {"eval/return_mean": {"mean": 1.0 + (s == worst), "low": None, "high": None}}}
+            for s in logged]  # fmt: skip
+    (run_dir / "eval").mkdir()
+    (run_dir / "eval" / "checkpoints.json").write_text(json.dumps({"rows": rows}))
+    assert checkpoint_eval.best_step(run_dir, cfg, refs) == worst  # the --checkpoints results decide
+    (run_dir / "eval" / "checkpoints.json").unlink()
+    selection = json.loads((run_dir / "selection.json").read_text())
+    (run_dir / "selection.json").write_text(json.dumps({**selection, "rule": "max-mean", "mode": "min"}))
+    report = checkpoint_eval.evaluate_checkpoints(run_dir, cfg, ["all"])
+    ranked = sorted(logged, key=lambda s: (logged[s], s))
+    assert report.best is not None and report.best["step"] == ranked[0]
+    assert (report.pairs[0]["a"], report.pairs[0]["b"]) == (ranked[0], ranked[1])

@@ -121,3 +121,48 @@ def test_more_mini_batches_than_sequences_still_updates_and_reports() -> None:
     metrics = algo.update(batch)
     assert len(grads) == 3 and metrics["grpo/sequences"] == 3.0
     assert math.isfinite(metrics["loss/policy"]) and "check/logprob_diff_max" in metrics
+
+
+@pytest.mark.parametrize("variant", ["dr-grpo", "grpo"])
+def test_dr_grpo_advantages_are_centred_and_never_divided_by_the_group_std(variant: str) -> None:
+    """Dr. GRPO (``scale_rewards=False``): ``r - mean_g`` exactly; GRPO divides that by the group's unbiased std
+    (+1e-6). Group 4 has std sqrt(1/3) and group 9 std sqrt(2): a division would show."""
+    reward = torch.tensor([1.0, 0.0, 0.0, 1.0, 5.0, 3.0])
+    group = torch.tensor([4, 4, 4, 4, 9, 9])
+    centred = torch.tensor([0.5, -0.5, -0.5, 0.5, 1.0, -1.0])
+    std = torch.tensor([math.sqrt(1 / 3)] * 4 + [math.sqrt(2.0)] * 2)
+    want = centred if variant == "dr-grpo" else centred / (std + 1e-6)
+    cfg = GRPOConfig.variant(variant)  # type: ignore[arg-type]
+    adv, _ = grpo_advantages(reward, group, cfg)
+    torch.testing.assert_close(adv, want)
+    algo = GRPO(_model(), cfg, SAMPLING)  # the algorithm writes the same advantages into the batch it trains on
+    batch = algo.with_advantages(TensorDict({"reward": reward, "group": group}, batch_size=[6]))
+    torch.testing.assert_close(batch["advantage"], want)
+
+
+def test_clip_high_bounds_the_ratio_above_and_clip_low_below() -> None:
+    """DAPO's clip-higher: clip_low 0.2, clip_high 0.28. A ratio of 1.25 with A = +1 is inside [0.8, 1.28] (loss
+    -1.25, not clipped); 1.35 is clipped to 1.28; with A = -1 a ratio of 0.75 is clipped to 0.8."""
+    mask = torch.tensor([[0, 1]], dtype=torch.bool)
+    cfg = GRPOConfig(clip_low=0.2, clip_high=0.28)
+    for ratio, adv, want, clipped in ((1.25, 1.0, -1.25, 0), (1.35, 1.0, -1.28, 1), (0.75, -1.0, 0.8, 1)):
+        logprob = torch.tensor([[0.0, math.log(ratio)]])
+        mb = TensorDict({"loss_mask": mask, "advantage": torch.tensor([adv]), "old_logprob": torch.zeros(1, 2)},
+                        batch_size=[1])  # fmt: skip
+        loss, stats = grpo_loss(logprob, mb, cfg, 1.0, 1.0, 1.0)
+        assert loss.item() == pytest.approx(want) and stats["clipped"].item() == clipped
+
+
+def test_the_truncated_importance_weight_scales_each_tokens_loss() -> None:
+    """On policy (ratio 1), A = +1 on two tokens with TIS weights 0.5 and 1: token-mean loss -(0.5 + 1) / 2."""
+    mb = TensorDict(
+        {
+            "loss_mask": torch.tensor([[0, 1, 1]], dtype=torch.bool),
+            "advantage": torch.tensor([1.0]),
+            "old_logprob": torch.zeros(1, 3),
+            "tis_weight": torch.tensor([[9.0, 0.5, 1.0]]),  # off the mask: never read
+        },
+        batch_size=[1],
+    )
+    loss, _ = grpo_loss(torch.zeros(1, 3), mb, GRPOConfig(), 2.0, 1.0, 1.0)
+    assert loss.item() == pytest.approx(-0.75)

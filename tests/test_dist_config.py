@@ -74,3 +74,108 @@ def test_starting_ray_prints_no_notice_of_its_own(tmp_path: Path) -> None:
     assert proc.stdout.strip() == "42"
     assert "Token authentication" not in proc.stderr and "RAY_AUTH_MODE" not in proc.stderr, proc.stderr
     assert (tmp_path / ".ray" / "auth_token").is_file()  # authentication is on, as Ray chose it
+
+
+# ------------------------------------------------------------------------------ dist helpers, in process (no Ray)
+def test_published_weights_are_the_trainable_tensors_only() -> None:
+    import torch
+
+    from pickaxe.dist.llm_engines import full_weights, trainable_weights
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+    model[0].requires_grad_(False)  # frozen: the worker keeps its own copy
+    assert set(trainable_weights(model)) == {"1.weight", "1.bias"}
+    assert set(full_weights(model)) == {"0.weight", "0.bias", "1.weight", "1.bias"}
+
+
+def test_the_weight_board_keeps_the_newest_version_and_workers_never_go_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A late post of an older version leaves the board alone; a worker asked for version 5 with the board at 7
+    generates with 7, and with the board at 3 it keeps 5."""
+    from types import SimpleNamespace
+
+    from pickaxe.dist import engine_worker, runtime
+    from pickaxe.rollout.engines import Completion, SamplingParams
+
+    board = engine_worker.WeightBoard()
+    board.post(7, ["w7"])
+    board.post(6, ["w6"])
+    assert board.latest() == (7, ["w7"])
+
+    class Engine:
+        def __init__(self, model: object, seed: int, device: str) -> None:
+            self.loads: list[tuple[str, int]] = []
+
+        def load_weights(self, state: str, version: int) -> None:
+            self.loads.append((state, version))
+
+        def generate(self, prompts: list, params: SamplingParams) -> list[Completion]:
+            return [Completion(i, [1], [0.0], True) for i in range(len(prompts))]
+
+    remote = SimpleNamespace(latest=SimpleNamespace(remote=board.latest))
+    monkeypatch.setattr(runtime, "import_ray", lambda: SimpleNamespace(get=lambda ref: ref))
+    worker = engine_worker.EngineWorker(None, Engine, seed=0, torch_threads=1, device="cpu")
+    completions, version, _ = worker.generate([[1]], SamplingParams(n=1), 5, ["w5"], board=remote)
+    assert version == 7 and completions[0].version == 7 and worker.engine.loads == [("w7", 7)]
+    old = engine_worker.WeightBoard()
+    old.post(3, ["w3"])
+    remote = SimpleNamespace(latest=SimpleNamespace(remote=old.latest))
+    _, version, _ = worker.generate([[1]], SamplingParams(n=1), 8, ["w8"], board=remote)
+    assert version == 8 and worker.engine.loads[-1] == ("w8", 8)
+
+
+def test_ray_job_capacity_is_set_by_the_scarcest_resource() -> None:
+    from types import SimpleNamespace
+
+    from pickaxe.dist.jobs import capacity
+    from pickaxe.errors import PickaxeError
+
+    ray = SimpleNamespace(cluster_resources=lambda: {"CPU": 16.0, "GPU": 2.0})
+    assert capacity(ray, cpus=2, gpus=1) == 2  # 8 by CPUs, 2 by GPUs
+    assert capacity(ray, cpus=4, gpus=0) == 4
+    assert capacity(ray, cpus=0, gpus=0) == 1 << 30
+    with pytest.raises(PickaxeError, match="asks for 1 cpus and 3 GPUs but the Ray cluster has 16 cpus and 2 GPUs"):
+        capacity(ray, cpus=1, gpus=3)
+    with pytest.raises(PickaxeError, match="asks for 32 cpus"):
+        capacity(ray, cpus=32, gpus=0)
+
+
+@pytest.mark.parametrize("world", ["2", "4"])
+def test_torchrun_must_start_as_many_processes_as_learners(monkeypatch: pytest.MonkeyPatch, world: str) -> None:
+    from types import SimpleNamespace
+
+    from pickaxe.dist.learners import learners_wanted
+
+    monkeypatch.setenv("WORLD_SIZE", world)
+    cfg = SimpleNamespace(dist=SimpleNamespace(learners=3))
+    with pytest.raises(ConfigError, match=f"torchrun started {world} processes but --dist.learners is 3"):
+        learners_wanted(cfg)
+    cfg.dist.learners = int(world)
+    assert learners_wanted(cfg) == int(world)
+
+
+def test_a_follower_learner_neither_warm_starts_nor_evaluates_nor_starts_workers() -> None:
+    from pickaxe.dist.learners import follower_config
+    from pickaxe.recipes.llm import LLM_RECIPES
+
+    cfg = LLM_RECIPES["arith-grpo"].make()
+    cfg.warm_start.updates, cfg.eval.before = 8, True
+    cfg.dist.placement, cfg.dist.workers, cfg.dist.mode = "separate", 2, "pipelined"
+    follower = follower_config(cfg)
+    assert follower.warm_start.updates == 0 and follower.eval.before is False
+    assert (follower.dist.placement, follower.dist.workers, follower.dist.mode) == ("colocated", 1, "sync")
+    assert cfg.warm_start.updates == 8 and cfg.dist.workers == 2  # the leader's config is untouched
+
+
+def test_data_parallel_backend_and_torchrun_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pickaxe.dist.data_parallel import backend_for, init_from_env
+    from pickaxe.errors import PickaxeError
+
+    assert (backend_for("cuda:1"), backend_for("cpu")) == ("nccl", "gloo")
+    for key in ("RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert init_from_env() is False  # one process: no group, nothing asked of the environment
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    with pytest.raises(PickaxeError, match="WORLD_SIZE=2 but RANK, MASTER_PORT unset: start the learners"):
+        init_from_env()

@@ -133,3 +133,35 @@ def test_state_dict_keeps_the_reference_and_its_cache() -> None:
     assert restored.reference_sequences == 0 and b["dpo/ref_cache_hits"] == 1.0
     assert a["loss/dpo"] == b["loss/dpo"]
     assert torch.equal(_params(algo.model), _params(restored.model))
+
+
+@pytest.mark.parametrize(("loss", "smoothing"), [("sigmoid", 0.0), ("sigmoid", 0.2), ("ipo", 0.0)])
+def test_the_loss_and_implicit_rewards_by_direct_log_probs(loss: str, smoothing: float) -> None:
+    """beta 0.5, a reference other than the policy, responses of different lengths: ``loss/dpo`` and the implicit
+    rewards are those of the summed response log-probs computed directly (IPO: each response's per-token mean,
+    its own token count; cDPO: label smoothing 0.2)."""
+    from pickaxe.envs.text.preferences import PreferencePair
+
+    pairs = [PreferencePair("3+4=", "7", "71234"), PreferencePair("9+9=", "18812", "1")]
+    batch = pack_pairs(pairs, TOK)
+    policy, reference = _lm(), _lm(seed=7)
+    with torch.no_grad():
+        pi, ref = (
+            sequence_sum(completion_logprobs(m, batch["input_ids"], batch["attention_mask"], batch["loss_mask"]),
+                         batch["loss_mask"]).view(-1, 2)
+            for m in (policy, reference)
+        )  # fmt: skip
+    beta = 0.5
+    ratio = pi - ref
+    if loss == "ipo":
+        counts = batch["loss_mask"].sum(-1).view(-1, 2).float()
+        assert not torch.equal(counts[:, 0], counts[:, 1])
+        ratio = ratio / counts
+    h = ratio @ torch.tensor([1.0, -1.0])
+    logsig = torch.nn.functional.logsigmoid
+    sigmoid = (-(1 - smoothing) * logsig(beta * h) - smoothing * logsig(-beta * h)).mean()
+    want = (h - 1 / (2 * beta)).pow(2).mean() if loss == "ipo" else sigmoid
+    cfg = DPOConfig(lr=1e-3, beta=beta, loss=loss, label_smoothing=smoothing)  # type: ignore[arg-type]
+    metrics = DPO(policy, cfg, reference=reference).update(batch)
+    assert metrics["loss/dpo"] == pytest.approx(want.item(), rel=1e-4)
+    assert metrics["dpo/chosen_reward"] == pytest.approx((beta * ratio[:, 0]).mean().item(), rel=1e-4, abs=1e-6)

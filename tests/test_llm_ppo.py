@@ -373,3 +373,49 @@ def test_short_ppo_run_raises_the_reward() -> None:
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert last > first + 0.5, [round(r, 2) for r in rewards]  # 0.01 -> 0.98 where this was written
     assert metrics["kl/seq_sum_mean"] > 0 and math.isfinite(metrics["loss/value"])
+
+
+def _critic_lrs(algo: LLMPPO) -> list[float]:
+    """The critic optimizer's learning rate at each of its steps."""
+    seen: list[float] = []
+    step = algo.critic_optimizer.step
+
+    def recording(*args, **kwargs):
+        seen.append(algo.critic_optimizer.param_groups[0]["lr"])
+        return step(*args, **kwargs)
+
+    algo.critic_optimizer.step = recording
+    return seen
+
+
+def test_the_critic_lr_follows_the_policys_warmup_and_schedule() -> None:
+    """critic_lr 1e-2 beside lr 1e-3, 4 warm-up updates, then a linear schedule: the critic steps at
+    ``critic_lr x (the policy's lr / lr)``: 1e-2 x 1/4 at the first update, 1e-2 x (1 - 0.5) half-way."""
+    base = _model()
+    batch = _grpo_batch(base, reference=_model(seed=5))
+    cfg = LLMPPOConfig(lr=1e-3, critic_lr=1e-2, warmup_updates=4, lr_schedule="linear", epochs=1, mini_batches=2)
+    algo = _algo(base, cfg)
+    lrs = _critic_lrs(algo)
+    metrics = algo.update(batch.clone())
+    assert lrs == pytest.approx([2.5e-3, 2.5e-3])
+    assert metrics["ppo/lr"] == pytest.approx(2.5e-4) and metrics["ppo/critic_lr"] == pytest.approx(2.5e-3)
+    algo.version = 4  # past the warm-up
+    algo.set_progress(50, 100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the batch came from version 0: the staleness warning is beside the point
+        metrics = algo.update(batch.clone())
+    assert lrs[2:] == pytest.approx([5e-3, 5e-3]) and metrics["ppo/critic_lr"] == pytest.approx(5e-3)
+    assert algo.optimizer.param_groups[0]["lr"] == pytest.approx(5e-4)
+
+
+@pytest.mark.parametrize("policy_norm, critic_norm", [(1e-3, 1e9), (1e9, 1e-3)])
+def test_policy_and_critic_gradients_are_clipped_to_their_own_max_norms(policy_norm: float, critic_norm: float) -> None:
+    base = _model()
+    batch = _grpo_batch(base, reference=_model(seed=5))
+    cfg = LLMPPOConfig(lr=1e-3, epochs=1, max_grad_norm=policy_norm, critic_max_grad_norm=critic_norm)
+    algo = _algo(base, cfg)
+    policy, critic = _step_grads(algo), _critic_grads(algo)
+    algo.update(batch)
+    small, large = (policy, critic) if policy_norm < critic_norm else (critic, policy)
+    assert small[0].norm().item() == pytest.approx(1e-3, rel=1e-4)
+    assert large[0].norm().item() > 1e-2  # unclipped: far above the other model's bound

@@ -232,3 +232,56 @@ def test_rlhf_synthetic_end_to_end_survives_a_killed_worker(tmp_path: Path) -> N
     assert "[1/" not in third.stderr  # no stage ran again: none was queued, none wrote a line
     assert [(j.name, j.attempts) for j in JobQueue(folder / "queue.db").list()] == attempts
     assert _records(*(folder.absolute() / name for name in stages)) == records
+
+
+def test_a_stage_may_depend_only_on_earlier_stages(tmp_path: Path) -> None:
+    """A stage listed before one it depends on (or depending on itself, or on no stage at all) is refused by name
+    before anything is planned or queued; a placeholder naming a stage that is not a dependency likewise."""
+    from pickaxe.errors import ConfigError
+
+    sft, rm = RLHF_SYNTHETIC.stages[:2]
+    for stages, missing in (((rm, sft), "sft"), ((dataclasses.replace(sft, depends_on=("sft",)),), "sft"),
+                            ((sft, dataclasses.replace(rm, depends_on=("sfft",))), "sfft")):  # fmt: skip
+        pipeline = dataclasses.replace(RLHF_SYNTHETIC, stages=stages)
+        with pytest.raises(ConfigError, match=f"stage {stages[-1 if missing == 'sfft' else 0].name} depends on "
+                                              f"{missing}, which is not an earlier stage"):  # fmt: skip
+            plan(pipeline, tmp_path / "p", 0, [])
+    undeclared = dataclasses.replace(rm, depends_on=())
+    with pytest.raises(ConfigError, match=r"stage rm: flag placeholder \{sft\} is not one of its dependencies"):
+        plan(dataclasses.replace(RLHF_SYNTHETIC, stages=(sft, undeclared)), tmp_path / "p", 0, [])
+    assert not (tmp_path / "p").exists()
+
+
+def test_extra_flags_name_the_default_folder_and_the_pipeline_sets_run_folders(tmp_path: Path) -> None:
+    from pickaxe.errors import ConfigError
+
+    extras = ([], ["--model.hidden", "32"], ["--model.hidden", "64"])
+    folders = {plan(RLHF_SYNTHETIC, None, 0, extra)[0] for extra in extras}
+    assert len(folders) == 3  # other train flags: other runs, another folder
+    with pytest.raises(ConfigError, match="--run-dir is set by the pipeline"):
+        plan(RLHF_SYNTHETIC, tmp_path / "p", 0, ["--run-dir", "x"])
+
+
+def test_the_summary_fails_unless_every_stage_succeeded_and_names_the_root_cause(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """sft succeeded, rm failed, ppo (after rm) is blocked, and dpo (after ppo here) is blocked by rm's failure
+    through ppo: exit status 1, and each blocked stage names the stage that failed."""
+    from types import SimpleNamespace
+
+    from pickaxe.exp import pipeline
+
+    jobs = {
+        1: SimpleNamespace(name="sft", state="succeeded", depends_on=[], run_dir=str(tmp_path / "sft"), reason=None),
+        2: SimpleNamespace(name="rm", state="failed", depends_on=[1], run_dir="", reason="exit status 1",
+                           log_path="rm/job.log"),
+        3: SimpleNamespace(name="ppo", state="blocked", depends_on=[1, 2], run_dir="", reason=None),
+        4: SimpleNamespace(name="dpo", state="blocked", depends_on=[3], run_dir="", reason=None),
+    }  # fmt: skip
+    queue = SimpleNamespace(get=jobs.__getitem__)
+    ids = {j.name: i for i, j in jobs.items()}
+    stages = {s.name: s for s in RLHF_SYNTHETIC.stages}
+    assert pipeline._summarize(queue, ids, {i: n for n, i in ids.items()}, stages, tmp_path) == 1
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["ppo"]["headline"] == summary["dpo"]["headline"] == "blocked: stage rm failed"
+    assert summary["sft"]["state"] == "succeeded" and "rerun the same command" in capsys.readouterr().err

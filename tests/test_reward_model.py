@@ -194,3 +194,11 @@ def test_a_batch_without_both_responses_of_a_pair_is_refused() -> None:
     with pytest.raises(ValueError, match="needs a 'pair' key"):
         read_pairs(batch.exclude("pair"))
     assert read_pairs(batch[[3, 1, 2, 0]]).chosen == [2, 3]  # paired by the keys, not by position
+
+
+def test_held_out_accuracy_counts_a_tie_as_wrong() -> None:
+    """A reward model that scores every response 0 (head zeroed) ties every pair: accuracy 0, not 1."""
+    model = _rm()
+    with torch.no_grad():
+        model.head.weight.zero_()
+    assert RewardModelTrainer(model, RewardModelConfig(lr=1e-3)).evaluate(_pairs_batch()) == 0.0

@@ -421,3 +421,36 @@ def test_a_reward_model_run_resumed_with_its_own_preferences_changed_is_refused(
     _swap_first_label(run / "preferences" / "train.jsonl")
     with pytest.raises(DatasetError, match=r"train.jsonl' does not match its sha256 in .*MANIFEST.json"):
         resume(run)
+
+
+def test_a_resume_refuses_when_a_recorded_input_is_gone_or_changed(tmp_path: Path) -> None:
+    """``check_inputs`` records the digests of the files a run reads at every start; a resume refuses with one line
+    when one of them changed or no longer exists (nothing is loaded), and passes when all are as recorded."""
+    from types import SimpleNamespace
+
+    from pickaxe.errors import PickaxeError
+    from pickaxe.train.inputs import check_inputs
+
+    rm, pairs = tmp_path / "rm", tmp_path / "pairs.jsonl"
+    rm.mkdir()
+    (rm / "model.safetensors").write_bytes(b"weights")
+    pairs.write_text("{}\n")
+    cfg = get_recipe("synthetic-ppo")
+    cfg.data.reward_model, cfg.preferences.path = str(rm), str(pairs)
+    run = SimpleNamespace(path=tmp_path / "run")
+    run.path.mkdir()
+    check_inputs(cfg, run, resuming=False)  # type: ignore[arg-type]
+    recorded = json.loads((run.path / "inputs.json").read_text())["files"]
+    assert set(recorded) == {"data.reward_model", "preferences.path"}
+    check_inputs(cfg, run, resuming=True)  # type: ignore[arg-type]  # unchanged: resumes
+    pairs.write_text("{} \n")
+    with pytest.raises(PickaxeError, match=r"--preferences\.path\) changed since"):
+        check_inputs(cfg, run, resuming=True)  # type: ignore[arg-type]
+    pairs.write_text("{}\n")
+    shutil.rmtree(rm)
+    with pytest.raises(PickaxeError, match=r"--data\.reward-model\) changed since .* restore the original"):
+        check_inputs(cfg, run, resuming=True)  # type: ignore[arg-type]
+    cfg.data.reward_model = None  # the flag dropped on resume: the recorded input is gone just the same
+    with pytest.raises(PickaxeError, match=r"--data\.reward-model\) changed since"):
+        check_inputs(cfg, run, resuming=True)  # type: ignore[arg-type]
+    assert json.loads((run.path / "inputs.json").read_text())["files"] == recorded  # a refusal rewrites nothing

@@ -274,3 +274,48 @@ def test_killed_and_resumed_sac_run_equals_uninterrupted_run(tmp_path: Path) -> 
     assert any("loss/critic" in r for r in ma)
     assert ma == mb
     assert "resume is exact" in (b / "events.jsonl").read_text()
+
+
+@pytest.mark.parametrize("tau", [0.25, 1.0])
+def test_polyak_moves_the_target_critics_tau_of_the_way_to_the_online_ones(tau: float) -> None:
+    """After a gradient step the target critics are ``(1 - tau) target + tau critic`` (the critic after its step;
+    it is never pulled towards the target)."""
+    algo = _pendulum_sac(tau=tau, gradient_steps=1)
+    with torch.no_grad():
+        for p in algo.target.parameters():
+            p.add_(0.5)
+    target0 = [p.clone() for p in algo.target.parameters()]
+    batch = TensorDict(
+        {k: torch.randn(8, 1, *s) for k, s in (("obs", (3,)), ("action", (1,)), ("next_obs", (3,)))}
+        | {"reward": torch.randn(8, 1), "terminated": torch.zeros(8, 1, dtype=torch.bool)},
+        batch_size=[8, 1],
+    )
+    algo.update(batch)
+    for t0, t, o in zip(target0, algo.target.parameters(), algo.critic.parameters(), strict=True):
+        torch.testing.assert_close(t, (1 - tau) * t0 + tau * o)
+        assert not torch.equal(o, t0)
+
+
+def test_critic_lr_and_target_entropy_scale_take_effect() -> None:
+    algo = _pendulum_sac(lr=1e-3, critic_lr=3e-3)
+    batch = TensorDict(
+        {k: torch.zeros(4, 1, *s) for k, s in (("obs", (3,)), ("action", (1,)), ("next_obs", (3,)))}
+        | {"reward": torch.zeros(4, 1), "terminated": torch.zeros(4, 1, dtype=torch.bool)},
+        batch_size=[4, 1],
+    )
+    algo.update(batch)
+    assert [g["lr"] for g in algo.optimizer.param_groups] == [3e-3, 1e-3, 1e-3]  # critics, actor, temperature
+    cfg = SACConfig(target_entropy_scale=0.5)
+    discrete = build_sac(cfg, gym.make("CartPole-v1"), ModelConfig(hidden=(8,)), torch.device("cpu"), 0)
+    assert discrete.target_entropy == pytest.approx(0.5 * math.log(2))
+
+
+def test_metrics_are_means_over_the_gradient_steps() -> None:
+    algo = _pendulum_sac(alpha=0.2, gradient_steps=3)
+    batch = TensorDict(
+        {k: torch.zeros(4, 1, *s) for k, s in (("obs", (3,)), ("action", (1,)), ("next_obs", (3,)))}
+        | {"reward": torch.zeros(4, 1), "terminated": torch.zeros(4, 1, dtype=torch.bool)},
+        batch_size=[4, 1],
+    )
+    metrics = algo.update(batch)
+    assert metrics["sac/alpha"] == pytest.approx(0.2) and "loss/alpha" not in metrics  # fixed: 0.2 at each step

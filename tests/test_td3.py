@@ -3,6 +3,7 @@ to the bounds, Pendulum solved within a bounded budget, and DDPG's one-critic fo
 
 from __future__ import annotations
 
+import math
 import time
 
 import gymnasium as gym
@@ -106,3 +107,64 @@ def test_pendulum_td3_recipe_solves_pendulum() -> None:
     assert result.solved_step is not None, result.eval_return
     assert result.eval_return >= -250
     print(f"pendulum-td3 solved at step {result.solved_step} in {time.perf_counter() - start:.1f} s")
+
+
+def _critic_target_inputs(algo: TD3) -> list[torch.Tensor]:
+    """The actions the target critics are evaluated at, recorded at each call."""
+    seen: list[torch.Tensor] = []
+    algo.critic_target.register_forward_hook(lambda module, args, out: seen.append(args[1].detach().clone()))
+    return seen
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.2])
+def test_the_target_action_comes_from_the_target_actor(smoothing: float) -> None:
+    """The TD target evaluates the target critics at ``mu'(s')`` (plus clipped smoothing noise): the target actor's
+    action, not the online actor's. The two actors are made to disagree (online says 0, target tanh(0.5))."""
+    algo = _td3(TD3Config(learning_starts=0, batch_size=8, gradient_steps=1, target_noise=smoothing,
+                          target_noise_clip=0.1))  # fmt: skip
+    with torch.no_grad():
+        algo.actor.net[-1].weight.zero_()
+        algo.actor.net[-1].bias.zero_()
+        algo.actor_target.net[-1].weight.zero_()
+        algo.actor_target.net[-1].bias.fill_(0.5)
+    seen = _critic_target_inputs(algo)
+    algo.update(_batch())
+    [action] = seen
+    want = torch.full_like(action, math.tanh(0.5))
+    if smoothing == 0:
+        torch.testing.assert_close(action, want)
+    else:  # noise clipped to +-0.1 around the target actor's action, never around the online actor's 0
+        assert (action - want).abs().max() <= 0.1 + 1e-6 and not torch.equal(action, want)
+
+
+@pytest.mark.parametrize("tau", [0.25, 1.0])
+def test_polyak_moves_both_targets_tau_of_the_way_to_the_online_networks(tau: float) -> None:
+    """After an update with an actor step, each target is ``(1 - tau) target + tau online`` (the online networks
+    after their step; they are never pulled towards the targets)."""
+    algo = _td3(TD3Config(learning_starts=0, batch_size=4, gradient_steps=1, policy_delay=1, tau=tau))
+    with torch.no_grad():  # targets that differ from the online networks
+        for p in [*algo.critic_target.parameters(), *algo.actor_target.parameters()]:
+            p.add_(0.5)
+    targets0 = [[p.clone() for p in net.parameters()] for net in (algo.critic_target, algo.actor_target)]
+    algo.update(_batch())
+    for before, target, online in zip(targets0, (algo.critic_target, algo.actor_target), (algo.critic, algo.actor),
+                                      strict=True):  # fmt: skip
+        for t0, t, o in zip(before, target.parameters(), online.parameters(), strict=True):
+            torch.testing.assert_close(t, (1 - tau) * t0 + tau * o)
+            assert not torch.equal(o, t0)  # the online network was not pulled onto the old target
+
+
+def test_critic_lr_reaches_the_critics_and_lr_the_actor() -> None:
+    algo = _td3(TD3Config(learning_starts=0, batch_size=4, lr=1e-3, critic_lr=3e-3, policy_delay=1))
+    algo.update(_batch())
+    assert [g["lr"] for g in algo.optimizer.param_groups] == [3e-3, 1e-3]
+
+
+def test_exploration_noise_keeps_actions_within_the_bounds() -> None:
+    algo = _td3(TD3Config(learning_starts=0, exploration_noise=0.5))
+    with torch.no_grad():
+        algo.actor.net[-1].weight.zero_()
+        algo.actor.net[-1].bias.fill_(3.0)  # the actor says tanh(3) = 0.995 of the bound: noise pushes past it
+    algo.set_progress(0, 100)
+    a = algo.policy.act(torch.zeros(4096, 3))[0]
+    assert a.max().item() == 2.0 and a.min().item() >= -2.0 and (a == 2.0).float().mean() > 0.3
