@@ -11,6 +11,7 @@ import pytest
 
 from pickaxe.errors import ConfigError
 from pickaxe.eval.alarms import AlarmConfig, AlarmMonitor, detect_alarms, gao_fit, gao_fit_free
+from pickaxe.eval.selection import SelectConfig, candidates_from_records, select_best
 
 DATA = Path(__file__).parent / "data"
 
@@ -164,3 +165,35 @@ def test_disabled_and_bad_config() -> None:
         AlarmConfig(length_drift=-1)
     with pytest.raises(ConfigError, match=r"--alarms\.length-min \(10\) must be below --alarms\.length-max \(5\)"):
         AlarmConfig(length_min=10, length_max=5)
+
+
+def _seed_runs() -> dict[int, tuple[list[dict], dict]]:
+    """Per seed: the PPO stage's evaluation records and what the training run itself recorded (selection, alarms)."""
+    runs: dict[int, tuple[list[dict], dict]] = {}
+    for r in _records("rlhf_ppo_seeds_evals.jsonl"):
+        evals, live = runs.setdefault(r.pop("seed"), ([], {}))
+        if "live_selection" in r:
+            live.update(r)
+        else:
+            evals.append(r)
+    return runs
+
+
+def test_over_seeds_the_best_step_comes_before_the_hacking_alarm_and_the_end_is_worse() -> None:
+    # The PPO stage of rlhf-synthetic for seeds 0-4, as one CPU ran it. Which evaluation is best moves with the CPU's
+    # rounding (seed 0: step 1280 here, 640 elsewhere), so this asserts what docs/checkpoints.md claims over seeds:
+    # the rule picks a step, proxy_up_gold_down fires after it (while the proxy rises) and before the end, and the
+    # end is below the pick; replaying the records gives what the training run recorded.
+    runs = _seed_runs()
+    assert sorted(runs) == [0, 1, 2, 3, 4]
+    for seed, (evals, live) in runs.items():
+        metric = "eval/sampled/gold"
+        best = select_best(candidates_from_records(evals, metric), SelectConfig(), metric)
+        alarms = _by_name(detect_alarms(evals, AlarmConfig()))
+        hack = alarms["proxy_up_gold_down"]
+        last = evals[-1]
+        assert 0 < best.step < hack.step < last["step"], seed
+        assert hack.values["proxy"] > hack.values["proxy_at_peak"], seed
+        assert last[metric] < best.mean, seed
+        assert best.step == live["live_selection"], seed
+        assert {a.name: a.step for a in alarms.values()} == live["live_alarms"], seed
