@@ -11,8 +11,10 @@ import pytest
 
 from pickaxe.errors import ConfigError
 from pickaxe.eval.alarms import AlarmConfig, AlarmMonitor, detect_alarms, gao_fit, gao_fit_free
+from pickaxe.eval.selection import SelectConfig, candidates_from_records, select_best
 
 DATA = Path(__file__).parent / "data"
+SEEDS = 12  # rlhf_ppo_seeds_evals.jsonl: seeds 0-11
 
 
 def _records(name: str) -> list[dict]:
@@ -190,3 +192,45 @@ def test_a_reward_flat_from_the_start_is_not_saturated() -> None:
     policy never passes) stays quiet, however flat its window."""
     records = [{"step": 10 * i, "eval/return_mean": 0.0} for i in range(6)]
     assert detect_alarms(records, AlarmConfig(saturation_window=3)) == []
+
+
+def _seed_runs() -> dict[int, tuple[list[dict], dict]]:
+    """Per seed: the PPO stage's evaluation records and what the training run itself recorded (selection, alarms)."""
+    runs: dict[int, tuple[list[dict], dict]] = {}
+    for r in _records("rlhf_ppo_seeds_evals.jsonl"):
+        evals, live = runs.setdefault(r.pop("seed"), ([], {}))
+        if "live_selection" in r:
+            live.update(r)
+        else:
+            evals.append(r)
+    return runs
+
+
+def test_over_seeds_the_hacking_alarm_follows_the_best_step_or_gold_recovers_past_it() -> None:
+    # The PPO stage of rlhf-synthetic for seeds 0-11, as one CPU ran it. Which evaluation is best moves with the
+    # CPU's rounding (seed 0: step 1280 here, 640 elsewhere), so this asserts what docs/checkpoints.md claims over
+    # seeds rather than any seed's step: where proxy_up_gold_down fires after the selected step, the proxy is still
+    # rising and the end is below the pick; where it fires first (seed 9: gold dipped 0.743 -> 0.710 and recovered),
+    # the pick is above the peak the alarm measured from; where it never fires, gold ends inside the pick's CI.
+    # Replaying the records gives what each training run recorded.
+    runs = _seed_runs()
+    assert sorted(runs) == list(range(SEEDS))
+    metric, after, early, quiet = "eval/sampled/gold", [], [], []
+    for seed, (evals, live) in runs.items():
+        best = select_best(candidates_from_records(evals, metric), SelectConfig(), metric)
+        alarms = _by_name(detect_alarms(evals, AlarmConfig()))
+        last = evals[-1]
+        hack = alarms.get("proxy_up_gold_down")
+        if hack is None:
+            quiet.append(seed)
+            assert last[f"{metric}_ci_high"] >= best.low, seed
+        elif hack.step > best.step:
+            after.append(seed)
+            assert hack.step <= last["step"] and hack.values["proxy"] > hack.values["proxy_at_peak"], seed
+            assert last[metric] < best.mean, seed
+        else:
+            early.append(seed)
+            assert best.mean > hack.values["gold_peak"], seed
+        assert best.step == live["live_selection"], seed
+        assert {a.name: a.step for a in alarms.values()} == live["live_alarms"], seed
+    assert (len(after), early, quiet) == (9, [9], [7, 11])
