@@ -316,7 +316,7 @@ def _damage(path: Path, how: str) -> None:
         ("model.safetensors", "truncate", "has {half} bytes but pickaxe_source.json records {size} (truncated"),
         ("model.safetensors", "flip", "does not match its sha256 in pickaxe_source.json (corrupted on disk)"),
         ("tokenizer.json", "flip", "does not match its sha256 in pickaxe_source.json"),
-        ("config.json", "remove", "is missing but listed in pickaxe_source.json"),
+        ("tokenizer.json", "remove", "is missing but listed in pickaxe_source.json"),  # config.json: below
     ],
 )
 def test_a_stage_refuses_a_damaged_export_in_one_line_before_loading_it(
@@ -333,6 +333,21 @@ def test_a_stage_refuses_a_damaged_export_in_one_line_before_loading_it(
     assert f"--model.path {out}: {name} {problem.format(half=size // 2, size=size)}" in err
     assert f"pickaxe export {run_dir.resolve()}" in err  # the fix: export it again from its run
     assert "model:" not in out_text and not (tmp_path / "next").exists()  # refused before the model was built
+
+
+def test_an_export_missing_its_config_is_refused_in_one_line_by_the_folder_check(
+    run_dir: Path, tmp_path: Path, capsys
+) -> None:
+    """Without config.json the folder is no model at all: the torch-free folder check refuses it first, naming the
+    file, before the digests are read."""
+    out = export_run(run_dir, tmp_path / "sft-export")
+    (out / "config.json").unlink()
+    capsys.readouterr()
+    argv = ["train", "arith-sft", "--model.path", str(out), "--trainer.total-steps", "8", "--no-progress"]
+    assert main([*argv, "--run-dir", str(tmp_path / "next")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pickaxe: error: ") and "\n" not in err.strip() and "config.json" in err
+    assert not (tmp_path / "next").exists()
 
 
 def test_an_export_without_digests_or_provenance_still_loads(run_dir: Path, tmp_path: Path) -> None:

@@ -173,7 +173,8 @@ def test_the_leak_check_finds_a_live_run_and_nothing_after_it(
     """What ``clean`` relies on: while a run is live, its processes are found by this test's folder and count as
     survivors (nothing is killing them yet); once the run has returned, none is left and its folder is gone."""
     assert sandbox.isolation["process"]  # probe first: the probe's own process and folder are not the run's
-    code = "import os, time\nprint('up', flush=True)\nwhile not os.path.exists('go'):\n    time.sleep(0.01)\n"
+    go = sandbox_root.parent / "go"  # outside the run's folder, which may be a tmpfs only the run sees
+    code = f"import os, time\nprint('up', flush=True)\nwhile not os.path.exists({str(go)!r}):\n    time.sleep(0.01)\n"
     results: list[SandboxResult] = []
     run = threading.Thread(target=lambda: results.append(sandbox.run(code, SandboxLimits(wall_s=300))))
     run.start()
@@ -183,8 +184,7 @@ def test_the_leak_check_finds_a_live_run_and_nothing_after_it(
             time.sleep(0.01)
         assert live, "the running sandbox's processes were not found"
     finally:
-        for workdir in sandbox_root.iterdir():
-            (workdir / "go").touch()
+        go.touch()
         run.join(timeout=300)
     assert [(r.status, r.stdout) for r in results] == [("ok", "up\n")], results
     assert not _own_processes(sandbox_root) and not list(sandbox_root.iterdir())

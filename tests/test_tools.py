@@ -223,17 +223,35 @@ def test_call_many_keeps_order_and_overlaps() -> None:
     assert len(executor.threads) == 4 and all(r.duration_s > 0 for r in results)
 
 
+def _running_sandbox_folders(root: Path) -> set[str]:
+    """The sandbox folders under ``root`` named by the command lines of this test's live descendant processes."""
+    import re
+
+    import psutil
+
+    named = re.compile(re.escape(str(root)) + r"/(pickaxe-sandbox-[A-Za-z0-9_]+)")
+    folders: set[str] = set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                folders.update(named.findall(" ".join(child.cmdline())))
+        except psutil.Error:  # gone meanwhile
+            continue
+    return folders
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="the process sandbox is Linux-only")
 def test_call_many_runs_sandboxed_python_concurrently(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Four sandboxed programs are seen running at the same time: each marks its folder and waits for a go that
-    this test gives only once all four marks exist together (calls run one after the other never get there)."""
+    """Four sandboxed programs are seen running at the same time: each waits for a go that this test gives only
+    once the processes it started run four sandbox folders together (calls run one after the other never get
+    there). The folders are told apart by the command lines of this test's own child processes: a sandbox's folder
+    may be a tmpfs that only its program sees, so a mark written there would not show from here."""
     root = tmp_path / "sandboxes"  # this test's sandboxes make their folders here
     root.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(root))
     limits = SandboxLimits(cpu_s=2, memory_mb=128, wall_s=120)
     code = (
         "import os, time\n"
-        "open('here', 'w').close()\n"
         f"while not os.path.exists({str(root / 'go')!r}):\n"
         "    time.sleep(0.01)\n"
         "print({})\n"
@@ -245,7 +263,7 @@ def test_call_many_runs_sandboxed_python_concurrently(tmp_path: Path, monkeypatc
         run.start()
         try:
             deadline = time.monotonic() + 60  # a safety net, not the property tested
-            while len(together := list(root.glob("pickaxe-sandbox-*/here"))) < 4 and time.monotonic() < deadline:
+            while len(together := _running_sandbox_folders(root)) < 4 and time.monotonic() < deadline:
                 time.sleep(0.01)
         finally:
             (root / "go").touch()  # releases them (and, if the test failed, every call still to come)
