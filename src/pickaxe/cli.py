@@ -267,7 +267,8 @@ class ResumeArgs:
     run_dir: tyro.conf.Positional[str]
     """The run folder."""
     restart: Annotated[bool, tyro.conf.FlagCreatePairsOff] = False
-    """Start the run over if it has no checkpoint yet (what --max-restarts uses); without it that is an error."""
+    """Start the run over if it has no checkpoint yet (what --max-restarts and queue retries use); without it that is
+    an error."""
     no_progress: Annotated[bool, tyro.conf.FlagCreatePairsOff] = False
     """No live progress view; print one JSON summary line at the end."""
     track: tuple[Literal["wandb", "mlflow"], ...] = ()

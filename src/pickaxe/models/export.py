@@ -25,6 +25,7 @@ from torch import nn
 
 from pickaxe.digests import digest_problem, file_problem, folder_digests, is_entry
 from pickaxe.errors import PickaxeError
+from pickaxe.models.folders import REWARD_MODEL_FORMAT
 from pickaxe.models.lm import no_progress_bars
 from pickaxe.models.lora import is_lora, merge_lora
 from pickaxe.models.reward import RewardModel
@@ -33,7 +34,6 @@ SOURCE_FILE = "pickaxe_source.json"
 """The provenance record of an export: the run, checkpoint and env step its weights came from."""
 
 FORMAT_CAUSAL_LM = "transformers-causal-lm"
-FORMAT_REWARD_MODEL = "pickaxe-reward-model"
 WEIGHTS_FILE = "model.safetensors"
 """The weights file of both formats; ``weights_sha256`` in ``pickaxe_source.json`` is its sha256."""
 
@@ -65,7 +65,7 @@ def export_model(
     try:
         if isinstance(model, RewardModel):
             model.save(tmp)
-            fmt = FORMAT_REWARD_MODEL
+            fmt = REWARD_MODEL_FORMAT
         else:
             if not hasattr(model, "save_pretrained"):
                 raise ExportError(
