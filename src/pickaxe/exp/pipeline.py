@@ -217,27 +217,15 @@ def plan(
     return folder, spec, entries
 
 
-def _holds_run(folder: Path) -> bool:
-    """Whether ``folder`` holds a run: its files (``runs.folder.RUN_MARKERS``), or a config.json naming an algorithm
-    (a run's config), not merely some other config.json."""
-    from pickaxe.runs.folder import RUN_MARKERS
-
-    if any((folder / m).exists() for m in RUN_MARKERS if m != "config.json"):
-        return True
-    try:
-        config = json.loads((folder / "config.json").read_bytes())
-    except (OSError, ValueError, RecursionError):
-        return False
-    return isinstance(config, dict) and "algo_name" in config
-
-
 def check_pipeline_dir(folder: Path) -> None:
     """A pipeline folder is new, empty, or an earlier run of a pipeline (its ``pipeline.json``); it is not a run's
     folder or inside one, and not a folder holding other things. One-line ``PickaxeError`` otherwise."""
+    from pickaxe.runs.folder import holds_run
+
     absolute = folder.absolute()
     ours = (folder / PIPELINE_FILE).is_file()  # an earlier run of a pipeline: its own files are no run's
     for parent in [*([] if ours else [absolute]), *absolute.parents]:
-        if parent.is_dir() and _holds_run(parent):
+        if parent.is_dir() and holds_run(parent):
             inside = "is" if parent == absolute else f"lies inside {parent}, which is"
             raise PickaxeError(f"--pipeline-dir {folder} {inside} a run's folder; a pipeline writes its queue and "
                                "stage runs into a folder of its own: choose a new or empty --pipeline-dir")  # fmt: skip

@@ -4,6 +4,7 @@ aside, and turning a full or read-only disk into one line."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import tempfile
@@ -24,6 +25,18 @@ RUN_MARKERS = (
     "status.json",
 )
 """Entries whose presence means a folder already holds a run (training into it would mix two runs)."""
+
+
+def holds_run(folder: Path) -> bool:
+    """Whether ``folder`` holds a run: one of its files (:data:`RUN_MARKERS`), or a config.json naming an algorithm
+    (a run's config), not merely some other config.json (a model folder's)."""
+    if any((folder / m).exists() for m in RUN_MARKERS if m != "config.json"):
+        return True
+    try:
+        config = json.loads((folder / "config.json").read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(config, dict) and "algo_name" in config
 
 
 def check_new_run_dir(path: Path, overwrite: bool = False) -> bool:
