@@ -134,12 +134,26 @@ class DistConfig:
     learners: int = ranged(1, ge=1, le=4096)
     """Data-parallel learner processes (torch.distributed: gloo on CPU, NCCL on GPU); each takes a share of every
     update's micro-batches and the gradients are summed, so the update equals the single-process one."""
+    shard: Literal["none", "fsdp"] = "none"
+    """LLM learners. none: every learner holds the whole model, its gradients and optimizer state. fsdp: they are
+    sharded across the learners (PyTorch FSDP2, one decoder layer per unit; ZeRO-3), so each holds 1/N of the
+    training state; needs --dist.learners 2 or more."""
+    offload: Literal["none", "optimizer", "params"] = "none"
+    """With --dist.shard fsdp: keep the optimizer state (optimizer) or the sharded parameters, gradients and
+    optimizer state (params) in host memory, stepping there; slower, for a training state larger than the device.
+    On a CPU device there is nothing to offload to and it changes nothing."""
 
     def __post_init__(self) -> None:
         validate(self)
 
     def check(self, llm: bool) -> None:
         """Checks across fields: the modes and worker counts need placement=separate, and Ray installed."""
+        if self.shard != "none" and not llm:
+            raise ConfigError(f"--dist.shard {self.shard} shards LLM learners; classic runs: drop --dist.shard")
+        if self.shard != "none" and self.learners < 2:
+            raise ConfigError(f"--dist.shard {self.shard} shards across learners: add --dist.learners 2 (or more)")
+        if self.offload != "none" and self.shard == "none":
+            raise ConfigError(f"--dist.offload {self.offload} offloads sharded state: add --dist.shard fsdp")
         if self.placement == "colocated":
             for key, value, default in (("mode", self.mode, "sync"), ("workers", self.workers, 1)):
                 if value != default:
