@@ -275,6 +275,11 @@ class ResumeArgs:
     """Also send metrics to these trackers."""
     prometheus_port: int | None = ranged(None, ge=1, le=65_535)
     """Serve metrics for Prometheus on 127.0.0.1:PORT."""
+    learners: int | None = ranged(None, ge=1, le=4096)
+    """Continue on this many data-parallel learners instead of the run's own (a sharded checkpoint is cut into the
+    new learners' rows; one learner trains unsharded); recorded in the run's config.json."""
+    shard: Literal["none", "fsdp"] | None = None
+    """Continue with this --dist.shard instead of the run's own (fsdp needs --learners 2 or more)."""
 
 
 def _needs_run_dir(args: list[str], command: str) -> None:
@@ -293,6 +298,8 @@ def _resume(args: list[str]) -> int:
         track=opts.track,
         prometheus_port=opts.prometheus_port,
         allow_no_checkpoint=opts.restart,
+        learners=opts.learners,
+        shard=opts.shard,
     )
     _print_result(result, run, opts.no_progress)
     return 0

@@ -10,6 +10,13 @@ over the default group (gloo on CPU, NCCL on CUDA, one GPU per learner).
 
 Without torchrun, rank 0 (the ``pickaxe train`` process) starts the others itself (multiprocessing, spawn), each
 building the same algorithm from the run's config; they exit when rank 0 stops them, and die with it.
+
+With ``--dist.shard fsdp`` every learner shards its algorithm (``algo.shard``, FSDP2) once it holds rank 0's
+state, so each keeps 1/N of the weights, gradients and optimizer state (rank 0 also keeps the unsharded policy its
+rollout engine, evaluation and export read, refreshed after every update). A checkpoint is then written by every
+learner: rank 0's ``CheckpointManager`` calls the Leader's ``write_shards`` with the checkpoint's temporary folder,
+the others write their shard files there and send back their digests for the manifest, and resuming reads each
+learner's rows of every sharded tensor (any learner count: the rows are cut from the saved files).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import signal
 import sys
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -125,7 +133,7 @@ class Leader:
     ``load_state_dict`` and ``set_progress`` on the instance (its type, and so its checkpoints, are unchanged).
     Sends the algorithm's current state at once, so every learner starts from rank 0's weights."""
 
-    def __init__(self, algo: Any, processes: list[Any] | None = None) -> None:
+    def __init__(self, algo: Any, processes: list[Any] | None = None, shard: str | None = None) -> None:
         self.algo = algo
         self.processes = processes or []
         self.progress: tuple[int, int] | None = None
@@ -133,6 +141,27 @@ class Leader:
         self._update, self._load, self._set_progress = algo.update, algo.load_state_dict, algo.set_progress
         algo.update, algo.load_state_dict, algo.set_progress = self.update, self.load_state_dict, self.set_progress
         _send(("load", _cpu(algo.state_dict())))
+        if shard is not None:  # every learner now holds rank 0's state: shard it on all of them together
+            _send(("shard", shard))
+            self.busy = True
+            algo.shard(shard)
+            self.busy = False
+
+    def write_shards(self, folder: Path) -> dict[str, dict[str, Any]]:
+        """A sharded checkpoint's other files: every other learner writes its shards of the algorithm's state into
+        ``folder`` (the checkpoint's temporary folder); returns their manifest entries. Rank 0's
+        ``CheckpointManager`` calls it (``shard_writer``) after writing its own files, before the manifest."""
+        _send(("write", str(folder)))
+        self.busy = True
+        gathered: list[Any] = [None] * dist.get_world_size()
+        dist.gather_object({}, gathered, dst=0, group=data_parallel.control_group())
+        self.busy = False
+        entries: dict[str, dict[str, Any]] = {}
+        for rank, got in enumerate(gathered[1:], start=1):
+            if isinstance(got, str):
+                raise PickaxeError(f"data-parallel learner {rank} could not write its checkpoint shards: {got}")
+            entries.update(got)
+        return entries
 
     def set_progress(self, step: int, total_steps: int) -> None:
         """The algorithm's ``set_progress``; remembered, and sent with the next update."""
@@ -188,6 +217,12 @@ def follow(algo: Any) -> int:
         if kind == "load":
             algo.load_state_dict(message[1])
             continue
+        if kind == "shard":
+            algo.shard(message[1])
+            continue
+        if kind == "write":
+            _write_shards(algo, Path(message[1]))
+            continue
         _, batch, config, progress, rng = message
         _set_config(algo, config)
         if progress is not None:
@@ -199,10 +234,37 @@ def follow(algo: Any) -> int:
         updates += 1
 
 
+def _write_shards(algo: Any, folder: Path) -> None:
+    """A learner other than rank 0: write its shards of the algorithm's state into the checkpoint folder rank 0 is
+    writing, and send rank 0 their manifest entries (or, if writing failed, the error in one line)."""
+    from pickaxe.runs.checkpoint import write_rank_shards
+
+    try:
+        entries: Any = write_rank_shards(folder, {"algo": algo.state_dict()}, dist.get_rank())
+    except Exception as e:  # rank 0 names it and fails the save; this learner goes on following
+        entries = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+    dist.gather_object(entries, None, dst=0, group=data_parallel.control_group())
+
+
+def check_sharding(algo: Any, cfg: Any) -> str | None:
+    """The offload mode to shard ``algo`` with (``--dist.shard fsdp``), None without sharding; an algorithm that
+    cannot be sharded is refused in one line."""
+    dist_cfg = getattr(cfg, "dist", None)
+    if getattr(dist_cfg, "shard", "none") == "none":
+        return None
+    if not getattr(algo, "supports_sharding", False):
+        raise ConfigError(
+            f"--dist.shard {dist_cfg.shard}: {type(algo).__name__} cannot shard its models (SFT, GRPO and LLM PPO "
+            "can); drop --dist.shard"
+        )
+    return str(dist_cfg.offload)
+
+
 def follower_config(cfg: Any) -> Any:
     """The run's config as a learner other than rank 0 builds it: rollouts in its own process (no Ray workers; it
-    never collects), no evaluation before training (it never evaluates) and no SFT warm start (rank 0 sends the
-    warm-started weights with the rest of its state before the first update)."""
+    never collects), no evaluation before training (it never evaluates), no SFT warm start (rank 0 sends the
+    warm-started weights with the rest of its state before the first update) and its frozen reference on the host
+    (only rank 0's collector scores with it)."""
     cfg = copy.deepcopy(cfg)
     if hasattr(getattr(cfg, "warm_start", None), "updates"):
         cfg.warm_start.updates = 0
@@ -211,6 +273,8 @@ def follower_config(cfg: Any) -> Any:
         dist_cfg.placement, dist_cfg.workers, dist_cfg.mode, dist_cfg.address = "colocated", 1, "sync", None
     if hasattr(getattr(cfg, "eval", None), "before"):
         cfg.eval.before = False
+    if hasattr(getattr(cfg, "collector", None), "offload_reference"):
+        cfg.collector.offload_reference = True  # it never collects: its copy of the frozen reference waits on the host
     return cfg
 
 
@@ -254,19 +318,22 @@ def _spawned_learner(rank: int, config: dict[str, Any], world: int, port: int, b
         trainer.close()
 
 
-def launch(cfg: Any, algo: Any, build: Build) -> Leader | None:
+def launch(cfg: Any, algo: Any, build: Build, checkpoints: Any = None) -> Leader | None:
     """Rank 0's side of a run with ``dist.learners`` > 1 (None for one learner): start the other learners (or,
     under torchrun, join them), each building its algorithm with ``build``, and link ``algo`` to them. Call after
-    building rank 0's Trainer; ``close()`` the returned ``Leader`` when training ends."""
+    building rank 0's Trainer; ``close()`` the returned ``Leader`` when training ends. With ``--dist.shard fsdp``,
+    ``checkpoints`` (the Trainer's ``CheckpointManager``) gets the other learners' shard writer and reads sharded
+    checkpoints lazily (each learner its own rows)."""
     learners = learners_wanted(cfg)
     if learners <= 1:
         return None
     check_algorithm(algo, learners)
+    shard = check_sharding(algo, cfg)
     _check_devices(cfg, learners)
     device = _device_of(cfg)
     if torchrun_world() > 1:
         data_parallel.init_from_env(device)
-        return Leader(algo)
+        return _link(Leader(algo, shard=shard), checkpoints, shard is not None)
     import torch.multiprocessing as mp
 
     port = data_parallel.free_port()
@@ -281,11 +348,19 @@ def launch(cfg: Any, algo: Any, build: Build) -> Leader | None:
     try:
         _wait_until_built(processes, built)
         data_parallel.init(0, learners, port=port, device=device)
-        return Leader(algo, processes)
+        return _link(Leader(algo, processes, shard), checkpoints, shard is not None)
     except BaseException:
         for p in processes:
             p.terminate()
         raise
+
+
+def _link(leader: Leader, checkpoints: Any, sharded: bool) -> Leader:
+    """With a sharded algorithm, let rank 0's checkpoints be written by every learner and read lazily."""
+    if checkpoints is not None and sharded:
+        checkpoints.shard_writer = leader.write_shards
+        checkpoints.lazy_shards = True
+    return leader
 
 
 def _wait_until_built(processes: list[Any], built: Any) -> None:
@@ -318,6 +393,7 @@ def follow_run(cfg: Any, build: Build) -> int:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     algo, trainer = _build_algorithm(cfg.to_dict(), build)
     check_algorithm(algo, learners)
+    check_sharding(algo, cfg)
     data_parallel.init_from_env(device)
     try:
         return follow(algo)

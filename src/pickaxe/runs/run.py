@@ -242,6 +242,11 @@ class Run:
         if time.monotonic() - self._status_written >= STATUS_EVERY_S:
             self.set_status("running", **fields)
 
+    def set_config(self, config: Any) -> None:
+        """Replace ``config.json`` (atomically) with ``config``: what a resume that changes how the run is laid out
+        (``pickaxe resume --learners``) records, so later resumes and readers see the run's current settings."""
+        self._write_json("config.json", to_jsonable(config))
+
     def _write_json(self, name: str, obj: Any) -> None:
         tmp = self.path / f".{name}.tmp"
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -195,22 +195,29 @@ def resume(
     track: tuple[str, ...] = (),
     prometheus_port: int | None = None,
     allow_no_checkpoint: bool = False,
+    learners: int | None = None,
+    shard: str | None = None,
 ) -> tuple[FitResult, Run]:
     """Continue a run from its newest good checkpoint to its original budget.
 
     A run without a checkpoint is a one-line ``PickaxeError`` before anything is built, unless
     ``allow_no_checkpoint`` (what the ``--max-restarts`` supervisor and the queue's later attempts use) or the run
     keeps no checkpoints (best-of-n): then it starts again from step 0 in its folder, as a new run would, and says
-    so on stderr and in ``events.jsonl``.
+    so on stderr and in ``events.jsonl``. ``learners``: continue on that many data-parallel learners instead of the
+    run's own count (a sharded checkpoint is cut into the new learners' rows; one learner trains unsharded), and
+    ``shard`` (``none`` or ``fsdp``) instead of its ``--dist.shard``; both recorded in ``config.json`` and
+    ``events.jsonl``.
     """
     _follow_if_learner(None, run_dir)
     run = Run.open(run_dir, track=track, prometheus_port=prometheus_port)
     try:
         check_run_writable(run.path)  # a read-only run folder is one line before anything is built
+        cfg = config_from_dict(run.config())
+        if learners is not None or shard is not None:
+            _relearn(cfg, run, learners, shard)
     except PickaxeError:
         run.close()  # trackers and the Prometheus endpoint it started
         raise
-    cfg = config_from_dict(run.config())
     how = "resume"
     if not has_checkpoint(run.path):
         if not allow_no_checkpoint and not isinstance(getattr(cfg, "algo", None), BestOfNConfig):
@@ -218,6 +225,32 @@ def resume(
             raise no_checkpoint_error(run.path)
         how = "restart"
     return _fit(builder_for(cfg), cfg, run, progress, resume=how), run
+
+
+def _relearn(cfg: Any, run: Run, learners: int | None, shard: str | None) -> None:
+    """Lay a resumed run out on ``learners`` data-parallel learners and ``shard`` (``pickaxe resume --learners N
+    --shard S``; None keeps the run's): checked before anything is built, then recorded in the run's
+    ``config.json`` and ``events.jsonl``. One learner cannot shard: resumed on one, a sharded run trains unsharded
+    (its checkpoint is read whole)."""
+    dist_cfg = getattr(cfg, "dist", None)
+    if dist_cfg is None or not hasattr(dist_cfg, "shard"):
+        raise ConfigError("--learners/--shard: this run has no data-parallel learners to change; drop them")
+    before = (dist_cfg.learners, dist_cfg.shard)
+    if learners is not None:
+        dist_cfg.learners = learners
+    if shard is not None:
+        dist_cfg.shard = shard
+    elif dist_cfg.learners == 1:
+        dist_cfg.shard, dist_cfg.offload = "none", "none"
+    cfg.check()
+    if (dist_cfg.learners, dist_cfg.shard) != before:
+        run.set_config(cfg)
+        run.event(
+            f"resumed on {dist_cfg.learners} learner(s) with --dist.shard {dist_cfg.shard} (was {before[0]}, "
+            f"{before[1]})",
+            learners=dist_cfg.learners,
+            shard=dist_cfg.shard,
+        )
 
 
 def _fit(builder: Builder, cfg: Any, run: Run, progress: bool, resume: str | None) -> FitResult:
@@ -298,7 +331,7 @@ def _launch_learners(cfg: Any, trainer: Trainer) -> Any:
     from pickaxe.dist.learners import launch
 
     try:
-        return launch(cfg, trainer.algo, build_follower)
+        return launch(cfg, trainer.algo, build_follower, trainer.checkpoints)
     except BaseException:
         trainer.close()
         raise

@@ -441,6 +441,11 @@ class LLMTrainConfig(RunConfig):
                 f"--dist.learners {d.learners}: {type(self.algo).__name__} does not split its update among learners; "
                 "use --dist.learners 1"
             )
+        if d.shard != "none" and not isinstance(self.algo, SFTConfig | GRPOConfig | LLMPPOConfig):
+            raise ConfigError(
+                f"--dist.shard {d.shard}: {type(self.algo).__name__} does not shard its models yet (SFT, GRPO and "
+                "LLM PPO do); drop --dist.shard"
+            )
         if d.placement != "separate":
             return
         if not isinstance(self.algo, GRPOConfig | LLMPPOConfig):
