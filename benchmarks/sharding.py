@@ -1,0 +1,176 @@
+"""Sharded learners at a real model shape: per-process peak memory and seconds per GRPO step for one learner, two
+learners with ``--dist.shard fsdp``, and two with fsdp and ``--dist.offload optimizer``; the weight sync from the
+shards as a share of the step; peak memory while checkpointing against the training peak.
+
+Usage: ``python benchmarks/sharding.py [--shape qwen2-0.5b] [--updates 3] [--quick]``. Each configuration is one
+``pickaxe train arith-grpo --model.shape SHAPE`` process (random weights, no warm start, one torch thread per
+process), run one after the other so they never share the machine. A sampler reads every process of the run
+(rank 0 and the learners it starts) from ``/proc`` ten times a second: resident memory, and whether a checkpoint
+is being written (a ``checkpoints/.tmp-*`` folder exists). Reported per configuration: each process's peak RSS while
+training and while checkpointing, the median ``time/update_s`` over the updates after the first, CPU seconds per
+update (wall x learners busy), the gather of the policy from the shards (``sync/gather_s``) as a share of the update,
+and the planner's prediction (``pickaxe plan``) beside the measurement. Ratios are against the one-learner run
+measured in the same invocation; the last line is one JSON object with every figure.
+
+``--quick`` (what the benchmark test runs) uses the tiny ``tiny-qwen2`` shape and 2 updates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+CONFIGS = {
+    "one": ["--dist.learners", "1"],
+    "fsdp2": ["--dist.learners", "2", "--dist.shard", "fsdp"],
+    "fsdp2-offload": ["--dist.learners", "2", "--dist.shard", "fsdp", "--dist.offload", "optimizer"],
+}
+
+
+def _read(path: str) -> str:
+    """A ``/proc`` file's text."""
+    return Path(path).read_text()
+
+
+def _children(pid: int) -> list[int]:
+    """Every descendant of ``pid`` (Linux ``/proc``)."""
+    out: list[int] = []
+    stack = [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            kids = [
+                int(c) for t in os.listdir(f"/proc/{p}/task") for c in _read(f"/proc/{p}/task/{t}/children").split()
+            ]
+        except OSError:
+            continue
+        out += kids
+        stack += kids
+    return out
+
+
+def _rss_mb(pid: int) -> float | None:
+    """Resident memory of ``pid`` in MB, None once it is gone."""
+    try:
+        for line in _read(f"/proc/{pid}/status").splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _is_learner(pid: int) -> bool:
+    """A learner process (not multiprocessing's resource tracker)."""
+    try:
+        cmd = _read(f"/proc/{pid}/cmdline")
+    except OSError:
+        return False
+    return "resource_tracker" not in cmd
+
+
+def run_config(name: str, args: argparse.Namespace, base: list[str], workdir: Path) -> dict[str, Any]:
+    """Run one configuration as a ``pickaxe train`` process, sampling its processes' memory; its figures."""
+    run_dir = workdir / name
+    cmd = [sys.executable, "-m", "pickaxe.cli", "train", *base, *CONFIGS[name], "--run-dir", str(run_dir)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peaks: dict[int, dict[str, float]] = {}
+    start = time.perf_counter()
+    while proc.poll() is None:
+        writing = any(p.name.startswith(".tmp-") for p in (run_dir / "checkpoints").glob(".tmp-*"))
+        for pid in [proc.pid, *_children(proc.pid)]:
+            rss = _rss_mb(pid)
+            if rss is None or not _is_learner(pid):
+                continue
+            peak = peaks.setdefault(pid, {"train_mb": 0.0, "checkpoint_mb": 0.0})
+            key = "checkpoint_mb" if writing else "train_mb"
+            peak[key] = max(peak[key], rss)
+        time.sleep(0.1)
+    _, err = proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"{name} failed ({proc.returncode}): {err.strip().splitlines()[-1] if err.strip() else ''}")
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    updates = [r for r in records if "time/update_s" in r]
+    later = updates[1:] or updates
+    update_s = statistics.median(r["time/update_s"] for r in later)
+    gather_s = statistics.median(r.get("sync/gather_s", 0.0) for r in later)
+    learners = int(CONFIGS[name][1])
+    ranked = sorted(peaks.values(), key=lambda p: -max(p.values()))[:learners]
+    return {
+        "wall_s": time.perf_counter() - start,
+        "update_s": update_s,
+        "update_cpu_s": update_s * learners,
+        "gather_share": gather_s / update_s if update_s else 0.0,
+        "peak_train_mb": [round(p["train_mb"]) for p in ranked],
+        "peak_checkpoint_mb": [round(p["checkpoint_mb"]) for p in ranked],
+        "plan": plan(base, CONFIGS[name]),
+    }
+
+
+def plan(base: list[str], flags: list[str]) -> Any:
+    """What ``pickaxe plan`` predicts for the same flags (None if the planner is not there)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pickaxe.cli", "plan", *base, *flags, "--json"], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        return None
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+
+
+def main() -> None:
+    """Parse the options, run every configuration, print a table and the JSON line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", default="qwen2-0.5b")
+    parser.add_argument("--updates", type=int, default=3)
+    parser.add_argument("--configs", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--quick", action="store_true", help="the tiny-qwen2 shape, 2 updates")
+    args = parser.parse_args()
+    if args.quick:
+        args.shape, args.updates = "tiny-qwen2", 2
+    prompts, group = 4, 4
+    base = [
+        "arith-grpo", "--model.shape", args.shape, "--warm-start.updates", "0", "--collector.prompts", str(prompts),
+        "--collector.group-size", str(group), "--algo.micro-batch-size", "4", "--eval.prompts", "4",
+        "--eval.samples", "0", "--trainer.total-steps", str(args.updates * prompts * group),
+        "--trainer.eval-every", str(10**9), "--device", "cpu", "--seed", "0", "--no-progress",
+    ]  # fmt: skip
+    print(f"load average {os.getloadavg()[0]:.2f}; shape {args.shape}; {args.updates} updates each", flush=True)
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="pickaxe-sharding-") as tmp:
+        for name in args.configs:
+            results[name] = run_config(name, args, base, Path(tmp))
+            r = results[name]
+            print(
+                f"{name:>14}: update {r['update_s']:.2f} s, peak train MB per process {r['peak_train_mb']}, "
+                f"checkpointing {r['peak_checkpoint_mb']}, gather {100 * r['gather_share']:.1f}% of the update",
+                flush=True,
+            )
+    one = results.get("one")
+    ratios: dict[str, Any] = {}
+    if one is not None:
+        for name, r in results.items():
+            if name == "one":
+                continue
+            ratios[name] = {
+                "peak_train_per_rank_vs_one": max(r["peak_train_mb"]) / max(one["peak_train_mb"]),
+                "cpu_s_per_update_vs_one": r["update_cpu_s"] / one["update_cpu_s"],
+            }
+    for name, r in results.items():
+        train_peak = max(r["peak_train_mb"]) or 1
+        ratios.setdefault(name, {})["checkpoint_peak_vs_train_peak"] = max(r["peak_checkpoint_mb"]) / train_peak
+    print(json.dumps({"shape": args.shape, "updates": args.updates, "results": results, "ratios": ratios}))
+
+
+if __name__ == "__main__":
+    main()
