@@ -74,7 +74,7 @@ def shard_world(x: Any, path: str) -> int:
         return 1
     if not placement.is_shard(0):
         raise TypeError(
-            f"{path}: cannot store a DTensor placed {placement}; checkpoints store Shard(0) (FSDP2) or Replicate"
+            f"{path}: cannot store a DTensor placed {placement!r}; checkpoints store Shard(0) (FSDP2) or Replicate"
         )
     if x.dtype not in DTYPE_CODES:
         raise TypeError(f"{path}: cannot store a sharded tensor of dtype {x.dtype}; only safetensors' native dtypes")
