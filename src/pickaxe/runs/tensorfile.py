@@ -56,16 +56,17 @@ def _chunks(t: torch.Tensor) -> Iterator[memoryview]:
     if not t.numel():
         return
     t = t.detach().resolve_conj().resolve_neg()
-    if t.device.type == "cpu":
-        flat = t.contiguous().reshape(-1).view(torch.uint8)  # a copy only for a strided view: one tensor's worth
-        view = memoryview(flat.numpy())
+    if t.device.type == "cpu" and t.is_contiguous():  # its own memory, as it is
+        view = memoryview(t.reshape(-1).view(torch.uint8).numpy())
         for start in range(0, len(view), CHUNK_BYTES):
             yield view[start : start + CHUNK_BYTES]
         return
-    flat = t.contiguous().reshape(-1)  # on the accelerator: no host memory
-    rows = max(1, CHUNK_BYTES // t.element_size())
-    for start in range(0, flat.numel(), rows):
-        yield memoryview(flat[start : start + rows].cpu().view(torch.uint8).numpy())
+    # On an accelerator the contiguous copy costs no host memory and each chunk is copied to the host on its own;
+    # a strided view on the host is copied once (one tensor's worth).
+    flat = t.contiguous().reshape(-1)
+    step = max(1, CHUNK_BYTES // t.element_size())
+    for start in range(0, flat.numel(), step):
+        yield memoryview(flat[start : start + step].cpu().view(torch.uint8).numpy())
 
 
 def _header(tensors: Mapping[str, torch.Tensor], metadata: dict[str, str]) -> tuple[bytes, list[str]]:
