@@ -635,13 +635,17 @@ def test_streamed_file_loads_as_safetensors_own(tmp_path, monkeypatch, chunk):
 def test_streamed_file_of_shared_and_foreign_dtype_tensors(tmp_path):
     from safetensors.torch import load_file
 
+    from pickaxe.digests import file_digest
     from pickaxe.runs.tensorfile import write_tensors
 
     base = torch.arange(12.0)
     wide = torch.arange(5, dtype=torch.int64).to(torch.uint32)  # a dtype safetensors lacks: stored as raw bytes
-    write_tensors(tmp_path / "f.safetensors", {"a": base, "view": base[2:5], "same": base, "wide": wide})
+    big = torch.randn(700, 1000)  # 2.8 MB: hashed in the helper thread while written
+    tensors = {"a": base, "view": base[2:5], "same": base, "wide": wide, "big": big}
+    assert write_tensors(tmp_path / "f.safetensors", tensors) == file_digest(tmp_path / "f.safetensors")
     got = load_file(tmp_path / "f.safetensors")
     assert torch.equal(got["a"], base) and torch.equal(got["same"], base) and torch.equal(got["view"], base[2:5])
+    assert torch.equal(got["big"], big)
     assert got["wide"].dtype == torch.uint8 and torch.equal(got["wide"].view(torch.uint32), wide)
     with pytest.raises(ValueError, match="__metadata__"):
         write_tensors(tmp_path / "g.safetensors", {"__metadata__": base})

@@ -27,6 +27,8 @@ __all__ = ["CHUNK_BYTES", "DTYPE_CODES", "stored_layout", "write_tensors"]
 CHUNK_BYTES = 64 << 20
 """The most bytes of one tensor copied to the host (or hashed) at once."""
 
+_OVERLAP_BYTES = 1 << 20
+
 DTYPE_CODES: dict[torch.dtype, str] = {
     torch.float64: "F64",
     torch.float32: "F32",
@@ -105,9 +107,13 @@ def write_tensors(
         f.write(header)
         for name in order:
             for chunk in _chunks(tensors[name]):
+                size += len(chunk)
+                if len(chunk) < _OVERLAP_BYTES:  # a small tensor: handing it to the thread costs more than hashing
+                    digest.update(chunk)
+                    f.write(chunk)
+                    continue
                 hashed = hasher.submit(digest.update, chunk)  # sha256 releases the GIL: it overlaps the write
                 f.write(chunk)
-                size += len(chunk)
                 hashed.result()
         f.flush()
         if sync:
