@@ -287,6 +287,10 @@ class CheckpointManager:
         ``state`` may hold anything :func:`~pickaxe.runs.state.flatten_state` accepts (``TypeError``
         otherwise, before anything is written); ``meta`` must be JSON-serialisable. A nan/inf ``metric`` is
         logged and stored as None. A checkpoint of the same step is replaced. Returns the checkpoint folder.
+        Tensors are written from where they are, one chunk at a time (no copy of the state is made). DTensors
+        sharded over several learners (this process being rank 0 of their mesh) need :attr:`shard_writer`
+        (``ValueError`` before anything is written without one); a save whose shard writer fails or omits a
+        learner's file raises and leaves the previous checkpoint as ``latest``.
         """
         step = operator.index(step)
         if not 0 <= step < 10**12:
