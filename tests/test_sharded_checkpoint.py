@@ -235,6 +235,9 @@ def test_lazy_refs_give_any_rows_for_another_number_of_learners(sharded_run) -> 
         weight[::2]
     with pytest.raises(IndexError, match="out of range"):
         weight[7]
+    with pytest.raises(TypeError, match="indexed by a row or a row slice, not tuple"):
+        weight[0, 1]
+    assert torch.equal(weight[torch.tensor(4)], full["policy"]["0.weight"][4])  # any integer index
     eager, _ = mgr.load(lazy_shards=False)  # a call's own choice wins over the attribute
     assert isinstance(eager["algo"]["policy"]["0.weight"], torch.Tensor)
 
@@ -482,3 +485,15 @@ def test_unflatten_keeps_ordered_dicts_of_refs() -> None:
     skeleton = {"__dict__": [["x", {"__sharded__": "n"}]], "ordered": True}
     out = unflatten_state({"n": ref}, skeleton, map_location="cpu")
     assert isinstance(out, OrderedDict) and out["x"] is ref
+
+
+def test_a_one_learner_checkpoint_reads_the_same_way_on_more_learners(tmp_path: Path) -> None:
+    """1 -> 2: without sharded entries a lazy load gives full tensors, which each learner slices alike."""
+    full = _full(4)
+    mgr = CheckpointManager(tmp_path)
+    path = mgr.save(4, {"algo": full})
+    assert json.loads((path / "meta.json").read_text())["format_version"] == 1  # readable by an older pickaxe
+    state, _ = mgr.load(lazy_shards=True)
+    for name, want in full.items():
+        for start, stop in chunk_rows(len(want), WORLD):
+            assert torch.equal(state["algo"][name][start:stop], want[start:stop])

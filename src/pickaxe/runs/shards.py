@@ -13,6 +13,7 @@ reads any row range on demand, so a checkpoint written by N ranks loads on M: ra
 
 from __future__ import annotations
 
+import operator
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -162,13 +163,17 @@ class ShardedTensorRef:
         return self.shape.numel()
 
     def __getitem__(self, key: slice | int) -> torch.Tensor:
-        if isinstance(key, int) and not isinstance(key, bool):
-            row = key + len(self) if key < 0 else key
-            if not 0 <= row < len(self):
-                raise IndexError(f"row {key} is out of range for a sharded tensor of {len(self)} rows")
-            return self.read(row, row + 1)[0]
         if not isinstance(key, slice):
-            raise TypeError(f"a sharded tensor is indexed by a row or a row slice, not {type(key).__name__}")
+            try:
+                index = operator.index(key) if not isinstance(key, bool) else None
+            except TypeError:
+                index = None
+            if index is None:
+                raise TypeError(f"a sharded tensor is indexed by a row or a row slice, not {type(key).__name__}")
+            row = index + len(self) if index < 0 else index
+            if not 0 <= row < len(self):
+                raise IndexError(f"row {index} is out of range for a sharded tensor of {len(self)} rows")
+            return self.read(row, row + 1)[0]
         start, stop, step = key.indices(len(self))
         if step != 1:
             raise ValueError("a sharded tensor's rows are read as one contiguous range (slice step must be 1)")
