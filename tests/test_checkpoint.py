@@ -580,3 +580,98 @@ def test_crafted_skeleton_cannot_build_object_arrays(tmp_path):
     _rehash(path, "meta.json")
     with pytest.raises(CheckpointError, match=r"meta\.json does not match.*invalid numpy dtype 'O'"):
         mgr.load(path)
+
+
+# ------------------------------------------------------------------------------------------ tensorfile.py
+def _dtype_zoo() -> dict[str, torch.Tensor]:
+    """Every dtype pickaxe saves, 0-d, empty, odd sizes and strided views."""
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(6, 5, generator=g, dtype=torch.float64) * 100
+    out = {}
+    for d in (torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.bool, torch.uint8):
+        out[f"{d}/2d"] = base.to(d)
+        out[f"{d}/0d"] = base[1, 2].to(d)
+        out[f"{d}/empty"] = base[:0].to(d)
+        out[f"{d}/odd"] = base.reshape(-1)[:7].to(d)
+        out[f"{d}/transposed"] = base.to(d).t()  # a non-contiguous view
+        out[f"{d}/strided"] = base.to(d)[::2, 1::2]
+    out["float64"] = base
+    out["int32"] = base.to(torch.int32)
+    out["int8"] = base.to(torch.int8)
+    return out
+
+
+@pytest.mark.parametrize("chunk", [None, 8])  # 8 bytes: every tensor in many chunks
+def test_streamed_file_loads_as_safetensors_own(tmp_path, monkeypatch, chunk):
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    from pickaxe.digests import file_digest
+    from pickaxe.runs import tensorfile
+
+    if chunk is not None:
+        monkeypatch.setattr(tensorfile, "CHUNK_BYTES", chunk)
+    tensors = _dtype_zoo()
+    entry = tensorfile.write_tensors(tmp_path / "ours.safetensors", tensors)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, tmp_path / "theirs.safetensors")
+    assert entry == file_digest(tmp_path / "ours.safetensors")  # hashed while written, never read back
+    ours, theirs = load_file(tmp_path / "ours.safetensors"), load_file(tmp_path / "theirs.safetensors")
+    assert list(ours) != [] and sorted(ours) == sorted(theirs) == sorted(tensors)
+    for name, want in tensors.items():
+        assert_same(want.contiguous(), ours[name], name)
+        assert_same(theirs[name], ours[name], name)
+    with safe_open(tmp_path / "ours.safetensors", framework="pt") as f:
+        assert f.metadata() == {"format": "pt"}
+    raw = (tmp_path / "ours.safetensors").read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + n])
+    assert n % 8 == 0 and raw[8 : 8 + n].endswith((b"}", b" "))
+    for name, info in header.items():  # each tensor starts at a multiple of its element size
+        if name != "__metadata__":
+            assert info["data_offsets"][0] % tensors[name].element_size() == 0, name
+    assert max(i["data_offsets"][1] for k, i in header.items() if k != "__metadata__") == len(raw) - 8 - n
+
+
+def test_streamed_file_of_shared_and_foreign_dtype_tensors(tmp_path):
+    from safetensors.torch import load_file
+
+    from pickaxe.digests import file_digest
+    from pickaxe.runs.tensorfile import write_tensors
+
+    base = torch.arange(12.0)
+    wide = torch.arange(5, dtype=torch.int64).to(torch.uint32)  # a dtype safetensors lacks: stored as raw bytes
+    big = torch.randn(700, 1000)  # 2.8 MB: hashed in the helper thread while written
+    tensors = {"a": base, "view": base[2:5], "same": base, "wide": wide, "big": big}
+    assert write_tensors(tmp_path / "f.safetensors", tensors) == file_digest(tmp_path / "f.safetensors")
+    got = load_file(tmp_path / "f.safetensors")
+    assert torch.equal(got["a"], base) and torch.equal(got["same"], base) and torch.equal(got["view"], base[2:5])
+    assert torch.equal(got["big"], big)
+    assert got["wide"].dtype == torch.uint8 and torch.equal(got["wide"].view(torch.uint32), wide)
+    with pytest.raises(ValueError, match="__metadata__"):
+        write_tensors(tmp_path / "g.safetensors", {"__metadata__": base})
+
+
+def test_checkpoint_files_are_streamed_not_built_by_safetensors(tmp_path, monkeypatch):
+    import safetensors.torch
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("safetensors.torch.save_file builds the whole file in memory")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", refuse)
+    from pickaxe.runs.model import load_model, save_model
+    from pickaxe.runs.policies import load_policy, save_policy
+
+    state = {"algo": {"w": torch.randn(3, 4), "b": torch.randn(4).to(torch.bfloat16)}, "step": 3}
+    mgr = CheckpointManager(tmp_path)
+    mgr.save(1, state)
+    assert_same(state, mgr.load()[0])
+    net = nn.Linear(3, 2)
+    tied = nn.Sequential(net, nn.Linear(2, 3))
+    tied[1].weight = nn.Parameter(net.weight.t())  # not the same shape: a second tensor over the same storage
+    save_model(tmp_path, {"policy": tied}, step=5)
+    save_policy(tmp_path, {"policy": tied}, 5, {"eval/x": 1.0})
+    for load in (lambda n: load_model(tmp_path, n), lambda n: load_policy(tmp_path, n, 5)):
+        fresh = nn.Sequential(nn.Linear(3, 2), nn.Linear(2, 3))
+        load({"policy": fresh})
+        for a, b in zip(tied.state_dict().values(), fresh.state_dict().values(), strict=True):
+            assert torch.equal(a, b)

@@ -238,11 +238,11 @@ def test_meta_without_user_metadata_loads_with_an_empty_dict(saved: Path) -> Non
     assert (info.step, info.metric, info.meta) == (5, 1.5, {})
 
 
-@pytest.mark.parametrize("version", [2, 99, None, "1", 1.0])
+@pytest.mark.parametrize("version", [3, 99, None, "1", 1.0])
 def test_newer_or_malformed_format_version_says_upgrade(saved: Path, version: Any) -> None:
     _write_rehashed(saved, "meta.json", json.dumps({**_meta(saved), "format_version": version}).encode())
     assert _message(saved) == (
-        f"checkpoint {saved}: meta.json has format version {version!r}, this pickaxe reads versions <= 1; "
+        f"checkpoint {saved}: meta.json has format version {version!r}, this pickaxe reads versions <= 2; "
         "upgrade pickaxe to load it"
     )
 

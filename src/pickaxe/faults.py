@@ -4,7 +4,8 @@
 
 - ``iteration``: after each training iteration (its log record and any checkpoint written);
 - every write of the checkpoint protocol, in order: ``checkpoint-tensors`` (tensor file written),
-  ``checkpoint-meta`` (meta.json written), ``checkpoint-manifest`` (MANIFEST.json written),
+  ``checkpoint-meta`` (meta.json written), ``checkpoint-shards`` (the other learners' shard files written, when the
+  state is sharded; reached by every save), ``checkpoint-manifest`` (MANIFEST.json written),
   ``checkpoint-write`` (all files synced, folder not yet renamed into place), ``checkpoint-renamed``
   (folder in place, ``latest`` not yet updated), ``latest-tmp`` (the new ``latest`` written to a temporary
   file, not yet renamed over the old one), ``checkpoint-retention`` (an old checkpoint renamed aside for
@@ -24,6 +25,7 @@ from pathlib import Path
 CHECKPOINT_POINTS = (
     "checkpoint-tensors",
     "checkpoint-meta",
+    "checkpoint-shards",
     "checkpoint-manifest",
     "checkpoint-write",
     "checkpoint-renamed",

@@ -2,16 +2,22 @@
 
 Layout of one checkpoint, ``RUN_DIR/checkpoints/step-<12-digit step>/``:
 
-- ``tensors.safetensors``: every tensor / numpy array of the state (see :mod:`pickaxe.runs.state`);
+- ``tensors.safetensors``: every tensor / numpy array of the state (see :mod:`pickaxe.runs.state`), written
+  tensor by tensor (:mod:`pickaxe.runs.tensorfile`: the file is never built in memory) and hashed as it is written;
+- ``shards-rank-<r>.safetensors`` (sharded states only): rank ``r``'s rows of every tensor sharded over the
+  learners (FSDP2 DTensors), written by that rank (:func:`write_rank_shards`) while rank 0 saves; rank 0's rows
+  are in ``tensors.safetensors`` (see :mod:`pickaxe.runs.shards`);
 - ``meta.json``: the JSON skeleton of the state, the step, the metric, the user metadata, creation time and
-  format version;
+  format version (2 when the state has sharded entries, with their table; 1 otherwise);
 - ``MANIFEST.json``: written last, the size and sha256 digest of every other file.
 
 A checkpoint is written into ``checkpoints/.tmp-step-<N>-<random>/`` with every file and the folder fsynced,
 then renamed into place, and ``checkpoints/latest`` is replaced atomically with the folder name. A writer
 killed midway leaves only a ``.tmp-*`` entry, which loading ignores and the next save removes. Loading
 verifies sizes and digests first, reads tensors with safetensors and everything else with json: nothing is
-ever unpickled, so a planted pickle can at worst fail to load.
+ever unpickled, so a planted pickle can at worst fail to load. Sharded entries load as full tensors (read row
+range by row range from each rank's file) or, with ``lazy_shards``, as :class:`~pickaxe.runs.shards.ShardedTensorRef`
+that read any rows on demand: a checkpoint written by N learners resumes on M.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from pickaxe.digests import file_digest
+from pickaxe.digests import is_entry
 from pickaxe.errors import CheckpointError, PickaxeError
 from pickaxe.faults import fault_point
 
@@ -45,14 +51,17 @@ __all__ = [
     "CheckpointInfo",
     "CheckpointManager",
     "CheckpointWarning",
+    "ShardWriter",
     "load_checkpoint",
     "save_checkpoint",
+    "write_rank_shards",
 ]
 
 logger = logging.getLogger(__name__)
 
 FORMAT = "pickaxe-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""The newest format this pickaxe reads; it writes version 1 (readable by older pickaxe) unless the state is sharded."""
 TENSORS, META, MANIFEST, LATEST = "tensors.safetensors", "meta.json", "MANIFEST.json", "latest"
 _TMP = ".tmp-"
 _STEP_RE = re.compile(r"step-(\d{12})")
@@ -65,6 +74,10 @@ class CheckpointWarning(UserWarning):
 
 SkipHandler = Callable[[str], None]
 """Receives the one-line report of a skipped (damaged) checkpoint."""
+
+ShardWriter = Callable[[Path], dict[str, dict[str, Any]]]
+"""Called by rank 0's save with the temporary checkpoint folder: has every other rank write its shard file there
+(:func:`write_rank_shards`) and returns their manifest entries ``{file name: {"size", "sha256"}}``."""
 
 
 @dataclass
@@ -185,6 +198,13 @@ def _verify(folder: Path) -> dict[str, Any]:
             f"checkpoint {folder}: {META} has format version {version!r}, this pickaxe reads versions <= "
             f"{FORMAT_VERSION}; upgrade pickaxe to load it"
         )
+    sharded = meta.get("sharded")
+    needed = sharded.get("files") if isinstance(sharded, dict) else [] if sharded is None else None
+    if not isinstance(needed, list):
+        raise _bad(folder, META, "has a malformed table of sharded entries")
+    for fname in needed:
+        if fname not in files:  # a learner's shard file the manifest does not cover cannot be trusted
+            raise _bad(folder, MANIFEST, f"does not list {fname}, which {META} needs (a learner's shards)")
     return meta
 
 
@@ -196,22 +216,40 @@ def _info(folder: Path, meta: dict[str, Any]) -> CheckpointInfo:
     return CheckpointInfo(folder, meta["step"], _metric(meta.get("metric")), meta.get("meta") or {})
 
 
-def _load_one(folder: Path, map_location: str | torch.device) -> tuple[Any, CheckpointInfo]:
+def _load_one(folder: Path, map_location: str | torch.device, lazy_shards: bool = False) -> tuple[Any, CheckpointInfo]:
     import torch
-    from safetensors.torch import load_file
+    from safetensors import safe_open
 
+    from pickaxe.runs.shards import shard_refs
     from pickaxe.runs.state import unflatten_state
 
     device = torch.device(map_location)
     torch.empty(0, device=device)  # an unusable device is the caller's error, not a damaged checkpoint
-    device = None if device.type == "cpu" else device
     meta = _verify(folder)
+    handles: dict[str, Any] = {}
+
+    def opener(path: str) -> Any:
+        if path not in handles:
+            handles[path] = safe_open(path, framework="pt")
+        return handles[path]
+
     try:
-        tensors = load_file(folder / TENSORS, device="cpu")
-    except Exception as e:  # safetensors raises its own error type for any malformed file
-        raise _bad(folder, TENSORS, f"is not a valid safetensors file ({e})") from e
+        try:
+            refs = shard_refs(folder, meta["sharded"], str(device), opener) if meta.get("sharded") else {}
+            main = opener(str(folder / TENSORS))
+            # one tensor at a time (never the file's bytes and the state together); rank 0's pieces of the
+            # sharded entries are read through their refs
+            tensors: dict[str, Any] = {k: main.get_tensor(k) for k in main.keys() if k not in refs}  # noqa: SIM118
+        except CheckpointError:
+            raise
+        except Exception as e:  # safetensors raises its own error type for any malformed file
+            raise _bad(folder, TENSORS, f"is not a valid safetensors file ({e})") from e
+        for name, ref in refs.items():
+            tensors[name] = ref if lazy_shards else ref.read(0, len(ref), opener)
+    finally:
+        handles.clear()
     try:
-        state = unflatten_state(tensors, meta["skeleton"], map_location=device)
+        state = unflatten_state(tensors, meta["skeleton"], map_location=None if device.type == "cpu" else device)
     except Exception as e:
         raise _bad(folder, META, f"does not match the tensors in {TENSORS} ({e})") from e
     return state, _info(folder, meta)
@@ -223,7 +261,15 @@ class CheckpointManager:
     Retention after each save keeps the ``keep_last`` newest checkpoints by step plus the ``keep_best`` best
     by metric (``mode`` ``"max"`` or ``"min"``; checkpoints without a metric never count as best), and
     never the one ``latest`` points to.
+
+    With sharded learners (FSDP2) the launcher sets, on rank 0, ``shard_writer`` (see :data:`ShardWriter`; called
+    by every save once rank 0's files are written, before the manifest, whether or not the state holds sharded
+    tensors, so the other ranks can wait for it) and ``lazy_shards`` (loads give sharded entries as
+    :class:`~pickaxe.runs.shards.ShardedTensorRef` unless a call says otherwise).
     """
+
+    shard_writer: ShardWriter | None = None
+    lazy_shards: bool = False
 
     def __init__(self, run_dir: str | Path, keep_last: int = 3, keep_best: int = 1, mode: str = "max") -> None:
         if mode not in ("max", "min"):
@@ -241,6 +287,10 @@ class CheckpointManager:
         ``state`` may hold anything :func:`~pickaxe.runs.state.flatten_state` accepts (``TypeError``
         otherwise, before anything is written); ``meta`` must be JSON-serialisable. A nan/inf ``metric`` is
         logged and stored as None. A checkpoint of the same step is replaced. Returns the checkpoint folder.
+        Tensors are written from where they are, one chunk at a time (no copy of the state is made). DTensors
+        sharded over several learners (this process being rank 0 of their mesh) need :attr:`shard_writer`
+        (``ValueError`` before anything is written without one); a save whose shard writer fails or omits a
+        learner's file raises and leaves the previous checkpoint as ``latest``.
         """
         step = operator.index(step)
         if not 0 <= step < 10**12:
@@ -248,19 +298,26 @@ class CheckpointManager:
         if metric is not None and not math.isfinite(metric := float(metric)):
             logger.warning("checkpoint of step %d: metric %s is not finite; stored without one", step, metric)
             metric = None  # never counts as best
-        from safetensors.torch import save_file
+        from pickaxe.runs.shards import plan_shards
+        from pickaxe.runs.state import split_state
 
-        from pickaxe.runs.state import flatten_state
-
-        tensors, skeleton = flatten_state(state)
+        flat = split_state(state)
+        plan = plan_shards(flat.sharded)
+        if plan.files and self.shard_writer is None:
+            raise ValueError(
+                f"the state holds tensors sharded over several learners (e.g. {next(iter(flat.sharded))}) but "
+                "CheckpointManager.shard_writer is None: the launcher must set it so that the other learners write "
+                "their shards"
+            )
         doc = {
             "format": FORMAT,
-            "format_version": FORMAT_VERSION,
+            "format_version": 2 if plan.table else 1,
             "step": step,
             "metric": metric,
             "created": time.time(),
             "meta": meta or {},
-            "skeleton": skeleton,
+            "skeleton": flat.skeleton,
+            **({"sharded": plan.table} if plan.table else {}),
         }
         try:
             meta_bytes = json.dumps(doc, allow_nan=False, separators=(",", ":")).encode()
@@ -273,19 +330,21 @@ class CheckpointManager:
         final, tmp = self.dir / name, self.dir / f"{_TMP}{name}-{secrets.token_hex(4)}"
         tmp.mkdir()
         try:
-            save_file(tensors, tmp / TENSORS)
+            from pickaxe.runs.tensorfile import write_tensors
+
+            files = {TENSORS: write_tensors(tmp / TENSORS, {**flat.tensors, **plan.pieces}, sync=False)}
             fault_point("checkpoint-tensors")  # tests kill at each write of the protocol
-            # The fsyncs run in helper threads, overlapping the sha256 (CPU) and each other (the file system
-            # can commit them together); all three files are durable before the folder is synced and renamed.
+            # The fsyncs run in helper threads, overlapping each other and the other ranks' writes (the file
+            # system can commit them together); every file is durable before the folder is synced and renamed.
             with ThreadPoolExecutor(3) as pool:
                 synced = [pool.submit(fsync_file, tmp / TENSORS)]
-                files = {
-                    TENSORS: file_digest(tmp / TENSORS),
-                    META: _write_bytes(tmp / META, meta_bytes, False),
-                }
+                files[META] = _write_bytes(tmp / META, meta_bytes, False)
                 fault_point("checkpoint-meta")
                 synced.append(pool.submit(fsync_file, tmp / META))
-                manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "files": files}
+                if self.shard_writer is not None:
+                    files.update(_shard_entries(tmp, self.shard_writer(tmp), plan.files))
+                fault_point("checkpoint-shards")  # the other ranks' files written and synced, no manifest yet
+                manifest = {"format": FORMAT, "format_version": doc["format_version"], "files": files}
                 _write_bytes(tmp / MANIFEST, json.dumps(manifest, indent=1).encode(), sync=False)
                 fault_point("checkpoint-manifest")
                 synced.append(pool.submit(fsync_file, tmp / MANIFEST))
@@ -413,6 +472,7 @@ class CheckpointManager:
         map_location: str | torch.device = "cpu",
         accept: Callable[[Any, CheckpointInfo], None] | None = None,
         on_skip: SkipHandler | None = None,
+        lazy_shards: bool | None = None,
     ) -> tuple[Any, CheckpointInfo]:
         """Load a checkpoint's state and info; nothing is unpickled.
 
@@ -422,14 +482,17 @@ class CheckpointManager:
         ``accept(state, info)``, if given, is part of the check: a checkpoint whose state it refuses (any
         exception, e.g. another algorithm's state or wrong shapes) counts as damaged and the walk goes on.
         With ``path`` given, load exactly that checkpoint or raise :class:`CheckpointError`. Tensors are moved
-        to ``map_location``.
+        to ``map_location``. Sharded entries come back whole, or as
+        :class:`~pickaxe.runs.shards.ShardedTensorRef` with ``lazy_shards`` (None: the manager's
+        :attr:`lazy_shards`).
         """
+        lazy = self.lazy_shards if lazy_shards is None else lazy_shards
         if path is not None:
-            return self._load_accepted(self._resolve(path), map_location, accept)
+            return self._load_accepted(self._resolve(path), map_location, accept, lazy)
         tried = []
         for info in self._candidates():
             try:
-                return self._load_accepted(info.path, map_location, accept)
+                return self._load_accepted(info.path, map_location, accept, lazy)
             except CheckpointError as e:
                 self._skip(info, e, on_skip)
                 tried.append(info.path.name)
@@ -437,9 +500,12 @@ class CheckpointManager:
 
     @staticmethod
     def _load_accepted(
-        folder: Path, map_location: str | torch.device, accept: Callable[[Any, CheckpointInfo], None] | None
+        folder: Path,
+        map_location: str | torch.device,
+        accept: Callable[[Any, CheckpointInfo], None] | None,
+        lazy_shards: bool = False,
     ) -> tuple[Any, CheckpointInfo]:
-        state, info = _load_one(folder, map_location)
+        state, info = _load_one(folder, map_location, lazy_shards)
         if accept is not None:
             try:
                 accept(state, info)
@@ -475,12 +541,51 @@ def save_checkpoint(
     return CheckpointManager(run_dir, keep_last, keep_best, mode).save(step, state, metric=metric, meta=meta)
 
 
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[Any, CheckpointInfo]:
-    """Load from a checkpoint folder (``.../step-<N>``), or the newest good checkpoint of a run folder."""
+def load_checkpoint(
+    path: str | Path, map_location: str | torch.device = "cpu", lazy_shards: bool = False
+) -> tuple[Any, CheckpointInfo]:
+    """Load from a checkpoint folder (``.../step-<N>``), or the newest good checkpoint of a run folder; sharded
+    entries whole, or as :class:`~pickaxe.runs.shards.ShardedTensorRef` with ``lazy_shards``."""
     p = Path(path)
     if _STEP_RE.fullmatch(p.name) or (p / MANIFEST).exists():
-        return _load_one(p, map_location)
-    return CheckpointManager(p).load(map_location=map_location)
+        return _load_one(p, map_location, lazy_shards)
+    return CheckpointManager(p).load(map_location=map_location, lazy_shards=lazy_shards)
+
+
+def write_rank_shards(folder: Path, state: Any, rank: int) -> dict[str, dict[str, Any]]:
+    """On learner ``rank`` (not 0) while rank 0 saves: write this rank's rows of every sharded tensor of ``state``
+    (``{"algo": algo.state_dict()}``: the structure of rank 0's state there, so the same entry names) to
+    ``folder/shards-rank-<rank>.safetensors``, streamed and fsynced; return its manifest entry
+    ``{file name: {"size", "sha256"}}`` for rank 0's :data:`ShardWriter` (empty when nothing is sharded)."""
+    from pickaxe.runs.shards import iter_local_pieces, shard_file
+    from pickaxe.runs.state import split_state
+    from pickaxe.runs.tensorfile import write_tensors
+
+    if rank < 1:
+        raise ValueError(f"write_rank_shards is for the learners other than rank 0, got rank {rank}")
+    pieces = dict(iter_local_pieces(split_state(state).sharded, rank))
+    if not pieces:
+        return {}
+    fname = shard_file(rank)
+    return {fname: write_tensors(Path(folder) / fname, pieces)}
+
+
+def _shard_entries(folder: Path, entries: Any, needed: list[str]) -> dict[str, dict[str, Any]]:
+    """The shard writer's manifest entries, checked: well-formed, naming files it wrote, every needed one there."""
+    if not isinstance(entries, dict) or not all(isinstance(k, str) and is_entry(v) for k, v in entries.items()):
+        raise CheckpointError(f"checkpoint {folder}: the shard writer returned {entries!r}, not manifest entries")
+    for fname in entries:
+        if fname in (TENSORS, META, MANIFEST, LATEST) or not re.fullmatch(r"shards-rank-\d+\.safetensors", fname):
+            raise CheckpointError(f"checkpoint {folder}: the shard writer returned an entry for {fname!r}")
+        if not (folder / fname).is_file():
+            raise CheckpointError(f"checkpoint {folder}: the shard writer returned {fname}, which it did not write")
+    missing = [f for f in needed if f not in entries]
+    if missing:
+        raise CheckpointError(
+            f"checkpoint {folder}: the shard writer returned no entry for {', '.join(missing)} (a learner did not "
+            "write its shards)"
+        )
+    return entries
 
 
 def has_checkpoint(run_dir: str | Path) -> bool:

@@ -9,18 +9,17 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pickaxe.digests import file_digest
 from pickaxe.errors import PickaxeError
-from pickaxe.runs.checkpoint import CheckpointInfo, CheckpointManager, fsync_file
+from pickaxe.runs.checkpoint import CheckpointInfo, CheckpointManager
 from pickaxe.runs.policies import list_policies, load_policy
 from pickaxe.runs.weights import (
     MODEL_DIGEST_FILE,
     MODEL_FILE,
-    flat_weights,
     load_flat_weights,
     load_into,
     verify_weights,
     write_json_synced,
+    write_weights,
 )
 
 if TYPE_CHECKING:
@@ -35,16 +34,12 @@ def save_model(run_dir: Path, networks: dict[str, nn.Module], step: int | None =
     """Write the networks' weights to ``model.safetensors`` (keys ``<network>.<param>``), then its size and
     sha256 to ``model.json``; ``load_model`` verifies them. Both files are fsynced and renamed into place.
 
-    Tensors that share memory (tied input/output embeddings) are written once per name, as copies:
-    safetensors refuses shared tensors, and loading gives each name the same values again.
+    Tensors that share memory (tied input/output embeddings) are written once per name; loading gives each name
+    the same values again.
     """
-    from safetensors.torch import save_file
-
     path = run_dir / MODEL_FILE
     tmp = path.with_suffix(".tmp")
-    save_file(flat_weights(networks), str(tmp))
-    fsync_file(tmp)
-    digest = file_digest(tmp)
+    digest = write_weights(tmp, networks)  # streamed, hashed as written, fsynced
     # a kill between the two renames leaves a model without a digest (loaded with a warning), never a
     # model beside the digest of an older one (which would read as corrupted)
     (run_dir / MODEL_DIGEST_FILE).unlink(missing_ok=True)

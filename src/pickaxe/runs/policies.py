@@ -25,16 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pickaxe.digests import file_digest
 from pickaxe.errors import PickaxeError
-from pickaxe.runs.checkpoint import _fsync_dir, fsync_file
+from pickaxe.runs.checkpoint import _fsync_dir
 from pickaxe.runs.weights import (
     MODEL_DIGEST_FILE,
     MODEL_FILE,
-    flat_weights,
     load_flat_weights,
     verify_weights,
     write_json_synced,
+    write_weights,
 )
 
 if TYPE_CHECKING:
@@ -84,12 +83,9 @@ def save_policy(run_dir: str | Path, networks: dict[str, nn.Module], step: int, 
     tmp = root / f"{_TMP}{final.name}-{secrets.token_hex(4)}"
     tmp.mkdir()
     try:
-        from safetensors.torch import save_file
-
-        save_file(flat_weights(acting_networks(networks)), str(tmp / MODEL_FILE))
-        fsync_file(tmp / MODEL_FILE)
+        digest = write_weights(tmp / MODEL_FILE, acting_networks(networks))  # streamed, hashed, fsynced
         kept = {k: _finite(v) for k, v in sorted(metrics.items()) if k.startswith("eval/")}
-        record = {"file": MODEL_FILE, **file_digest(tmp / MODEL_FILE), "step": int(step), "metrics": kept}
+        record = {"file": MODEL_FILE, **digest, "step": int(step), "metrics": kept}
         write_json_synced(tmp / MODEL_DIGEST_FILE, record)
         _fsync_dir(tmp)
         if final.exists():  # a rename cannot replace a non-empty folder: move the old one aside first

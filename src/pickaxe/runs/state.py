@@ -7,6 +7,9 @@ hold exactly are wrapped in marker objects:
 
 - ``{"__tensor__": "t/3"}``: torch tensor (plus ``dtype``/``shape`` when safetensors lacks the dtype and
   it is stored as raw bytes);
+- ``{"__sharded__": name}``: a ``DTensor`` whose rows are split over several ranks (FSDP2), stored as one piece per
+  rank under ``name``, its path in the state (see :mod:`pickaxe.runs.shards`); a DTensor whose local tensor is
+  the whole tensor (one rank, replicated) is stored as a plain tensor;
 - ``{"__ndarray__": "t/4", "dtype": "<u4", "shape": [624]}``: numpy array, stored as its raw bytes;
 - ``{"__npscalar__": base64, "dtype": "<f4"}``: numpy scalar;
 - ``{"__tuple__": [...]}``: tuple;
@@ -18,6 +21,9 @@ hold exactly are wrapped in marker objects:
 ``unflatten_state`` inverts this exactly: tensors bitwise with their dtype, numpy arrays as numpy arrays,
 tuples as tuples, int keys as ints. Subclasses of dict/list/tuple come back as the base type, except
 ``OrderedDict`` (kept, with the ``_metadata`` that ``nn.Module.state_dict()`` attaches).
+
+:func:`split_state` is the form checkpoints write from: tensors as they are (no host copies; the streaming writer
+copies one chunk at a time) and the sharded DTensors apart.
 """
 
 from __future__ import annotations
@@ -25,16 +31,20 @@ from __future__ import annotations
 import base64
 import math
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["flatten_state", "unflatten_state"]
+from pickaxe.runs.shards import is_dtensor, shard_world
+
+__all__ = ["FlatState", "flatten_state", "split_state", "unflatten_state"]
 
 _MARKERS = frozenset(
     (
         "__tensor__",
+        "__sharded__",
         "__ndarray__",
         "__npscalar__",
         "__tuple__",
@@ -70,11 +80,17 @@ def _float(x: float) -> Any:
 
 
 class _Flattener:
-    def __init__(self) -> None:
+    def __init__(self, stream: bool) -> None:
+        self.stream = stream
         self.tensors: dict[str, torch.Tensor] = {}
+        self.sharded: dict[str, Any] = {}
         self.storages: set[int] = set()
 
     def add(self, t: torch.Tensor) -> str:
+        name = f"t/{len(self.tensors)}"
+        if self.stream:  # the streaming writer copies each tensor's bytes itself: shared memory is no problem
+            self.tensors[name] = t
+            return name
         # Tensors sharing memory (views, tied weights, the same tensor twice) must be stored as independent
         # copies: safetensors refuses shared storage.
         ptr = t.untyped_storage().data_ptr()
@@ -83,7 +99,6 @@ class _Flattener:
             ptr = t.untyped_storage().data_ptr()
         if ptr:  # empty storages have no address and never clash
             self.storages.add(ptr)
-        name = f"t/{len(self.tensors)}"
         self.tensors[name] = t
         return name
 
@@ -94,8 +109,18 @@ class _Flattener:
 
     def enc(self, x: Any, path: str) -> Any:
         if isinstance(x, torch.Tensor):
+            if is_dtensor(x):
+                if shard_world(x, path) > 1:
+                    return self.shard(x, path)
+                x = x.to_local()
             if x.layout != torch.strided or x.is_meta or x.is_quantized:
                 raise TypeError(f"{path}: cannot store a {x.layout}/meta/quantized tensor; make it dense first")
+            if self.stream:
+                t = x.detach()
+                if t.dtype in _NATIVE:
+                    return {"__tensor__": self.add(t)}
+                raw = self.add(t)  # stored as its raw bytes by the writer
+                return {"__tensor__": raw, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}
             t = x.detach().to("cpu").resolve_conj().resolve_neg().contiguous()
             if t.dtype in _NATIVE:
                 return {"__tensor__": self.add(t)}
@@ -138,29 +163,60 @@ class _Flattener:
             return {"__tuple__": [self.enc(v, f"{path}[{i}]") for i, v in enumerate(x)]}
         raise TypeError(f"{path}: cannot store object of type {t.__name__}")
 
+    def shard(self, x: Any, path: str) -> dict[str, str]:
+        if not self.stream:
+            raise TypeError(
+                f"{path}: a tensor sharded over {x.device_mesh.size()} ranks; save it with CheckpointManager.save "
+                "(rank 0) and write_rank_shards (the other ranks)"
+            )
+        if path in self.sharded:  # paths are unique within one state; never overwrite an entry
+            raise TypeError(f"{path}: two sharded tensors have this path")
+        self.sharded[path] = x
+        return {"__sharded__": path}
+
 
 def flatten_state(obj: Any, root: str = "state") -> tuple[dict[str, torch.Tensor], Any]:
     """Split ``obj`` into ``({name: contiguous CPU tensor}, JSON-serialisable skeleton)``.
 
     Tensors are detached and moved to CPU; tensors that share memory are copied so that each stored tensor
     is independent. Raises ``TypeError`` naming the location (``state['algo']['foo']``) of any value that
-    cannot be stored; ``root`` is the name used for the top of that path.
+    cannot be stored (a DTensor sharded over several ranks included: see :func:`split_state`); ``root`` is the
+    name used for the top of that path.
     """
-    f = _Flattener()
+    f = _Flattener(stream=False)
     skeleton = f.enc(obj, root)
     return f.tensors, skeleton
 
 
-def unflatten_state(
-    tensors: dict[str, torch.Tensor], skeleton: Any, map_location: str | torch.device | None = None
-) -> Any:
+@dataclass
+class FlatState:
+    """A state split for :func:`pickaxe.runs.tensorfile.write_tensors`: ``tensors`` as the state holds them (any
+    device and strides, possibly sharing memory; a dtype safetensors lacks is written as raw bytes, as the
+    skeleton records), the JSON ``skeleton``, and ``sharded``: entry name -> DTensor split over several ranks."""
+
+    tensors: dict[str, torch.Tensor]
+    skeleton: Any
+    sharded: dict[str, Any]
+
+
+def split_state(obj: Any, root: str = "state") -> FlatState:
+    """:func:`flatten_state` without copies, for streaming writes: see :class:`FlatState`. Every rank of a sharded
+    state gets the same entry names for the same structure (an entry's name is its path from ``root``)."""
+    f = _Flattener(stream=True)
+    skeleton = f.enc(obj, root)
+    return FlatState(f.tensors, skeleton, f.sharded)
+
+
+def unflatten_state(tensors: dict[str, Any], skeleton: Any, map_location: str | torch.device | None = None) -> Any:
     """Rebuild the object that :func:`flatten_state` split into ``tensors`` and ``skeleton``.
 
-    Torch tensors are moved to ``map_location`` when given; numpy arrays always come back on the host.
-    Raises ``ValueError`` for a malformed skeleton or a reference to a missing tensor.
+    Torch tensors are moved to ``map_location`` when given; numpy arrays always come back on the host. A sharded
+    entry (``{"__sharded__": name}``) is ``tensors[name]`` as given: the full tensor (moved too) or a
+    :class:`~pickaxe.runs.shards.ShardedTensorRef`. Raises ``ValueError`` for a malformed skeleton or a
+    reference to a missing tensor.
     """
 
-    def tensor(name: Any, path: str) -> torch.Tensor:
+    def tensor(name: Any, path: str) -> Any:
         if not isinstance(name, str) or name not in tensors:
             raise ValueError(f"{path}: skeleton refers to tensor {name!r}, which is not in the tensor file")
         return tensors[name]
@@ -184,6 +240,9 @@ def unflatten_state(
                     raise ValueError(f"{path}: unknown torch dtype {x['dtype']!r}")
                 t = t.view(dtype).reshape(x["shape"])
             return t if map_location is None else t.to(map_location)
+        if "__sharded__" in x:
+            t = tensor(x["__sharded__"], path)
+            return t.to(map_location) if map_location is not None and isinstance(t, torch.Tensor) else t
         if "__ndarray__" in x:
             raw = tensor(x["__ndarray__"], path).cpu().numpy()
             return raw.view(np_dtype(x["dtype"], path)).reshape(x["shape"])

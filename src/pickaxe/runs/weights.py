@@ -37,6 +37,25 @@ def flat_weights(networks: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def write_weights(path: Path, networks: dict[str, nn.Module]) -> dict[str, Any]:
+    """Write the networks' weights (keys ``<network>.<param>``, as :func:`flat_weights` names them) to ``path`` as a
+    safetensors file, streamed tensor by tensor (no host copy of the whole model) and fsynced; return its
+    ``{"size", "sha256"}``. Tied weights are written once per name. Weights sharded over several learners
+    (FSDP2 DTensors) are refused: gather the full weights first."""
+    from pickaxe.runs.shards import is_dtensor, shard_world
+    from pickaxe.runs.tensorfile import write_tensors
+
+    tensors = {}
+    for name, net in networks.items():
+        for key, t in net.state_dict().items():
+            if is_dtensor(t):
+                if shard_world(t, f"{name}.{key}") > 1:
+                    raise ValueError(f"{name}.{key} is sharded over several learners; gather the full weights first")
+                t = t.to_local()
+            tensors[f"{name}.{key}"] = t.detach()
+    return write_tensors(path, tensors)
+
+
 def load_flat_weights(networks: dict[str, nn.Module], tensors: dict[str, torch.Tensor], source: Path) -> None:
     """Load :func:`flat_weights` output into ``networks`` (each network takes the keys under its name); weights that
     do not fit are a one-line ``PickaxeError`` naming ``source``."""
