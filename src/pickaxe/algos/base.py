@@ -13,6 +13,7 @@ from torch.distributed.tensor import DTensor
 from pickaxe.data.batch import Batch
 from pickaxe.errors import NonFiniteError
 from pickaxe.models.policy import Policy
+from pickaxe.models.sharding import mesh_device
 
 
 def first_nonfinite(named: Any, grads: bool = False) -> str | None:
@@ -23,7 +24,7 @@ def first_nonfinite(named: Any, grads: bool = False) -> str | None:
     tensors = [(p.grad if grads else p) for _, p in named]
     if any(isinstance(t, DTensor) for t in tensors):
         local = [t.to_local() if isinstance(t, DTensor) else t for t in tensors]
-        device = next(t.device for t in local if t is not None)
+        device = mesh_device(next(t for t in tensors if t is not None))
         bad = [torch.zeros((), device=device) if t is None else (~torch.isfinite(t)).any().float() for t in local]
         flags = all_reduce(torch.stack([b.to(device) for b in bad]), "max").tolist() if bad else []
         return next((f"{what}{name}" for (name, _), flag in zip(named, flags, strict=True) if flag > 0), None)
@@ -40,9 +41,27 @@ def is_sharded(module: nn.Module) -> bool:
 
 
 def total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
-    """The L2 norm of all ``grads`` together; over sharded gradients (DTensors) the full norm (a collective)."""
-    norm = nn.utils.get_total_norm(grads)
-    return norm.full_tensor() if isinstance(norm, DTensor) else norm
+    """The L2 norm of all ``grads`` together. Over sharded gradients (DTensors) the full norm: each learner's sum
+    of squares of its shards, summed over the learners (a collective, on the mesh's device: offloaded shards are on
+    the host)."""
+    sharded = [g for g in grads if isinstance(g, DTensor)]
+    if not sharded:
+        return nn.utils.get_total_norm(grads)
+    device = mesh_device(sharded[0])
+    squares = [torch.linalg.vector_norm(g.to_local(), dtype=torch.float32).pow(2).to(device) for g in sharded]
+    total = all_reduce(torch.stack(squares).sum())
+    plain = [g for g in grads if not isinstance(g, DTensor)]
+    if plain:
+        total = total + nn.utils.get_total_norm(plain).float().to(device).pow(2)
+    return total.sqrt()
+
+
+def clip_with_norm(params: list[torch.Tensor], max_norm: float, norm: torch.Tensor) -> None:
+    """Scale the gradients of ``params`` so that their total norm ``norm`` is at most ``max_norm``
+    (``clip_grads_with_norm_``; the factor moved to where the gradients are, for shards offloaded to the host)."""
+    grad = params[0].grad
+    device = grad.to_local().device if isinstance(grad, DTensor) else grad.device
+    nn.utils.clip_grads_with_norm_(params, max_norm, norm.to(device))
 
 
 def reduce_sums(values: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
@@ -195,7 +214,7 @@ def clip_and_step(
         optimizer.zero_grad(set_to_none=True)
         raise NonFiniteError(what)
     if params:
-        nn.utils.clip_grads_with_norm_(params, max_grad_norm, norm)
+        clip_with_norm(params, max_grad_norm, norm)
     optimizer.step()
     return values
 

@@ -31,6 +31,7 @@ from pickaxe.models.lm import enable_checkpointing, layout_logprobs
 from pickaxe.models.lora import is_lora
 from pickaxe.models.sharding import (
     Offload,
+    compute_device,
     gather_into,
     load_sharded,
     load_sharded_optimizer,
@@ -299,8 +300,9 @@ class LMAlgorithm(Algorithm):
 
     @property
     def device(self) -> torch.device:
-        """Where the model's parameters are."""
-        return next(self.model.parameters()).device
+        """Where the model computes: its parameters' device (a sharded model's mesh device: with ``offload`` its
+        shards are on the host)."""
+        return compute_device(self.model)
 
     def forward_logprobs(
         self, layout: TokenLayout, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0

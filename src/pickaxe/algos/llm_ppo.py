@@ -26,6 +26,7 @@ from torch import nn
 from pickaxe.algos.base import (
     all_reduce,
     all_reduce_gradients,
+    clip_with_norm,
     data_parallel,
     drop_absent_gradients,
     first_nonfinite,
@@ -514,7 +515,7 @@ class LLMPPO(LMAlgorithm):
             raise NonFiniteError(f"{what} (LLMPPO update {self.version})")
         for ps, norm, max_norm in zip(params, norms, (cfg.max_grad_norm, cfg.critic_max_grad_norm), strict=True):
             if ps:
-                nn.utils.clip_grads_with_norm_(ps, max_norm, norm)
+                clip_with_norm(ps, max_norm, norm)
         self.optimizer.step()
         self.critic_optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)

@@ -64,6 +64,21 @@ def is_sharded(model: nn.Module) -> bool:
     return isinstance(model, FSDPModule)
 
 
+def mesh_device(param: torch.Tensor) -> torch.device:
+    """Where the collectives over ``param``'s learners run: this learner's GPU for a CUDA mesh (also when the
+    shard is offloaded to the host), else the CPU; a plain tensor's own device."""
+    if not isinstance(param, DTensor):
+        return param.device
+    kind = param.device_mesh.device_type
+    return torch.device(kind, torch.cuda.current_device()) if kind == "cuda" else torch.device(kind)
+
+
+def compute_device(model: nn.Module) -> torch.device:
+    """The device ``model`` computes on: its parameters' device, or for a sharded model its mesh's (the shards may
+    live on the host with ``offload``)."""
+    return mesh_device(next(model.parameters()))
+
+
 def local_rows(rows: int, rank: int, world: int) -> tuple[int, int]:
     """``(start, stop)`` of the dim-0 rows learner ``rank`` of ``world`` holds of a tensor with ``rows`` rows:
     FSDP2's split, ``torch.chunk``'s rule (chunks of ``ceil(rows / world)`` rows; the last learners may hold fewer
@@ -149,7 +164,7 @@ def _gather_unit(params: list[torch.Tensor]) -> list[torch.Tensor]:
     for p, chunk in zip(params, chunks, strict=True):
         local = p.to_local().detach().reshape(-1)
         pieces.append(torch.nn.functional.pad(local, (0, chunk - local.numel())))
-    mine = torch.cat(pieces)
+    mine = torch.cat(pieces).to(mesh_device(params[0]))  # an offloaded shard is on the host
     everyone = torch.empty(world * mine.numel(), dtype=mine.dtype, device=mine.device)
     dist.all_gather_single(everyone, mine)
     everyone = everyone.view(world, -1)
