@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from pickaxe.algos.base import Algorithm, clip_and_step, data_parallel, my_share
 from pickaxe.algos.configs import Aggregation, KLEstimator
@@ -33,6 +34,7 @@ from pickaxe.models.sharding import (
     Offload,
     compute_device,
     gather_into,
+    load_full,
     load_sharded,
     load_sharded_optimizer,
     shard_model,
@@ -398,11 +400,17 @@ class LMAlgorithm(Algorithm):
         weights: dict[str, Any],
         optimizer_state: dict[str, Any],
     ) -> None:
-        """Load ``weights`` and ``optimizer_state`` (full tensors or lazy readers) into sharded ``module`` and
-        ``optimizer``, then gather the weights into ``full`` on rank 0 (a collective)."""
+        """Load ``weights`` and ``optimizer_state`` into sharded ``module`` and ``optimizer`` (each learner its own
+        rows) and, on rank 0, the whole ``weights`` into ``full``. Values that are full tensors or lazy readers are
+        read locally: no collective, so learners may load one after the other. DTensors (a sharded ``state_dict``
+        given back as it was) are loaded from this learner's shards and gathered into ``full``: then a collective
+        every learner calls."""
         load_sharded(module, weights)
         load_sharded_optimizer(optimizer, optimizer_state)
-        self.gather(module, full, "load", whole=True)
+        if any(isinstance(v, DTensor) for v in weights.values()):
+            self.gather(module, full, "load", whole=True)
+        elif data_parallel()[0] == 0:
+            load_full(full, weights)
 
     def optimizer_step(
         self, loss: torch.Tensor, extra: torch.Tensor | None = None, sums: torch.Tensor | None = None

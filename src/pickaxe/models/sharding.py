@@ -250,6 +250,18 @@ def load_sharded(model: nn.Module, state: dict[str, Any]) -> None:
             current.copy_(full_value(state[name]))
 
 
+@torch.no_grad()
+def load_full(model: nn.Module, state: dict[str, Any]) -> None:
+    """Load ``state`` (names to full tensors or lazy readers, read whole) into unsharded ``model``, without any
+    collective (rank 0's full policy, from the state the sharded learners load their rows of)."""
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    if missing:
+        raise PickaxeError(f"state does not fit the model: missing {missing[:3]}")
+    for name, current in own.items():
+        current.copy_(full_value(state[name]))
+
+
 def load_sharded_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
     """Load ``state`` (an unsharded optimizer's ``state_dict``, or a sharded one's with full tensors or lazy readers
     as values) into ``optimizer``, built over sharded parameters in the same order: every per-parameter tensor
