@@ -28,6 +28,7 @@ from pickaxe.dist import data_parallel
 from pickaxe.envs.text import Arithmetic, PromptEnv
 from pickaxe.errors import NonFiniteError, PickaxeError
 from pickaxe.models.lora import apply_lora
+from pickaxe.models.reward import tiny_reward_model
 from pickaxe.models.sharding import decoder_layers, gather_into, local_rows, shard_model
 from pickaxe.models.value import ValueModel
 from pickaxe.rollout.text_collector import DemoCollector
@@ -226,7 +227,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], l
 
 
 def _same_metrics(got: dict[str, float], want: dict[str, float]) -> None:
-    got = {k: v for k, v in got.items() if not k.startswith("sync/")}
+    got = {k: v for k, v in got.items() if not k.startswith(("sync/", "time/"))}
     assert got.keys() == want.keys()
     for key, value in want.items():
         assert got[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
@@ -246,9 +247,12 @@ def test_two_sharded_learners_apply_the_single_process_updates(results, name: st
     assert (learners[0][name]["networks"] - want["networks"]).abs().max() <= WEIGHT_ATOL
     assert torch.equal(learners[0][name]["trained"], learners[1][name]["trained"])
     last = learners[0][name]["metrics"][-1]
-    assert last["sync/gather_bytes"] > 0 and last["sync/gather_s"] >= 0
+    assert last["sync/gather_bytes"] > 0 and last["time/gather_s"] >= 0
+    if name == "llm_ppo":  # the critic's full weights too (checkpoints and the final model)
+        critic = ValueModel.from_lm(_lm(seed=3))
+        assert last["sync/critic_gather_bytes"] == sum(p.numel() * p.element_size() for p in critic.parameters())
     timeless = [
-        [{k: v for k, v in m.items() if not k.endswith("gather_s")} for m in r[name]["metrics"]] for r in learners
+        [{k: v for k, v in m.items() if not k.startswith("time/")} for m in r[name]["metrics"]] for r in learners
     ]
     assert timeless[0] == timeless[1]  # the learners report the same numbers, bit for bit
 
@@ -331,6 +335,7 @@ def test_decoder_layers_of_a_causal_lm_a_lora_model_and_a_value_model() -> None:
     assert decoder_layers(lm) == list(lm.model.layers)
     assert len(decoder_layers(apply_lora(_lm(), r=2))) == 2
     assert len(decoder_layers(ValueModel.from_lm(_lm()))) == 2
+    assert len(decoder_layers(tiny_reward_model(len(TOK), hidden=32, layers=3))) == 3
     with pytest.raises(PickaxeError, match="no decoder layers found"):
         decoder_layers(torch.nn.Linear(2, 2))
 

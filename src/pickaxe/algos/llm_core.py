@@ -361,20 +361,21 @@ class LMAlgorithm(Algorithm):
 
     def sync_policy(self, metrics: dict[str, float]) -> dict[str, float]:
         """When sharded: gather the trained weights into rank 0's unsharded ``policy`` (a collective every learner
-        calls after every update; only LoRA's adapters when the base is frozen) and add ``sync/gather_s`` and
-        ``sync/gather_bytes`` to ``metrics``. Unsharded: ``metrics`` as they are."""
+        calls after every update; only LoRA's adapters when the base is frozen) and add ``sync/gather_bytes`` and
+        ``time/gather_s`` (under ``time/``: a wall time, left out of deterministic metric comparisons) to
+        ``metrics``. Unsharded: ``metrics`` as they are."""
         if not self.sharded:
             return metrics
-        return {**metrics, **self.gather(self.model, self.policy, "sync")}
+        return {**metrics, **self.gather(self.model, self.policy, "gather")}
 
-    def gather(self, sharded: nn.Module, full: nn.Module, prefix: str, whole: bool = False) -> dict[str, float]:
+    def gather(self, sharded: nn.Module, full: nn.Module, name: str, whole: bool = False) -> dict[str, float]:
         """:func:`~pickaxe.models.sharding.gather_into` of ``sharded`` into ``full`` on rank 0 (trainable
-        parameters only for LoRA, unless ``whole``); its time and bytes as ``{prefix}/gather_s`` and
-        ``{prefix}/gather_bytes``."""
+        parameters only for LoRA, unless ``whole``); its bytes and time as ``sync/{name}_bytes`` and
+        ``time/{name}_s``."""
         start = time.perf_counter()
         target = full if data_parallel()[0] == 0 else None
         nbytes = gather_into(sharded, target, trainable_only=is_lora(sharded) and not whole)
-        return {f"{prefix}/gather_s": time.perf_counter() - start, f"{prefix}/gather_bytes": float(nbytes)}
+        return {f"sync/{name}_bytes": float(nbytes), f"time/{name}_s": time.perf_counter() - start}
 
     def set_progress(self, step: int, total_steps: int) -> None:
         """Record training progress for the learning-rate schedule."""
@@ -408,7 +409,7 @@ class LMAlgorithm(Algorithm):
         load_sharded(module, weights)
         load_sharded_optimizer(optimizer, optimizer_state)
         if any(isinstance(v, DTensor) for v in weights.values()):
-            self.gather(module, full, "load", whole=True)
+            self.gather(module, full, "load_gather", whole=True)
         elif data_parallel()[0] == 0:
             load_full(full, weights)
 

@@ -430,7 +430,7 @@ class LLMPPO(LMAlgorithm):
             worst = got["check/logprob_diff_max"]
             warn_off_policy("PPO", worst, cfg.ratio_tolerance, sampled, learner, allowed_lag=self.allowed_lag)
         if self.sharded:  # the critic's full weights too (checkpoints and the final model read them on rank 0)
-            metrics.update(self.gather(self.critic, self.full_critic, "sync/critic"))
+            metrics.update(self.gather(self.critic, self.full_critic, "critic_gather"))
         return self.sync_policy({**metrics, **got})
 
     def _ptx_backward(self) -> torch.Tensor:
