@@ -345,3 +345,10 @@ def test_an_algorithm_that_cannot_shard_says_so() -> None:
 
     assert SFT.supports_sharding and GRPO.supports_sharding and LLMPPO.supports_sharding
     assert not DPO.supports_sharding
+
+
+def test_sharding_without_a_group_or_with_an_unknown_offload_is_one_line() -> None:
+    with pytest.raises(PickaxeError, match="needs the learners' process group"):
+        SFT(_lm(), SFTConfig()).shard()
+    with pytest.raises(PickaxeError, match="unknown offload 'disk'; choose one of none, optimizer, params"):
+        shard_model(_lm(), "disk")  # type: ignore[arg-type]

@@ -355,7 +355,7 @@ class LMAlgorithm(Algorithm):
         state = optimizer.state_dict()
         group = optimizer.param_groups[0]
         params = [p for p in twin.parameters() if p.requires_grad]
-        fresh = torch.optim.AdamW(params, lr=group["lr"], weight_decay=group["weight_decay"], fused=group["fused"])
+        fresh = torch.optim.AdamW(params, lr=group["lr"], weight_decay=group["weight_decay"], fused=group.get("fused"))
         load_sharded_optimizer(fresh, state)
         return twin, fresh
 

@@ -59,11 +59,6 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     )
 
 
-def is_sharded(model: nn.Module) -> bool:
-    """Whether ``model`` was sharded by :func:`shard_model` (its root is an FSDP2 module)."""
-    return isinstance(model, FSDPModule)
-
-
 def mesh_device(param: torch.Tensor) -> torch.device:
     """Where the collectives over ``param``'s learners run: this learner's GPU for a CUDA mesh (also when the
     shard is offloaded to the host), else the CPU; a plain tensor's own device."""
@@ -109,7 +104,7 @@ def shard_model(model: nn.Module, offload: Offload = "none", bf16: bool = False)
         raise PickaxeError(f"unknown offload {offload!r}; choose one of {', '.join(OFFLOADS)}")
     if not (dist.is_available() and dist.is_initialized()):
         raise PickaxeError("sharding needs the learners' process group: call pickaxe.dist.data_parallel.init first")
-    if is_sharded(model):
+    if isinstance(model, FSDPModule):
         raise PickaxeError(f"{type(model).__name__} is already sharded; shard_model once per model")
     layers = decoder_layers(model)
     device = next(model.parameters()).device
