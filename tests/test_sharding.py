@@ -157,7 +157,17 @@ def _resume(cases: dict[str, Any], out: Path) -> dict[str, Any]:
     loaded_policy = _networks(fresh) if data_parallel.rank() == 0 else None
     fresh.load_state_dict(fresh.state_dict())  # its own shards given back (DTensors): gathered into the policy
     metrics = _updates(fresh, name, cases, 1)
-    return {"metrics": metrics, "trained": _trained(fresh), "reads": reads, "loaded_policy": loaded_policy}
+    late = _algo(name, cases["model"])  # a resumed run: the state loaded unsharded, then sharded (optimizer kept)
+    late.load_state_dict(full)
+    late.shard()
+    late_metrics = _updates(late, name, cases, 1)
+    return {
+        "metrics": metrics,
+        "trained": _trained(fresh),
+        "reads": reads,
+        "loaded_policy": loaded_policy,
+        "late": {"metrics": late_metrics, "trained": _trained(late)},
+    }
 
 
 def _nan(cases: dict[str, Any]) -> dict[str, Any]:
@@ -307,8 +317,9 @@ def test_a_gathered_sharded_state_resumes_in_one_process_and_on_two_learners(res
     _same_metrics(metrics[0], whole["metrics"][1])
     for rank, learner in enumerate(learners):
         got = learner["resume"]
-        assert (got["trained"] - whole["trained"]).abs().max() <= WEIGHT_ATOL
-        _same_metrics(got["metrics"][0], whole["metrics"][1])
+        for resumed in (got, got["late"]):
+            assert (resumed["trained"] - whole["trained"]).abs().max() <= WEIGHT_ATOL
+            _same_metrics(resumed["metrics"][0], whole["metrics"][1])
         # each learner reads its own rows; rank 0 also reads the policy's whole tensors for its unsharded policy
         mine = [(a, b) == local_rows(n, rank, WORLD) for a, b, n in got["reads"]]
         entire = [(a, b) == (0, n) and rank == 0 for a, b, n in got["reads"]]

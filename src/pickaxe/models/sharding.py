@@ -193,20 +193,21 @@ def gather_into(sharded: nn.Module, full: nn.Module | None, trainable_only: bool
 
 def _local_piece(value: Any, param: DTensor) -> torch.Tensor:
     """This learner's rows of ``value`` (a full tensor or a lazy reader: ``.shape`` and ``value[a:b]``) as the
-    local tensor of ``param``'s layout."""
+    local tensor of ``param``'s layout: always a copy (an optimizer steps its state in place, which must not reach
+    the caller's tensors)."""
     if isinstance(value, DTensor):  # already sharded: this learner's piece if laid out alike, else gathered first
         value = value.to_local() if value.placements == param.placements else value.full_tensor()
         if tuple(value.shape) != tuple(param.shape):
-            return value.to(device=param.to_local().device, dtype=param.dtype)
+            return value.to(device=param.to_local().device, dtype=param.dtype, copy=True)
     shape = tuple(value.shape)
     if shape != tuple(param.shape):
         raise PickaxeError(
-            f"cannot load a {list(shape)} tensor into a {list(param.shape)} parameter; is the checkpoint "
-            "from another model?"
+            f"cannot load a {list(shape)} tensor into a {list(param.shape)} parameter: the state is another "
+            "model's; load a checkpoint of this model"
         )
     start, stop = local_rows(shape[0], param.device_mesh.get_local_rank(), param.device_mesh.size())
     piece = value[start:stop]
-    return torch.as_tensor(piece).to(device=param.to_local().device, dtype=param.dtype)
+    return torch.as_tensor(piece).to(device=param.to_local().device, dtype=param.dtype, copy=True)
 
 
 def sharded_like(value: Any, param: DTensor) -> DTensor:
@@ -275,6 +276,8 @@ def load_sharded_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, An
                 )
             elif hasattr(value, "shape") and not isinstance(value, torch.Tensor):
                 converted[key] = full_value(value)
+            elif isinstance(value, torch.Tensor):  # a copy: the optimizer steps it in place (Adam's step)
+                converted[key] = value.clone()
             else:
                 converted[key] = value
         per_param[index] = converted
