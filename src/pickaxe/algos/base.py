@@ -8,19 +8,77 @@ from typing import Any, ClassVar
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from pickaxe.data.batch import Batch
 from pickaxe.errors import NonFiniteError
 from pickaxe.models.policy import Policy
+from pickaxe.models.sharding import mesh_device
 
 
 def first_nonfinite(named: Any, grads: bool = False) -> str | None:
-    """Name of the first parameter (or its gradient) holding NaN/Inf, if any."""
-    for name, p in named:
-        t = p.grad if grads else p
+    """Name of the first parameter (or its gradient) holding NaN/Inf, if any. With sharded parameters (DTensors)
+    a collective: every learner checks its shards and they agree on the same name."""
+    named = list(named)
+    what = "gradient of " if grads else "parameter "
+    tensors = [(p.grad if grads else p) for _, p in named]
+    if any(isinstance(t, DTensor) for t in tensors):
+        local = [t.to_local() if isinstance(t, DTensor) else t for t in tensors]
+        device = mesh_device(next(t for t in tensors if t is not None))
+        bad = [torch.zeros((), device=device) if t is None else (~torch.isfinite(t)).any().float() for t in local]
+        flags = all_reduce(torch.stack([b.to(device) for b in bad]), "max").tolist() if bad else []
+        return next((f"{what}{name}" for (name, _), flag in zip(named, flags, strict=True) if flag > 0), None)
+    for (name, _), t in zip(named, tensors, strict=True):
         if t is not None and not torch.isfinite(t).all():
-            return f"{'gradient of ' if grads else 'parameter '}{name}"
+            return f"{what}{name}"
     return None
+
+
+def is_sharded(module: nn.Module) -> bool:
+    """Whether ``module``'s parameters are sharded across the learners (FSDP2's DTensors: ``--dist.shard fsdp``).
+    Their gradients are already summed over the learners by the backward pass (a reduce-scatter)."""
+    return any(isinstance(p, DTensor) for p in module.parameters())
+
+
+def total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The L2 norm of all ``grads`` together. Over sharded gradients (DTensors) the full norm: each learner's sum
+    of squares of its shards, summed over the learners (a collective, on the mesh's device: offloaded shards are on
+    the host)."""
+    sharded = [g for g in grads if isinstance(g, DTensor)]
+    if not sharded:
+        return nn.utils.get_total_norm(grads)
+    device = mesh_device(sharded[0])
+    squares = [torch.linalg.vector_norm(g.to_local(), dtype=torch.float32).pow(2).to(device) for g in sharded]
+    total = all_reduce(torch.stack(squares).sum())
+    plain = [g for g in grads if not isinstance(g, DTensor)]
+    if plain:
+        total = total + nn.utils.get_total_norm(plain).float().to(device).pow(2)
+    return total.sqrt()
+
+
+def clip_with_norm(params: list[torch.Tensor], max_norm: float, norm: torch.Tensor) -> None:
+    """Scale the gradients of ``params`` so that their total norm ``norm`` is at most ``max_norm``
+    (``clip_grads_with_norm_``; the factor moved to where the gradients are, for shards offloaded to the host)."""
+    grad = params[0].grad
+    device = grad.to_local().device if isinstance(grad, DTensor) else grad.device
+    nn.utils.clip_grads_with_norm_(params, max_norm, norm.to(device))
+
+
+def reduce_sums(values: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
+    """The tensors of ``values`` (None kept) summed over the learner group in ONE collective, as float32."""
+    present = [v.detach().float().reshape(-1) for v in values if v is not None]
+    if not present:
+        return values
+    bucket = all_reduce(torch.cat(present))
+    out: list[torch.Tensor | None] = []
+    offset = 0
+    for v in values:
+        if v is None:
+            out.append(None)
+        else:
+            out.append(bucket[offset : offset + v.numel()].view_as(v))
+            offset += v.numel()
+    return out
 
 
 def all_finite(tensors: Any) -> bool:
@@ -120,10 +178,16 @@ def clip_and_step(
     With ``reduce`` and a data-parallel learner group (:func:`data_parallel`), the gradients, ``loss`` and ``sums``
     are this learner's share: they are summed over the group first, in one collective, so every learner reads the
     same norm and loss, makes the same decision (a non-finite step is refused on all of them or none) and steps
-    the same weights. ``extra`` is read as it is (values every learner computed alike).
+    the same weights. ``extra`` is read as it is (values every learner computed alike). With sharded parameters
+    (:func:`is_sharded`) the gradients are already summed (FSDP's reduce-scatter): ``loss`` and ``sums`` are summed
+    in one collective and the norm is the full one over every learner's shards.
     """
     present = None
-    if reduce and data_parallel()[1] > 1:
+    if is_sharded(module):
+        params = [p for p in module.parameters() if p.grad is not None]
+        if data_parallel()[1] > 1:
+            loss, sums = reduce_sums([loss, sums])
+    elif reduce and data_parallel()[1] > 1:
         params = [p for p in module.parameters() if p.requires_grad]
         local = [t.detach().float().reshape(-1) for t in (loss, sums) if t is not None]
         summed, present = all_reduce_gradients(params, torch.cat(local) if local else None)
@@ -133,11 +197,9 @@ def clip_and_step(
             sums = summed
     else:
         params = [p for p in module.parameters() if p.grad is not None]
-    total_norm = nn.utils.get_total_norm([p.grad for p in params]) if params else torch.zeros(())
-    parts = [total_norm.detach().float().reshape(1)]
-    parts += [
-        t.detach().float().reshape(-1).to(total_norm.device) for t in (loss, extra, sums, present) if t is not None
-    ]
+    norm = total_norm([p.grad for p in params]) if params else torch.zeros(())
+    parts = [norm.detach().float().reshape(1)]
+    parts += [t.detach().float().reshape(-1).to(norm.device) for t in (loss, extra, sums, present) if t is not None]
     values = torch.cat(parts).tolist()
     if present is not None:  # the flags came last in the one read
         k = len(params)
@@ -152,7 +214,7 @@ def clip_and_step(
         optimizer.zero_grad(set_to_none=True)
         raise NonFiniteError(what)
     if params:
-        nn.utils.clip_grads_with_norm_(params, max_grad_norm, total_norm)
+        clip_with_norm(params, max_grad_norm, norm)
     optimizer.step()
     return values
 
@@ -178,6 +240,9 @@ class Algorithm(ABC):
     """
 
     policy: Policy
+    supports_sharding: ClassVar[bool] = False
+    """Whether the algorithm can train with its parameters, gradients and optimizer state sharded across the
+    learners (``--dist.shard fsdp``: ``shard()`` is called on every learner once the group exists)."""
     supports_data_parallel: ClassVar[bool] = False
     """Whether ``update`` splits its work among data-parallel learners (each computes its share of every optimizer
     step and the gradients are summed). An algorithm without it runs its whole update on every learner (correct,

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pickaxe.algos.base import all_reduce, data_parallel, my_share
+from pickaxe.algos.base import all_reduce, data_parallel
 from pickaxe.algos.configs import GRPOConfig
 from pickaxe.algos.core import clipped_surrogate
 from pickaxe.algos.llm_core import (
@@ -37,6 +37,7 @@ from pickaxe.algos.rlhf_core import reinforce_pp_advantages, rloo_advantages
 from pickaxe.data.batch import Batch
 from pickaxe.data.layout import sequence_bounds
 from pickaxe.models.lm import completion_logprobs, shares_prompts
+from pickaxe.models.sharding import through_root
 from pickaxe.rollout.engines.base import SamplingParams
 
 
@@ -159,6 +160,7 @@ class GRPO(LMAlgorithm):
     """
 
     supports_data_parallel = True
+    supports_sharding = True
 
     def __init__(
         self, model: nn.Module, config: GRPOConfig | None = None, sampling: SamplingParams | None = None, seed: int = 0
@@ -235,10 +237,13 @@ class GRPO(LMAlgorithm):
                     for _, layout in plan:
                         first_tokens += len(layout.targets)
                         real, slots = real + layout.real_tokens, slots + layout.slots
-                for j in my_share(len(plan)):
+                for j, weight in self.share(len(plan)):
                     rows, layout = plan[j]
                     mb = data[torch.tensor(rows, device=self.device)]
                     logprob = self.forward_logprobs(layout, *self._processing)
+                    if not weight:  # a sharded learner's padding pass: the others' collectives, no gradient
+                        (grpo_loss(logprob, mb, cfg, step_tokens, max(step_seqs, 1.0), norm)[0] * 0.0).backward()
+                        continue
                     if epoch == 0 and k == 0:  # weights not yet stepped: learner and sampler should agree
                         diff = masked((logprob.detach() - mb["logprob"]).abs(), mb["loss_mask"])
                         first["diff_sum"] = first["diff_sum"] + diff.sum()
@@ -281,7 +286,7 @@ class GRPO(LMAlgorithm):
         if cfg.kl_coef > 0 and cfg.kl_in == "loss":
             metrics["kl/token_mean"] = kl_sum / tokens
             metrics["kl/seq_sum_mean"] = kl_sum / float(cfg.epochs * n)
-        return {**metrics, **got}
+        return self.sync_policy({**metrics, **got})
 
     def _final_reads(
         self,
@@ -338,16 +343,19 @@ class GRPO(LMAlgorithm):
         ids, attn, mask = data["input_ids"], data["attention_mask"], data["loss_mask"]
 
         def logprobs(rows: torch.Tensor | slice) -> torch.Tensor:
-            return completion_logprobs(
+            return through_root(
                 self.model,
-                ids[rows],
-                attn[rows],
-                mask[rows],
-                *self._processing,
-                chunk_tokens=cfg.logprob_chunk_tokens,
-                precision=cfg.autocast,
-                rows=cfg.micro_batch_size,
-                mode=self.layout if self.layout in ("packed", "shared-prefix") else "padded",
+                lambda: completion_logprobs(
+                    self.model,
+                    ids[rows],
+                    attn[rows],
+                    mask[rows],
+                    *self._processing,
+                    chunk_tokens=cfg.logprob_chunk_tokens,
+                    precision=cfg.autocast,
+                    rows=cfg.micro_batch_size,
+                    mode=self.layout if self.layout in ("packed", "shared-prefix") else "padded",
+                ),
             )
 
         with torch.no_grad():
@@ -355,11 +363,16 @@ class GRPO(LMAlgorithm):
                 old = logprobs(slice(None))
             else:  # each learner computes its blocks of micro_batch_size rows (the blocks one process would run)
                 n, size = ids.shape[0], cfg.micro_batch_size
-                mine = [r for j in my_share(-(-n // size)) for r in range(j * size, min((j + 1) * size, n))]
+                blocks = self.share(-(-n // size))
+                mine = [r for j, w in blocks if w for r in range(j * size, min((j + 1) * size, n))]
+                # a sharded learner with fewer blocks runs block 0 again (full: only the last block may be short,
+                # and a learner with fewer blocks never has it), so every learner runs as many forward passes
+                padding = [r for j, w in blocks if not w for r in range(j * size, min((j + 1) * size, n))]
                 old = torch.zeros_like(data["logprob"])
-                if mine:
-                    rows = torch.tensor(mine, device=ids.device)
-                    old[rows] = logprobs(rows).to(old.dtype)
+                if mine or padding:
+                    computed = logprobs(torch.tensor(mine + padding, device=ids.device))
+                    if mine:
+                        old[torch.tensor(mine, device=ids.device)] = computed[: len(mine)].to(old.dtype)
                 old = all_reduce(old)  # every row computed by one learner, 0 on the others
         data["old_logprob"] = old
         data["tis_weight"] = truncated_is_weight(old, data["logprob"], cfg.tis_cap, mask)

@@ -12,20 +12,34 @@ aggregation drops that value.
 
 from __future__ import annotations
 
+import copy
 import math
+import time
 import warnings
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
-from pickaxe.algos.base import Algorithm, clip_and_step
+from pickaxe.algos.base import Algorithm, clip_and_step, data_parallel, my_share
 from pickaxe.algos.configs import Aggregation, KLEstimator
 from pickaxe.data.layout import SequenceBounds, TokenLayout, plan_layout
 from pickaxe.data.shared_prefix import plan_shared_prefix
-from pickaxe.errors import NonFiniteError
+from pickaxe.errors import NonFiniteError, PickaxeError
 from pickaxe.models.lm import enable_checkpointing, layout_logprobs
+from pickaxe.models.lora import is_lora
+from pickaxe.models.sharding import (
+    Offload,
+    compute_device,
+    gather_into,
+    load_full,
+    load_sharded,
+    load_sharded_optimizer,
+    shard_model,
+    through_root,
+)
 
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
@@ -277,6 +291,7 @@ class LMAlgorithm(Algorithm):
         self.policy = model
         self.model = model
         self.config = config
+        self.sharded = False
         fused = next(model.parameters()).dtype == torch.float32
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, fused=fused or None)
@@ -287,8 +302,9 @@ class LMAlgorithm(Algorithm):
 
     @property
     def device(self) -> torch.device:
-        """Where the model's parameters are."""
-        return next(self.model.parameters()).device
+        """Where the model computes: its parameters' device (a sharded model's mesh device: with ``offload`` its
+        shards are on the host)."""
+        return compute_device(self.model)
 
     def forward_logprobs(
         self, layout: TokenLayout, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
@@ -296,8 +312,70 @@ class LMAlgorithm(Algorithm):
         """``[b, L]`` log-probs of a micro-batch's scored tokens under the current weights (0 elsewhere), with the
         config's chunking and autocast."""
         cfg = self.config
-        logp = layout_logprobs(self.model, layout, temperature, top_k, top_p, cfg.logprob_chunk_tokens, cfg.autocast)
+        logp = through_root(
+            self.model,
+            lambda: layout_logprobs(
+                self.model, layout, temperature, top_k, top_p, cfg.logprob_chunk_tokens, cfg.autocast
+            ),
+        )
         return layout.scatter(logp)
+
+    def share(self, count: int) -> list[tuple[int, float]]:
+        """``(index, weight)`` of the micro-batches (of ``count``) this learner runs: its share (``my_share``) with
+        weight 1, then, when sharded, padding passes ``(0, 0.0)`` up to the largest share: every forward and
+        backward of a sharded model is a collective, so every learner runs the same number (a padding pass's loss
+        is multiplied by 0: gradients unchanged, and its metrics are not counted)."""
+        mine = [(j, 1.0) for j in my_share(count)]
+        if self.sharded and count:
+            mine += [(0, 0.0)] * (-(-count // data_parallel()[1]) - len(mine))
+        return mine
+
+    def shard(self, offload: Offload = "none") -> None:
+        """Shard the model's parameters, gradients and optimizer state across the learners (FSDP2, one unit per
+        decoder layer; ``--dist.shard fsdp``). Called on EVERY learner right after the process group exists, when
+        every learner holds the same full state (weights and optimizer state are kept: a resumed run shards its
+        loaded optimizer state). On rank 0 ``policy`` stays the unsharded module (rollout engine, evaluation,
+        export and LoRA's shared reference use it; ``update`` gathers the new weights into it) and ``model``
+        becomes a sharded copy that trains; the other learners shard in place. ``config.autocast`` ``bf16`` gives
+        FSDP's bf16 mixed precision (float32 master weights and reduction)."""
+        if not self.supports_sharding:
+            raise PickaxeError(f"{type(self).__name__} cannot shard its model; use --dist.shard none")
+        if self.sharded:
+            raise PickaxeError(f"{type(self).__name__} is already sharded; call shard() once")
+        self.model, self.optimizer = self.sharded_twin(self.policy, self.optimizer, offload)
+        self.sharded = True
+
+    def sharded_twin(
+        self, module: nn.Module, optimizer: torch.optim.Optimizer, offload: Offload
+    ) -> tuple[nn.Module, torch.optim.Optimizer]:
+        """``module`` sharded (a copy on rank 0, itself elsewhere) and an AdamW over its sharded parameters holding
+        ``optimizer``'s settings and state (each learner keeps its rows)."""
+        twin = copy.deepcopy(module) if data_parallel()[0] == 0 else module
+        shard_model(twin, offload, bf16=self.config.autocast == "bf16")
+        state = optimizer.state_dict()
+        group = optimizer.param_groups[0]
+        params = [p for p in twin.parameters() if p.requires_grad]
+        fresh = torch.optim.AdamW(params, lr=group["lr"], weight_decay=group["weight_decay"], fused=group.get("fused"))
+        load_sharded_optimizer(fresh, state)
+        return twin, fresh
+
+    def sync_policy(self, metrics: dict[str, float]) -> dict[str, float]:
+        """When sharded: gather the trained weights into rank 0's unsharded ``policy`` (a collective every learner
+        calls after every update; only LoRA's adapters when the base is frozen) and add ``sync/gather_bytes`` and
+        ``time/gather_s`` (under ``time/``: a wall time, left out of deterministic metric comparisons) to
+        ``metrics``. Unsharded: ``metrics`` as they are."""
+        if not self.sharded:
+            return metrics
+        return {**metrics, **self.gather(self.model, self.policy, "gather")}
+
+    def gather(self, sharded: nn.Module, full: nn.Module, name: str, whole: bool = False) -> dict[str, float]:
+        """:func:`~pickaxe.models.sharding.gather_into` of ``sharded`` into ``full`` on rank 0 (trainable
+        parameters only for LoRA, unless ``whole``); its bytes and time as ``sync/{name}_bytes`` and
+        ``time/{name}_s``."""
+        start = time.perf_counter()
+        target = full if data_parallel()[0] == 0 else None
+        nbytes = gather_into(sharded, target, trainable_only=is_lora(sharded) and not whole)
+        return {f"sync/{name}_bytes": float(nbytes), f"time/{name}_s": time.perf_counter() - start}
 
     def set_progress(self, step: int, total_steps: int) -> None:
         """Record training progress for the learning-rate schedule."""
@@ -314,6 +392,26 @@ class LMAlgorithm(Algorithm):
         if cfg.lr_schedule == "cosine":
             return cfg.lr * 0.5 * (1.0 + math.cos(math.pi * p))
         return cfg.lr
+
+    def load_sharded_module(
+        self,
+        module: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        full: nn.Module,
+        weights: dict[str, Any],
+        optimizer_state: dict[str, Any],
+    ) -> None:
+        """Load ``weights`` and ``optimizer_state`` into sharded ``module`` and ``optimizer`` (each learner its own
+        rows) and, on rank 0, the whole ``weights`` into ``full``. Values that are full tensors or lazy readers are
+        read locally: no collective, so learners may load one after the other. DTensors (a sharded ``state_dict``
+        given back as it was) are loaded from this learner's shards and gathered into ``full``: then a collective
+        every learner calls."""
+        load_sharded(module, weights)
+        load_sharded_optimizer(optimizer, optimizer_state)
+        if any(isinstance(v, DTensor) for v in weights.values()):
+            self.gather(module, full, "load_gather", whole=True)
+        elif data_parallel()[0] == 0:
+            load_full(full, weights)
 
     def optimizer_step(
         self, loss: torch.Tensor, extra: torch.Tensor | None = None, sums: torch.Tensor | None = None
@@ -348,11 +446,12 @@ class LMAlgorithm(Algorithm):
         return values[0], values[1], lr, values[2:]
 
     def networks(self) -> dict[str, nn.Module]:
-        """The language model."""
-        return {"policy": self.model}
+        """The language model (its full weights: the unsharded ``policy``)."""
+        return {"policy": self.policy}
 
     def state_dict(self) -> dict[str, Any]:
-        """Model, optimizer, update counter, schedule position."""
+        """Model, optimizer, update counter, schedule position. When sharded, the model's and optimizer's tensors
+        are FSDP2's (DTensors holding this learner's rows, the same keys as unsharded)."""
         return {
             "policy": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -361,8 +460,13 @@ class LMAlgorithm(Algorithm):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what ``state_dict`` returned."""
-        self.model.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        """Restore what ``state_dict`` returned. When sharded (a collective), the model's and optimizer's values may
+        be full tensors or lazy readers (``.shape``, ``.dtype``, ``value[a:b]``): each learner reads its own rows,
+        and rank 0's ``policy`` gets the loaded weights."""
+        if self.sharded:
+            self.load_sharded_module(self.model, self.optimizer, self.policy, state["policy"], state["optimizer"])
+        else:
+            self.model.load_state_dict(state["policy"])
+            self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
         self.progress = float(state["progress"])

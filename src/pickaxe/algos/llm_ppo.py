@@ -26,10 +26,12 @@ from torch import nn
 from pickaxe.algos.base import (
     all_reduce,
     all_reduce_gradients,
+    clip_with_norm,
     data_parallel,
     drop_absent_gradients,
     first_nonfinite,
-    my_share,
+    reduce_sums,
+    total_norm,
 )
 from pickaxe.algos.configs import LLMPPOConfig
 from pickaxe.algos.core import clipped_surrogate
@@ -46,9 +48,10 @@ from pickaxe.algos.llm_core import (
 )
 from pickaxe.algos.rlhf_core import kl_shaped_token_rewards, token_gae, token_value_loss, whiten
 from pickaxe.data.batch import Batch
-from pickaxe.data.layout import SequenceBounds, sequence_bounds
+from pickaxe.data.layout import SequenceBounds, TokenLayout, sequence_bounds
 from pickaxe.errors import NonFiniteError
 from pickaxe.models.lm import enable_checkpointing
+from pickaxe.models.sharding import Offload, through_root
 from pickaxe.models.value import ValueModel
 from pickaxe.rollout.engines.base import SamplingParams
 
@@ -188,6 +191,7 @@ class LLMPPO(LMAlgorithm):
 
     config: LLMPPOConfig
     supports_data_parallel = True
+    supports_sharding = True
 
     def __init__(
         self,
@@ -208,6 +212,7 @@ class LLMPPO(LMAlgorithm):
             raise ValueError("ptx_coef > 0 needs demonstrations: pass ptx=DemoCollector(...) or set ptx_coef=0")
         super().__init__(policy, config)
         self.critic = critic
+        self.full_critic = critic  # the critic's full weights (the sharded critic trains: see shard)
         self.ptx = ptx
         fused = next(critic.parameters()).dtype == torch.float32
         params = [p for p in critic.parameters() if p.requires_grad]
@@ -229,8 +234,21 @@ class LLMPPO(LMAlgorithm):
         return base * policy_lr / cfg.lr
 
     def networks(self) -> dict[str, nn.Module]:
-        """The policy and the critic."""
-        return {"policy": self.model, "critic": self.critic}
+        """The policy and the critic (their full weights)."""
+        return {"policy": self.policy, "critic": self.full_critic}
+
+    def shard(self, offload: Offload = "none") -> None:
+        """``LMAlgorithm.shard`` for the policy, and the critic sharded the same way with its own optimizer (rank 0
+        keeps the unsharded critic as ``full_critic``, which ``update`` gathers the new weights into)."""
+        super().shard(offload)
+        self.critic, self.critic_optimizer = self.sharded_twin(self.full_critic, self.critic_optimizer, offload)
+
+    def critic_values(self, layout: TokenLayout) -> torch.Tensor:
+        """``[b, L]`` values of a micro-batch from the critic (through the sharded root when sharded)."""
+        if not self.sharded:
+            return self.critic(layout, self.config.autocast)
+        values = through_root(self.critic, lambda: self.critic.layout_values(layout, self.config.autocast))
+        return layout.scatter(values)
 
     def state_dict(self) -> dict[str, Any]:
         """Both models, both optimizers, update counter, schedule position, the shuffling generator and the ptx
@@ -244,10 +262,15 @@ class LLMPPO(LMAlgorithm):
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what ``state_dict`` returned."""
+        """Restore what ``state_dict`` returned (when sharded, full tensors or lazy readers: see
+        ``LMAlgorithm.load_state_dict``)."""
         super().load_state_dict(state)
-        self.critic.load_state_dict(state["critic"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        if self.sharded:
+            critic, optimizer = state["critic"], state["critic_optimizer"]
+            self.load_sharded_module(self.critic, self.critic_optimizer, self.full_critic, critic, optimizer)
+        else:
+            self.critic.load_state_dict(state["critic"])
+            self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.generator.set_state(state["generator"])
         if "ptx" in state and self.ptx is not None and hasattr(self.ptx, "load_state_dict"):
             self.ptx.load_state_dict(state["ptx"])
@@ -272,11 +295,13 @@ class LLMPPO(LMAlgorithm):
         )
         real = sum(layout.real_tokens for _, layout in plan)
         slots = sum(layout.slots for _, layout in plan)
-        for j in my_share(len(plan)):
+        for j, weight in self.share(len(plan)):
             rows, layout = plan[j]
-            idx = torch.tensor(rows, device=self.device)
-            old_logprob[idx] = self.forward_logprobs(layout, *self._processing)
-            old_value[idx] = self.critic(layout, cfg.autocast)
+            logprob = self.forward_logprobs(layout, *self._processing)
+            values = self.critic_values(layout)
+            if weight:  # not a sharded learner's padding pass (the others' collectives, discarded)
+                idx = torch.tensor(rows, device=self.device)
+                old_logprob[idx], old_value[idx] = logprob, values
         if data_parallel()[1] > 1:  # each row was computed by one learner, 0 on the others: the sum gathers them
             old_logprob, old_value = all_reduce(torch.stack([old_logprob, old_value])).unbind()
         mask = data["loss_mask"].bool()
@@ -348,12 +373,15 @@ class LLMPPO(LMAlgorithm):
                 step_seqs = float(max(sum(1 for r in mini if bounds.scored[r]), 1))
                 policy_total, value_total = zero, zero
                 plan = plan_micro_batches(data["input_ids"], bounds, mini, cfg.micro_batch_size, cfg.micro_batch_layout)
-                for j in my_share(len(plan)):
+                for j, weight in self.share(len(plan)):
                     rows, layout = plan[j]
                     mb = data[torch.tensor(rows, device=self.device)]
                     logprob = self.forward_logprobs(layout, *self._processing)
-                    values = self.critic(layout, cfg.autocast)
+                    values = self.critic_values(layout)
                     policy_loss, value_loss, stats = ppo_loss(logprob, values, mb, cfg, step_tokens, step_seqs, norm)
+                    if not weight:  # a sharded learner's padding pass: the others' collectives, no gradient
+                        ((policy_loss + cfg.vf_coef * value_loss) * 0.0).backward()
+                        continue
                     (policy_loss + cfg.vf_coef * value_loss).backward()
                     policy_total = policy_total + policy_loss.detach()
                     value_total = value_total + value_loss.detach()
@@ -401,7 +429,9 @@ class LLMPPO(LMAlgorithm):
             sampled = learner - int(got.get("check/policy_lag", 0.0))
             worst = got["check/logprob_diff_max"]
             warn_off_policy("PPO", worst, cfg.ratio_tolerance, sampled, learner, allowed_lag=self.allowed_lag)
-        return {**metrics, **got}
+        if self.sharded:  # the critic's full weights too (checkpoints and the final model read them on rank 0)
+            metrics.update(self.gather(self.critic, self.full_critic, "critic_gather"))
+        return self.sync_policy({**metrics, **got})
 
     def _ptx_backward(self) -> torch.Tensor:
         """PPO-ptx: backward of ``ptx_coef`` x the mean token NLL of one batch of demonstrations; returns the NLL
@@ -415,11 +445,14 @@ class LLMPPO(LMAlgorithm):
         total = torch.zeros((), device=self.device)
         rows = list(range(demo.batch_size[0]))
         plan = plan_micro_batches(demo["input_ids"], bounds, rows, cfg.micro_batch_size, cfg.micro_batch_layout)
-        for j in my_share(len(plan)):
+        for j, weight in self.share(len(plan)):
             chunk, layout = plan[j]
             mask = demo["loss_mask"][torch.tensor(chunk, device=self.device)]
             logprob = self.forward_logprobs(layout)
             nll = aggregate(-logprob, mask, "token-mean", total_tokens)
+            if not weight:  # a sharded learner's padding pass: the others' collectives, no gradient
+                (nll * 0.0).backward()
+                continue
             (cfg.ptx_coef * nll).backward()
             total = total + nll.detach()
         return total
@@ -446,7 +479,10 @@ class LLMPPO(LMAlgorithm):
         models = (self.model, self.critic)
         k = losses.numel()
         present = None
-        if data_parallel()[1] > 1:
+        if self.sharded:  # FSDP's reduce-scatter summed the gradients: the losses and sums remain
+            params = [[p for p in m.parameters() if p.grad is not None] for m in models]
+            losses, sums = reduce_sums([losses, sums])
+        elif data_parallel()[1] > 1:
             params = [[p for p in m.parameters() if p.requires_grad] for m in models]
             local = torch.cat([losses.float().reshape(-1)] + ([] if sums is None else [sums.float().reshape(-1)]))
             summed, present = all_reduce_gradients(params[0] + params[1], local)
@@ -454,10 +490,7 @@ class LLMPPO(LMAlgorithm):
             losses, sums = summed[:k], (summed[k:] if sums is not None else None)
         else:
             params = [[p for p in m.parameters() if p.grad is not None] for m in models]
-        norms = [
-            nn.utils.get_total_norm([p.grad for p in ps]) if ps else torch.zeros((), device=self.device)
-            for ps in params
-        ]
+        norms = [total_norm([p.grad for p in ps]) if ps else torch.zeros((), device=self.device) for ps in params]
         parts = [
             t.detach().float().reshape(-1).to(self.device)
             for t in (*norms, losses, extra, sums, present)
@@ -482,7 +515,7 @@ class LLMPPO(LMAlgorithm):
             raise NonFiniteError(f"{what} (LLMPPO update {self.version})")
         for ps, norm, max_norm in zip(params, norms, (cfg.max_grad_norm, cfg.critic_max_grad_norm), strict=True):
             if ps:
-                nn.utils.clip_grads_with_norm_(ps, max_norm, norm)
+                clip_with_norm(ps, max_norm, norm)
         self.optimizer.step()
         self.critic_optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)

@@ -7,7 +7,6 @@ import math
 import torch
 from torch import nn
 
-from pickaxe.algos.base import my_share
 from pickaxe.algos.configs import SFTConfig
 from pickaxe.algos.llm_core import Aggregation, LMAlgorithm, aggregate, masked, plan_micro_batches
 from pickaxe.data.batch import Batch
@@ -32,6 +31,7 @@ class SFT(LMAlgorithm):
     data-parallel learners, each computes its share of them)."""
 
     supports_data_parallel = True
+    supports_sharding = True
 
     def __init__(self, model: nn.Module, config: SFTConfig | None = None) -> None:
         super().__init__(model, config or SFTConfig())
@@ -53,11 +53,14 @@ class SFT(LMAlgorithm):
         )
         for _, layout in plan:
             real, slots = real + layout.real_tokens, slots + layout.slots
-        for j in my_share(len(plan)):
+        for j, weight in self.share(len(plan)):
             rows, layout = plan[j]
             mb = data[torch.tensor(rows, device=self.device)]
             logprob = self.forward_logprobs(layout)
             loss = sft_loss(logprob, mb["loss_mask"], cfg.aggregation, total_tokens, float(n), norm)
+            if not weight:  # a sharded learner's padding pass: the others' collectives, no gradient
+                (loss * 0.0).backward()
+                continue
             loss.backward()
             loss_total = loss_total + loss.detach()
             nll_sum = nll_sum + masked(-logprob.detach(), mb["loss_mask"]).sum()
@@ -65,12 +68,14 @@ class SFT(LMAlgorithm):
         self.model.eval()
         self.version += 1
         nll = nll_total / max(total_tokens, 1.0)
-        return {
-            "loss/sft": loss_value,
-            "sft/token_nll": nll,
-            "sft/perplexity": math.exp(min(nll, 700.0)),
-            "grad_norm": grad_norm,
-            "sft/lr": lr,
-            "sft/tokens": total_tokens,
-            "perf/padding_fraction": 1.0 - real / max(slots, 1),
-        }
+        return self.sync_policy(
+            {
+                "loss/sft": loss_value,
+                "sft/token_nll": nll,
+                "sft/perplexity": math.exp(min(nll, 700.0)),
+                "grad_norm": grad_norm,
+                "sft/lr": lr,
+                "sft/tokens": total_tokens,
+                "perf/padding_fraction": 1.0 - real / max(slots, 1),
+            }
+        )

@@ -1,0 +1,284 @@
+"""Sharded learners on PyTorch FSDP2 (``torch.distributed.fsdp.fully_shard``): parameters, gradients and optimizer
+state split across the learners of the default process group, one decoder layer per unit of sharding.
+
+:func:`shard_model` shards a causal LM (also wrapped by ``peft`` for LoRA), a ``ValueModel`` or a ``RewardModel``
+in place; :func:`through_root` runs a function (e.g. ``layout_logprobs``, which calls the decoder and the output
+layer separately) as a forward pass of the sharded root, so the root's own parameters (embeddings, final norm,
+output layer) are gathered for it; :func:`gather_into` copies the sharded weights into an unsharded twin one unit
+at a time; :func:`load_sharded` and :func:`load_sharded_optimizer` load full tensors or lazy row readers into this
+learner's shards. Gradients are SUMMED over the learners (not averaged): pickaxe's losses are normalised by the
+whole step's counts and each learner computes its share of the micro-batches.
+
+Every function that talks to the other learners is a collective: every learner calls it, in the same order.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+from collections.abc import Callable, Iterator
+from typing import Any, Literal, TypeVar
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import (
+    CPUOffloadPolicy,
+    FSDPModule,
+    MixedPrecisionPolicy,
+    fully_shard,
+    register_fsdp_forward_method,
+)
+from torch.distributed.tensor import DTensor
+
+from pickaxe.errors import PickaxeError
+
+Offload = Literal["none", "optimizer", "params"]
+OFFLOADS = ("none", "optimizer", "params")
+LAYER_LISTS = ("layers", "h", "blocks", "layer")
+"""Names of the ``nn.ModuleList`` holding a transformer's decoder layers (Llama/Qwen/Mistral ``layers``, GPT-2
+``h``, ...)."""
+ROOT_CALL = "run_sharded"
+"""The method :func:`shard_model` adds to a sharded root: ``root.run_sharded(fn)`` runs ``fn()`` as its forward."""
+
+T = TypeVar("T")
+
+
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The decoder layers of ``model`` (a ``transformers`` causal LM, the same wrapped by ``peft``, a ``ValueModel``
+    or ``RewardModel``): the first non-empty ``nn.ModuleList`` named like :data:`LAYER_LISTS`, in order. Raises
+    ``PickaxeError`` for a model without one."""
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and name.rsplit(".", 1)[-1] in LAYER_LISTS and len(module) > 0:
+            return list(module)
+    raise PickaxeError(
+        f"cannot shard {type(model).__name__}: no decoder layers found (an nn.ModuleList named "
+        f"{'/'.join(LAYER_LISTS)}); shard a transformers causal LM, a ValueModel or a RewardModel, or use "
+        "--dist.shard none"
+    )
+
+
+def mesh_device(param: torch.Tensor) -> torch.device:
+    """Where the collectives over ``param``'s learners run: this learner's GPU for a CUDA mesh (also when the
+    shard is offloaded to the host), else the CPU; a plain tensor's own device."""
+    if not isinstance(param, DTensor):
+        return param.device
+    kind = param.device_mesh.device_type
+    return torch.device(kind, torch.cuda.current_device()) if kind == "cuda" else torch.device(kind)
+
+
+def compute_device(model: nn.Module) -> torch.device:
+    """The device ``model`` computes on: its parameters' device, or for a sharded model its mesh's (the shards may
+    live on the host with ``offload``)."""
+    return mesh_device(next(model.parameters()))
+
+
+def local_rows(rows: int, rank: int, world: int) -> tuple[int, int]:
+    """``(start, stop)`` of the dim-0 rows learner ``rank`` of ``world`` holds of a tensor with ``rows`` rows:
+    FSDP2's split, ``torch.chunk``'s rule (chunks of ``ceil(rows / world)`` rows; the last learners may hold fewer
+    or none)."""
+    size = -(-rows // world) if rows else 0
+    start = min(rank * size, rows)
+    return start, min(start + size, rows)
+
+
+def _run(self: nn.Module, fn: Callable[[], T]) -> T:
+    out = fn()
+    # a view would lose the root's pre-backward hook to a later in-place op (FSDP2 warns): hand out a copy
+    return out.clone() if isinstance(out, torch.Tensor) and out._base is not None else out
+
+
+def shard_model(model: nn.Module, offload: Offload = "none", bf16: bool = False) -> None:
+    """Shard ``model`` in place over the default process group: ``fully_shard`` each decoder layer
+    (:func:`decoder_layers`), then the root (the remaining parameters: embeddings, final norm, output layer, heads),
+    on a 1-D mesh of the model's device type (CPU: gloo; CUDA: NCCL, each learner on its own GPU).
+
+    ``bf16``: parameters gathered and computed in bfloat16, float32 master weights, gradients reduced in float32
+    (``MixedPrecisionPolicy``). ``offload`` ``params``: parameters, gradients and optimizer state kept on the host
+    between uses (``CPUOffloadPolicy``; the optimizer steps on the CPU); ``optimizer``: FSDP2 has no optimizer-only
+    offload, so it is the same as ``params`` (the optimizer state lives where its parameters do). On a CPU device
+    both change nothing. Gradient reduction sums over the learners (divide factor 1).
+    """
+    if offload not in OFFLOADS:
+        raise PickaxeError(f"unknown offload {offload!r}; choose one of {', '.join(OFFLOADS)}")
+    if not (dist.is_available() and dist.is_initialized()):
+        raise PickaxeError("sharding needs the learners' process group: call pickaxe.dist.data_parallel.init first")
+    if isinstance(model, FSDPModule):
+        raise PickaxeError(f"{type(model).__name__} is already sharded; shard_model once per model")
+    layers = decoder_layers(model)
+    device = next(model.parameters()).device
+    mesh = DeviceMesh.from_group(dist.group.WORLD, device.type)
+    kwargs: dict[str, Any] = {"mesh": mesh}
+    if bf16:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    if offload != "none" and device.type != "cpu":
+        kwargs["offload_policy"] = CPUOffloadPolicy()
+    for layer in layers:
+        fully_shard(layer, **kwargs)
+    fully_shard(model, **kwargs)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no PREMUL_SUM)
+    object.__setattr__(model, ROOT_CALL, types.MethodType(_run, model))
+    register_fsdp_forward_method(model, ROOT_CALL)
+
+
+def through_root(model: nn.Module, fn: Callable[[], T]) -> T:
+    """``fn()`` run as a forward pass of ``model``'s sharded root (its own parameters gathered for it, its
+    gradients reduced after the backward pass), for code that calls a sharded model's parts directly (the decoder
+    and the output layer of chunked log-probs); plainly ``fn()`` for an unsharded model."""
+    call = getattr(model, ROOT_CALL, None)
+    if call is None:
+        return fn()
+    out = call(fn)
+    if not torch.is_grad_enabled():  # no backward pass will reshard the root: free its gathered parameters now
+        model.reshard()
+    return out
+
+
+def _units(sharded: nn.Module) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """The named parameters of each unit of sharding: each decoder layer's, then the root's remaining ones."""
+    names = {id(p): name for name, p in sharded.named_parameters()}
+    seen: set[int] = set()
+    for layer in decoder_layers(sharded):
+        unit = [(names[id(p)], p) for p in layer.parameters() if id(p) in names]
+        seen.update(id(p) for _, p in unit)
+        yield unit
+    yield [(name, p) for name, p in sharded.named_parameters() if id(p) not in seen]
+
+
+def _gather_unit(params: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Full values of the DTensor ``params`` (one dtype) in ONE all-gather: every learner's shards, padded to the
+    chunk size, flattened into one buffer."""
+    world = dist.get_world_size()
+    shapes = [tuple(p.shape) for p in params]
+    chunks = [(-(-s[0] // world) if s else 0) * math.prod(s[1:]) for s in shapes]
+    pieces = []
+    for p, chunk in zip(params, chunks, strict=True):
+        local = p.to_local().detach().reshape(-1)
+        pieces.append(torch.nn.functional.pad(local, (0, chunk - local.numel())))
+    mine = torch.cat(pieces).to(mesh_device(params[0]))  # an offloaded shard is on the host
+    everyone = torch.empty(world * mine.numel(), dtype=mine.dtype, device=mine.device)
+    dist.all_gather_single(everyone, mine)
+    everyone = everyone.view(world, -1)
+    out, offset = [], 0
+    for shape, chunk in zip(shapes, chunks, strict=True):
+        rows = everyone[:, offset : offset + chunk].reshape(-1)
+        out.append(rows[: math.prod(shape)].view(shape))
+        offset += chunk
+    return out
+
+
+@torch.no_grad()
+def gather_into(sharded: nn.Module, full: nn.Module | None, trainable_only: bool = False) -> int:
+    """Copy ``sharded``'s weights into ``full``, an unsharded twin with the same parameter names (None on learners
+    that keep none): a collective every learner calls. One unit of sharding (a decoder layer, then the root's
+    remaining parameters) is gathered at a time, one all-gather per unit and dtype, never the whole model.
+    ``trainable_only``: only parameters with ``requires_grad`` (LoRA's adapters). Returns the bytes gathered."""
+    target = dict(full.named_parameters()) if full is not None else {}
+    total = 0
+    for unit in _units(sharded):
+        unit = [(n, p) for n, p in unit if isinstance(p, DTensor) and (p.requires_grad or not trainable_only)]
+        for dtype in sorted({p.dtype for _, p in unit}, key=str):
+            same = [(n, p) for n, p in unit if p.dtype == dtype]
+            values = _gather_unit([p for _, p in same])
+            for (name, _), value in zip(same, values, strict=True):
+                total += value.numel() * value.element_size()
+                if full is not None:
+                    target[name].copy_(value)
+    return total
+
+
+def _local_piece(value: Any, param: DTensor) -> torch.Tensor:
+    """This learner's rows of ``value`` (a full tensor or a lazy reader: ``.shape`` and ``value[a:b]``) as the
+    local tensor of ``param``'s layout: always a copy (an optimizer steps its state in place, which must not reach
+    the caller's tensors)."""
+    if isinstance(value, DTensor):  # already sharded: this learner's piece if laid out alike, else gathered first
+        value = value.to_local() if value.placements == param.placements else value.full_tensor()
+        if tuple(value.shape) != tuple(param.shape):
+            return value.to(device=param.to_local().device, dtype=param.dtype, copy=True)
+    shape = tuple(value.shape)
+    if shape != tuple(param.shape):
+        raise PickaxeError(
+            f"cannot load a {list(shape)} tensor into a {list(param.shape)} parameter: the state is another "
+            "model's; load a checkpoint of this model"
+        )
+    start, stop = local_rows(shape[0], param.device_mesh.get_local_rank(), param.device_mesh.size())
+    piece = value[start:stop]
+    return torch.as_tensor(piece).to(device=param.to_local().device, dtype=param.dtype, copy=True)
+
+
+def sharded_like(value: Any, param: DTensor) -> DTensor:
+    """A DTensor laid out like ``param`` whose local piece is this learner's rows of ``value`` (a full tensor or a
+    lazy reader), read with ``value[a:b]`` only."""
+    local = _local_piece(value, param)
+    return DTensor.from_local(
+        local, param.device_mesh, param.placements, run_check=False, shape=param.shape, stride=param.stride()
+    )
+
+
+def full_value(value: Any) -> torch.Tensor:
+    """A full tensor of ``value`` (a tensor, a DTensor: gathered, a collective; or a lazy reader: read whole)."""
+    if isinstance(value, DTensor):
+        return value.full_tensor()
+    if isinstance(value, torch.Tensor):
+        return value
+    shape = tuple(value.shape)
+    return torch.as_tensor(value[0 : shape[0]] if shape else value[()])
+
+
+@torch.no_grad()
+def load_sharded(model: nn.Module, state: dict[str, Any]) -> None:
+    """Load ``state`` (parameter and buffer names to full tensors or lazy readers) into sharded ``model``: each
+    learner copies its own rows of every sharded parameter (read with ``value[a:b]``) and whole buffers and
+    unsharded parameters. Missing or unexpected names raise ``PickaxeError`` naming them."""
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    if missing or unexpected:
+        raise PickaxeError(f"state does not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    for name, current in own.items():
+        if isinstance(current, DTensor):
+            current.to_local().copy_(_local_piece(state[name], current))
+        else:
+            current.copy_(full_value(state[name]))
+
+
+@torch.no_grad()
+def load_full(model: nn.Module, state: dict[str, Any]) -> None:
+    """Load ``state`` (names to full tensors or lazy readers, read whole) into unsharded ``model``, without any
+    collective (rank 0's full policy, from the state the sharded learners load their rows of)."""
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    if missing:
+        raise PickaxeError(f"state does not fit the model: missing {missing[:3]}")
+    for name, current in own.items():
+        current.copy_(full_value(state[name]))
+
+
+def load_sharded_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Load ``state`` (an unsharded optimizer's ``state_dict``, or a sharded one's with full tensors or lazy readers
+    as values) into ``optimizer``, built over sharded parameters in the same order: every per-parameter tensor
+    shaped like its parameter becomes this learner's shard; scalars (Adam's ``step``) are kept whole."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    per_param = {}
+    for index, entry in state.get("state", {}).items():
+        param = params[int(index)]
+        converted = {}
+        for key, value in entry.items():
+            if isinstance(param, DTensor) and hasattr(value, "shape") and tuple(value.shape) == tuple(param.shape):
+                converted[key] = (
+                    value
+                    if isinstance(value, DTensor) and value.placements == param.placements
+                    else sharded_like(value, param)
+                )
+            elif hasattr(value, "shape") and not isinstance(value, torch.Tensor):
+                converted[key] = full_value(value)
+            elif isinstance(value, torch.Tensor):  # a copy: the optimizer steps it in place (Adam's step)
+                converted[key] = value.clone()
+            else:
+                converted[key] = value
+        per_param[index] = converted
+    optimizer.load_state_dict({"state": per_param, "param_groups": state["param_groups"]})
