@@ -244,7 +244,7 @@ def _relearn(cfg: Any, run: Run, learners: int | None, shard: str | None) -> Non
         dist_cfg.shard, dist_cfg.offload = "none", "none"
     cfg.check()
     if (dist_cfg.learners, dist_cfg.shard) != before:
-        run.set_config(cfg)
+        run.set_config(cfg.to_dict())
         run.event(
             f"resumed on {dist_cfg.learners} learner(s) with --dist.shard {dist_cfg.shard} (was {before[0]}, "
             f"{before[1]})",

@@ -128,7 +128,8 @@ class TextEvaluator:
         ``sampled/neg_logp``, ``sampled/tokens`` and with a reference ``sampled/kl`` (one per completion, prompt-
         major) and ``sampled/pass@<k>`` (one per prompt)."""
         cfg = self.config
-        model = getattr(algo, "model", None)
+        # the policy's whole weights: with --dist.shard fsdp, rank 0's unsharded policy (algo.model is its shard)
+        model = getattr(algo, "policy", None) if hasattr(algo, "model") else None
         if model is not None:
             self.engine.sync_weights(model, getattr(algo, "version", 0))
         generator = getattr(self.engine, "generator", None)
