@@ -31,6 +31,8 @@ commands:
   train RECIPE [--key.sub VALUE ...] [--run-dir DIR] [--overwrite] [--save-every N] [--max-restarts N]
                [--no-progress] [--track wandb|mlflow] [--prometheus-port P]
                                        train a recipe (pickaxe train RECIPE --help lists every key)
+  plan RECIPE [--key.sub VALUE ...] [--prompt-tokens N] [--device-gib G] [--json]
+                                       per-device memory of an LLM run (weights, gradients, optimizer, activations)
   resume RUN_DIR [--restart] [--no-progress] [--track T] [--prometheus-port P]
                                        continue a run from its newest good checkpoint to its original budget
   eval RUN_DIR [--checkpoints all|best|latest|final|STEP...] [--episodes N] [--device D]
@@ -55,6 +57,7 @@ commands:
 
 COMMANDS = (
     "train",
+    "plan",
     "resume",
     "eval",
     "export",
@@ -95,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     handlers = {
         "train": _train,
+        "plan": _plan,
         "resume": _resume,
         "eval": _eval,
         "export": _export,
@@ -257,6 +261,69 @@ def _forward_sigterm(child: Any) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+# ------------------------------------------------------------------------------------------------- plan
+PLAN_USAGE = """usage: pickaxe plan RECIPE [--key.sub VALUE ...] [--prompt-tokens N] [--device-gib G] [--json]
+
+The memory an LLM run needs per device and per host, from its config alone (torch is not imported, no model is
+loaded): weights, gradients and AdamW state (exact), activations of one micro-batch with and without gradient
+checkpointing, the frozen models, FSDP's gathered units and rank 0's unsharded policy, the KV cache of colocated
+generation. It reads the flags `pickaxe train RECIPE` takes (--model.shape, --model.path DIR, --dist.learners N,
+--dist.shard fsdp, --dist.offload, --model.lora.r, --algo.micro-batch-size, ...) and:
+  --prompt-tokens N   prompt length counted in every sequence (default 256; + engine.max_new_tokens)
+  --device-gib G      say whether every rank fits a device of G GiB (an "80 GB" H100 has 80 GiB)
+  --json              print one JSON object (bytes as integers) instead of the table
+Named shapes for --model.shape: {shapes}."""
+
+
+def _plan(args: list[str]) -> int:
+    from pickaxe.models.shapes import SHAPES
+
+    if not args or args[0] in ("-h", "--help"):
+        print(PLAN_USAGE.format(shapes=", ".join(SHAPES)))
+        return 0 if args else 2
+    if args[0].startswith("-"):
+        raise PickaxeError("pickaxe plan needs a recipe name, e.g. `pickaxe plan arith-grpo` (`pickaxe recipes`)")
+    from pickaxe.recipes.args import parse_train
+    from pickaxe.train.plan import plan_memory
+
+    rest, prompt_tokens, device_gib, as_json = plan_options(args[1:])
+    cfg, _ = parse_train(args[0], rest)
+    plan = plan_memory(cfg, prompt_tokens=prompt_tokens, device_gib=device_gib)
+    print(json.dumps(plan.to_dict()) if as_json else plan.render())
+    return 0
+
+
+def plan_options(args: list[str]) -> tuple[list[str], int, float | None, bool]:
+    """``(the train flags, --prompt-tokens, --device-gib, --json)`` of a ``pickaxe plan`` command line; a missing or
+    bad value is a one-line ``ConfigError``."""
+    rest: list[str] = []
+    prompt_tokens, device_gib, as_json = 256, None, False
+    i = 0
+    while i < len(args):
+        name, eq, inline = args[i].partition("=")
+        if name == "--json":
+            as_json = True
+        elif name in ("--prompt-tokens", "--device-gib"):
+            text = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+            i += 0 if eq else 1
+            try:
+                value = float(text)
+            except ValueError:
+                value = -1.0
+            if name == "--prompt-tokens":
+                if value < 1 or value != int(value):
+                    raise ConfigError(f"--prompt-tokens takes a whole number of tokens >= 1, got {text!r}")
+                prompt_tokens = int(value)
+            else:
+                if not 0 < value < float("inf"):
+                    raise ConfigError(f"--device-gib takes a device's memory in GiB (> 0, e.g. 80), got {text!r}")
+                device_gib = value
+        else:
+            rest.append(args[i])
+        i += 1
+    return rest, prompt_tokens, device_gib, as_json
 
 
 # ----------------------------------------------------------------------------------------------- resume
