@@ -171,7 +171,7 @@ def test_plan_is_torch_free_and_prints_one_json_object() -> None:
     assert plan["parameters"] == 7_615_616_512 and plan["learners"] == 8 and plan["fits"] in (True, False)
     assert [r["ranks"] for r in plan["ranks"]] == ["rank 0", "ranks 1-7"]
     table = _plan("arith-grpo", "--model.shape", "qwen2-0.5b", "--algo.micro-batch-size", "8", "--device-gib", "80")
-    assert table.returncode == 0 and "on 80 GiB devices: learner fits (" in table.stdout
+    assert table.returncode == 0 and "on 80 GiB devices: learner: fits (" in table.stdout
     assert "does not fit" in _plan("arith-grpo", "--model.shape", "qwen2-0.5b", "--device-gib", "8").stdout
 
 

@@ -3,7 +3,7 @@
 User errors (unknown recipe, command, config key, value type or range, env id) exit with status 2 and one
 line on stderr that names the problem and the closest valid choice; there is no traceback for them.
 ``--help`` on any subcommand prints its usage and exits 0. Commands that do not train (``recipes``,
-``set``, ``queue``, ``compare``, ``runs``, ``--help``, ``--version``) never import torch.
+``plan``, ``set``, ``queue``, ``compare``, ``runs``, ``--help``, ``--version``) never import torch.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from pickaxe.algos.configs import DPOConfig, GRPOConfig, LLMPPOConfig, RewardModelConfig
 from pickaxe.errors import ConfigError
+from pickaxe.models.folders import check_tiny_shape
 from pickaxe.models.shapes import Shape, shape_from_config
 from pickaxe.train.llm_config import BestOfNConfig, LLMTrainConfig
 
@@ -52,13 +53,14 @@ TOLERANCE = 0.35
 """How far the activation estimate may be from a measured peak (tests/test_plan.py)."""
 
 Where = Literal["device", "host"]
-Phase = Literal["resident", "train", "generate"]
+Phase = Literal["resident", "train", "generate", "score"]
 
 
 @dataclass
 class Term:
     """One line of a rank's memory: ``bytes`` on the device or the host, held all the time (``resident``), while
-    training (``train``: gradients, activations, gathered units) or while generating (``generate``)."""
+    training (``train``: gradients, activations, gathered units), while generating (``generate``) or while an
+    offloaded reference scores on the device (``score``)."""
 
     name: str
     bytes: int
@@ -80,10 +82,11 @@ class RankPlan:
             self.terms.append(Term(name, int(n), where, phase, note))
 
     def peak(self, where: Where) -> int:
-        """Peak bytes on ``where``: what is resident plus the larger of the training and the generation phase."""
+        """Peak bytes on ``where``: what is resident plus the largest of the training, generation and scoring
+        phases."""
         by_phase = {p: sum(t.bytes for t in self.terms if t.where == where and t.phase == p) for p in
-                    ("resident", "train", "generate")}  # fmt: skip
-        return by_phase["resident"] + max(by_phase["train"], by_phase["generate"])
+                    ("resident", "train", "generate", "score")}  # fmt: skip
+        return by_phase["resident"] + max(by_phase["train"], by_phase["generate"], by_phase["score"])
 
 
 @dataclass
@@ -148,7 +151,7 @@ class MemoryPlan:
             for name, note in names:
                 cells = []
                 for r in self.ranks:
-                    n = sum(t.bytes for t in r.terms if t.where == where and t.name == name)
+                    n = sum(t.bytes for t in r.terms if t.where == where and (t.name, t.note) == (name, note))
                     cells.append(f"{n / GiB:14.2f}" if n else f"{'-':>14}")
                 label = f"  {name}" + (f" ({note})" if note else "")
                 lines.append(f"{label[:44]:44}" + "".join(cells))
@@ -160,7 +163,7 @@ class MemoryPlan:
         )
         if self.device_gib is not None:
             verdicts = [
-                f"{r.ranks} {'fits' if r.peak('device') <= self.device_gib * GiB else 'does not fit'} "
+                f"{r.ranks}: {'fits' if r.peak('device') <= self.device_gib * GiB else 'does not fit'} "
                 f"({r.peak('device') / GiB:.1f} GiB)"
                 for r in self.ranks
             ]
@@ -328,6 +331,9 @@ def plan_memory(cfg: LLMTrainConfig, prompt_tokens: int = 256, device_gib: float
     if not isinstance(cfg, LLMTrainConfig):
         raise ConfigError("pickaxe plan counts the memory of LLM recipes; classic recipes fit anywhere")
     a, d = cfg.algo, cfg.dist
+    d.check(llm=True)
+    if cfg.model.path is None:
+        check_tiny_shape(cfg.model.hidden, cfg.model.heads, cfg.model.kv_heads)
     shape, dtype = policy_shape(cfg)
     trained, frozen, notes = networks(cfg, shape, dtype)
     name = algo_name(cfg)
@@ -360,8 +366,8 @@ def plan_memory(cfg: LLMTrainConfig, prompt_tokens: int = 256, device_gib: float
                 cb = 2 if bf16 else t.dtype_bytes
                 unit = max(t.shape.layer_parameters(), 1)
                 root = t.parameters - t.shape.layers * t.shape.layer_parameters()
-                r.add(f"{t.name} gathered units", (root + 2 * unit) * cb + (root + unit) * t.trained_bytes,
-                      phase="train", note="transient")  # fmt: skip
+                grads = (root + unit) * t.trained_bytes if t.trained == t.parameters else 0  # LoRA: adapters only
+                r.add(f"{t.name} gathered units", (root + 2 * unit) * cb + grads, phase="train", note="transient")
             elif bf16:
                 r.add(f"{t.name} bf16 weight copies", t.parameters * 2, phase="train", note="autocast")
         r.add("activations", act, phase="train", note="one micro-batch")
@@ -370,8 +376,10 @@ def plan_memory(cfg: LLMTrainConfig, prompt_tokens: int = 256, device_gib: float
                 policy = next(t for t in trained if t.name == "policy")
                 r.add("policy, unsharded", policy.weight_bytes, note="generation, eval")
             for f in frozen:
-                where: Where = "host" if f.name == "reference model" and cfg.collector.offload_reference else "device"
-                r.add(f.name, f.weight_bytes, where, note="frozen")
+                offloaded = f.name == "reference model" and cfg.collector.offload_reference
+                r.add(f.name, f.weight_bytes, "host" if offloaded else "device", note="frozen")
+                if offloaded:
+                    r.add(f.name, f.weight_bytes, phase="score", note="while scoring")
             rollouts = isinstance(a, GRPOConfig | LLMPPOConfig) and d.placement == "colocated"
             batch = cfg.collector.prompts * cfg.collector.group_size if rollouts else 0
             evaluation = 0 if isinstance(a, RewardModelConfig) else cfg.eval.prompts * max(cfg.eval.samples, 1)
