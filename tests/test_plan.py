@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pickaxe.algos.configs import GRPOConfig, LLMPPOConfig, SFTConfig
+from pickaxe.algos.configs import GRPOConfig, LLMPPOConfig, RewardModelConfig, SFTConfig
 from pickaxe.models.shapes import Shape
 from pickaxe.recipes.llm import LLM_RECIPES
 from pickaxe.train.llm_config import LLMTrainConfig, LMConfig, LoRAConfig
@@ -82,6 +82,29 @@ def test_ppo_critic_and_reference_are_the_bytes_of_the_tensors() -> None:
     assert _term(rank, "critic gradients") == grads
     assert _term(rank, "critic AdamW state") == state
     assert _term(rank, "reference model") == _bytes(reference.parameters())
+
+
+def test_reward_model_training_is_the_bytes_of_the_tensors() -> None:
+    from pickaxe.models.reward import RewardModel
+    from pickaxe.train.llm import build_model
+
+    cfg = _cfg(RewardModelConfig())
+    reward_model = RewardModel.from_lm(build_model(cfg, torch.device("cpu"), seed=0)[0])
+    optimizer = torch.optim.AdamW([p for p in reward_model.parameters() if p.requires_grad])
+    grads, state = _held(optimizer, reward_model)
+    rank = plan_memory(cfg).ranks[0]
+    assert _term(rank, "reward model weights") == _bytes(reward_model.parameters())
+    assert (_term(rank, "reward model gradients"), _term(rank, "reward model AdamW state")) == (grads, state)
+
+
+@pytest.mark.parametrize("recipe", sorted(LLM_RECIPES))
+def test_every_llm_recipe_has_a_plan(recipe: str) -> None:
+    from pickaxe.recipes.args import parse_train
+
+    cfg, _ = parse_train(recipe, ["--data.reward-model", "not-yet-written"])
+    plan = plan_memory(cfg, device_gib=1)
+    assert plan.fits() is True and plan.ranks[0].peak("device") > 0
+    assert json.loads(json.dumps(plan.to_dict()))["algo"] == plan.algo
 
 
 def test_sharding_divides_the_training_state_and_rank_0_keeps_the_frozen_models() -> None:
@@ -173,6 +196,16 @@ def test_plan_is_torch_free_and_prints_one_json_object() -> None:
     table = _plan("arith-grpo", "--model.shape", "qwen2-0.5b", "--algo.micro-batch-size", "8", "--device-gib", "80")
     assert table.returncode == 0 and "on 80 GiB devices: learner: fits (" in table.stdout
     assert "does not fit" in _plan("arith-grpo", "--model.shape", "qwen2-0.5b", "--device-gib", "8").stdout
+
+
+def test_train_dry_run_prints_the_plan_and_trains_nothing(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "pickaxe.cli", "train", "arith-grpo", "--model.shape", "tiny-qwen2", "--dry-run",
+         "--json", "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["model"] == "tiny-qwen2" and not (tmp_path / "run").exists()
 
 
 def test_plan_reads_a_model_folders_config(tmp_path: Path) -> None:

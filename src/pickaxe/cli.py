@@ -143,7 +143,8 @@ TRAIN_USAGE = """usage: pickaxe train RECIPE [--key.sub VALUE ...] [run options]
 
 Train a recipe (`pickaxe recipes` lists them); `pickaxe train RECIPE --help` lists every config key of that
 recipe with its default, and the run options: --run-dir DIR, --overwrite, --save-every N, --max-restarts N,
---no-progress, --track wandb|mlflow, --prometheus-port P."""
+--no-progress, --track wandb|mlflow, --prometheus-port P. --dry-run prints the run's memory plan (`pickaxe plan`)
+and exits without training."""
 
 
 def _train(args: list[str]) -> int:
@@ -155,6 +156,8 @@ def _train(args: list[str]) -> int:
             return 0
         raise PickaxeError("pickaxe train needs a recipe name, e.g. `pickaxe train cartpole-ppo` (`pickaxe recipes`)")
     name = args[0]
+    if "--dry-run" in args[1:]:  # the memory plan instead of the run: `pickaxe plan` with the same flags
+        return _plan([name, *(a for a in args[1:] if a != "--dry-run")])
     cfg, opts = parse_train(name, args[1:])
     cfg.check()  # every input and value, before torch and the builders are imported (and before a supervisor forks)
     if opts.max_restarts is not None:
@@ -289,7 +292,7 @@ def _plan(args: list[str]) -> int:
     from pickaxe.train.plan import plan_memory
 
     rest, prompt_tokens, device_gib, as_json = plan_options(args[1:])
-    cfg, _ = parse_train(args[0], rest)
+    cfg, _ = parse_train(args[0], rest)  # run options (--run-dir, ...) are read and change nothing here
     plan = plan_memory(cfg, prompt_tokens=prompt_tokens, device_gib=device_gib)
     print(json.dumps(plan.to_dict()) if as_json else plan.render())
     return 0

@@ -130,14 +130,20 @@ class MemoryPlan:
     def render(self) -> str:
         """The plan as a table: one column per rank kind, device terms then host terms, the peaks, the verdict."""
         heads = [r.ranks for r in self.ranks]
+        big = max(r.peak(w) for r in self.ranks for w in ("device", "host")) >= GiB
+        unit, scale = ("GiB", GiB) if big else ("MiB", 1 << 20)
+        batch = (
+            f"micro-batch {self.micro_batch} sequences of {self.sequence} tokens"
+            if self.micro_batch
+            else f"no training; sequences of {self.sequence} tokens"
+        )
         lines = [
             f"{self.model}: {self.parameters / 1e9:.3g} B parameters, {self.trainable / 1e9:.3g} B trained, "
             f"{self.dtype}; {self.algo}, {self.learners} learner{'s' if self.learners > 1 else ''}, "
             f"shard {self.shard}, offload {self.offload}",
-            f"micro-batch {self.micro_batch} sequences of {self.sequence} tokens ({self.prompt_tokens} prompt tokens, "
-            "--prompt-tokens, + the new tokens)",
+            f"{batch} ({self.prompt_tokens} prompt tokens, --prompt-tokens, + the new tokens)",
             "",
-            f"{'GiB':44}" + "".join(f"{h:>14}" for h in heads),
+            f"{unit:44}" + "".join(f"{h:>14}" for h in heads),
         ]
         for where in ("device", "host"):
             names: list[tuple[str, str]] = []
@@ -152,14 +158,14 @@ class MemoryPlan:
                 cells = []
                 for r in self.ranks:
                     n = sum(t.bytes for t in r.terms if t.where == where and (t.name, t.note) == (name, note))
-                    cells.append(f"{n / GiB:14.2f}" if n else f"{'-':>14}")
+                    cells.append(f"{n / scale:14.2f}" if n else f"{'-':>14}")
                 label = f"  {name}" + (f" ({note})" if note else "")
                 lines.append(f"{label[:44]:44}" + "".join(cells))
-            lines.append(f"{'  peak':44}" + "".join(f"{r.peak(where) / GiB:14.2f}" for r in self.ranks))
+            lines.append(f"{'  peak':44}" + "".join(f"{r.peak(where) / scale:14.2f}" for r in self.ranks))
         a = self.activations
         lines.append(
-            f"activations per micro-batch: {a['no_checkpointing'] / GiB:.2f} GiB without gradient checkpointing, "
-            f"{a['checkpointing'] / GiB:.2f} GiB with it (estimates, +-{TOLERANCE:.0%})"
+            f"activations per micro-batch: {a['no_checkpointing'] / scale:.2f} {unit} without gradient checkpointing, "
+            f"{a['checkpointing'] / scale:.2f} {unit} with it (estimates, +-{TOLERANCE:.0%})"
         )
         if self.device_gib is not None:
             verdicts = [
@@ -339,18 +345,22 @@ def plan_memory(cfg: LLMTrainConfig, prompt_tokens: int = 256, device_gib: float
     name = algo_name(cfg)
     n = d.learners
     sharded = d.shard == "fsdp"
-    bf16 = a.autocast == "bf16"
+    bf16 = getattr(a, "autocast", "off") == "bf16"  # best-of-n trains nothing and has no compute options
     pb = DTYPE_BYTES[dtype]
     act_bytes = 2.0 if pb == 2 else (2.5 if bf16 else 4.0)  # autocast: matmul outputs bf16, norms and residuals fp32
     new_tokens = cfg.agent.max_tokens if cfg.agent.enabled else cfg.engine.max_new_tokens
     seq = prompt_tokens + new_tokens
-    mb = a.micro_batch_size
+    if cfg.model.path is None and cfg.model.shape is None and seq > cfg.model.max_positions:
+        prompt_tokens, seq = max(cfg.model.max_positions - new_tokens, 1), cfg.model.max_positions
+        notes.append(f"the tiny model takes {cfg.model.max_positions} tokens (--model.max-positions): sequences "
+                     "counted at that length")  # fmt: skip
+    mb = getattr(a, "micro_batch_size", 0)
     tokens, scored = mb * seq, mb * new_tokens
     acts: dict[str, int] = {}
     for key, ckpt in (("no_checkpointing", False), ("checkpointing", True)):
-        acts[key] = int(sum(activations(t.shape, tokens, scored, act_bytes, a.logprob_chunk_tokens, ckpt,
+        acts[key] = int(sum(activations(t.shape, tokens, scored, act_bytes, getattr(a, "logprob_chunk_tokens", 0), ckpt,
                                         head=t.name == "policy") for t in trained))  # fmt: skip
-    act = acts["checkpointing" if a.gradient_checkpointing else "no_checkpointing"]
+    act = acts["checkpointing" if getattr(a, "gradient_checkpointing", False) else "no_checkpointing"]
 
     def rank(label: str, zero: bool) -> RankPlan:
         r = RankPlan(label)
