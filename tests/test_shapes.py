@@ -13,7 +13,7 @@ import torch
 
 from pickaxe.algos.configs import SFTConfig
 from pickaxe.errors import ConfigError
-from pickaxe.models.lm import num_parameters, tiny_lm
+from pickaxe.models.lm import load_lm, num_parameters, tiny_lm
 from pickaxe.models.shapes import SHAPES, get_shape, shape_from_config
 from pickaxe.recipes.llm import LLM_RECIPES
 from pickaxe.train.config import TrainerConfig
@@ -22,13 +22,19 @@ from pickaxe.train.llm_config import LLMEvalConfig, LMConfig, TextCollectorConfi
 PUBLISHED = {
     "qwen2-0.5b": 494_032_768,
     "qwen2.5-1.5b": 1_543_714_304,
+    "qwen2.5-3b": 3_085_938_688,
     "qwen2.5-7b": 7_615_616_512,
+    "qwen2.5-14b": 14_770_033_664,
+    "qwen2.5-32b": 32_763_876_352,
     "qwen2.5-72b": 72_706_203_648,
+    "smollm2-135m": 134_515_008,
     "llama-3.2-1b": 1_235_814_400,
+    "llama-3.2-3b": 3_212_749_824,
     "llama-3-8b": 8_030_261_248,
     "llama-3-70b": 70_553_706_496,
 }
-"""Parameter counts the models' cards and papers give."""
+"""Parameter counts the models' cards and papers give (the shapes above 20B are checked here only: building them
+even on the meta device takes seconds each)."""
 
 
 def _meta_model(name: str) -> torch.nn.Module:
@@ -135,3 +141,6 @@ def test_a_run_at_a_named_shape_trains_saves_and_reloads(tmp_path: Path) -> None
     model, _ = load_run_lm(cfg, tmp_path / "run", "cpu")
     assert num_parameters(model) == SHAPES["tiny-qwen2"].parameters()
     assert torch.equal(model.model.embed_tokens.weight, weights["policy.model.embed_tokens.weight"])
+    exported = load_lm(tmp_path / "run" / "export", "cpu")  # the transformers folder the next stage loads
+    assert exported.config.tie_word_embeddings and num_parameters(exported) == SHAPES["tiny-qwen2"].parameters()
+    assert torch.equal(exported.lm_head.weight, model.model.embed_tokens.weight)
