@@ -283,8 +283,10 @@ Named shapes for --model.shape: {shapes}."""
 def _plan(args: list[str]) -> int:
     from pickaxe.models.shapes import SHAPES
 
-    if not args or args[0] in ("-h", "--help"):
+    if not args or any(a in ("-h", "--help") for a in args):
         print(PLAN_USAGE.format(shapes=", ".join(SHAPES)))
+        if args and not args[0].startswith("-"):
+            print(f"`pickaxe train {args[0]} --help` lists the recipe's config keys.")
         return 0 if args else 2
     if args[0].startswith("-"):
         raise PickaxeError("pickaxe plan needs a recipe name, e.g. `pickaxe plan arith-grpo` (`pickaxe recipes`)")
