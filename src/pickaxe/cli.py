@@ -3,7 +3,7 @@
 User errors (unknown recipe, command, config key, value type or range, env id) exit with status 2 and one
 line on stderr that names the problem and the closest valid choice; there is no traceback for them.
 ``--help`` on any subcommand prints its usage and exits 0. Commands that do not train (``recipes``,
-``set``, ``queue``, ``compare``, ``runs``, ``--help``, ``--version``) never import torch.
+``plan``, ``set``, ``queue``, ``compare``, ``runs``, ``--help``, ``--version``) never import torch.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ commands:
   train RECIPE [--key.sub VALUE ...] [--run-dir DIR] [--overwrite] [--save-every N] [--max-restarts N]
                [--no-progress] [--track wandb|mlflow] [--prometheus-port P]
                                        train a recipe (pickaxe train RECIPE --help lists every key)
+  plan RECIPE [--key.sub VALUE ...] [--prompt-tokens N] [--device-gib G] [--json]
+                                       per-device memory of an LLM run (weights, gradients, optimizer, activations)
   resume RUN_DIR [--restart] [--no-progress] [--track T] [--prometheus-port P]
                                        continue a run from its newest good checkpoint to its original budget
   eval RUN_DIR [--checkpoints all|best|latest|final|STEP...] [--episodes N] [--device D]
@@ -55,6 +57,7 @@ commands:
 
 COMMANDS = (
     "train",
+    "plan",
     "resume",
     "eval",
     "export",
@@ -95,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     handlers = {
         "train": _train,
+        "plan": _plan,
         "resume": _resume,
         "eval": _eval,
         "export": _export,
@@ -139,7 +143,8 @@ TRAIN_USAGE = """usage: pickaxe train RECIPE [--key.sub VALUE ...] [run options]
 
 Train a recipe (`pickaxe recipes` lists them); `pickaxe train RECIPE --help` lists every config key of that
 recipe with its default, and the run options: --run-dir DIR, --overwrite, --save-every N, --max-restarts N,
---no-progress, --track wandb|mlflow, --prometheus-port P."""
+--no-progress, --track wandb|mlflow, --prometheus-port P. --dry-run prints the run's memory plan (`pickaxe plan`)
+and exits without training."""
 
 
 def _train(args: list[str]) -> int:
@@ -151,6 +156,8 @@ def _train(args: list[str]) -> int:
             return 0
         raise PickaxeError("pickaxe train needs a recipe name, e.g. `pickaxe train cartpole-ppo` (`pickaxe recipes`)")
     name = args[0]
+    if "--dry-run" in args[1:]:  # the memory plan instead of the run: `pickaxe plan` with the same flags
+        return _plan([name, *(a for a in args[1:] if a != "--dry-run")])
     cfg, opts = parse_train(name, args[1:])
     cfg.check()  # every input and value, before torch and the builders are imported (and before a supervisor forks)
     if opts.max_restarts is not None:
@@ -257,6 +264,71 @@ def _forward_sigterm(child: Any) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+# ------------------------------------------------------------------------------------------------- plan
+PLAN_USAGE = """usage: pickaxe plan RECIPE [--key.sub VALUE ...] [--prompt-tokens N] [--device-gib G] [--json]
+
+The memory an LLM run needs per device and per host, from its config alone (torch is not imported, no model is
+loaded): weights, gradients and AdamW state (exact), activations of one micro-batch with and without gradient
+checkpointing, the frozen models, FSDP's gathered units and rank 0's unsharded policy, the KV cache of colocated
+generation. It reads the flags `pickaxe train RECIPE` takes (--model.shape, --model.path DIR, --dist.learners N,
+--dist.shard fsdp, --dist.offload, --model.lora.r, --algo.micro-batch-size, ...) and:
+  --prompt-tokens N   prompt length counted in every sequence (default 256; + engine.max_new_tokens)
+  --device-gib G      say whether every rank fits a device of G GiB (an "80 GB" H100 has 80 GiB)
+  --json              print one JSON object (bytes as integers) instead of the table
+Named shapes for --model.shape: {shapes}."""
+
+
+def _plan(args: list[str]) -> int:
+    from pickaxe.models.shapes import SHAPES
+
+    if not args or any(a in ("-h", "--help") for a in args):
+        print(PLAN_USAGE.format(shapes=", ".join(SHAPES)))
+        if args and not args[0].startswith("-"):
+            print(f"`pickaxe train {args[0]} --help` lists the recipe's config keys.")
+        return 0 if args else 2
+    if args[0].startswith("-"):
+        raise PickaxeError("pickaxe plan needs a recipe name, e.g. `pickaxe plan arith-grpo` (`pickaxe recipes`)")
+    from pickaxe.recipes.args import parse_train
+    from pickaxe.train.plan import plan_memory
+
+    rest, prompt_tokens, device_gib, as_json = plan_options(args[1:])
+    cfg, _ = parse_train(args[0], rest)  # run options (--run-dir, ...) are read and change nothing here
+    plan = plan_memory(cfg, prompt_tokens=prompt_tokens, device_gib=device_gib)
+    print(json.dumps(plan.to_dict()) if as_json else plan.render())
+    return 0
+
+
+def plan_options(args: list[str]) -> tuple[list[str], int, float | None, bool]:
+    """``(the train flags, --prompt-tokens, --device-gib, --json)`` of a ``pickaxe plan`` command line; a missing or
+    bad value is a one-line ``ConfigError``."""
+    rest: list[str] = []
+    prompt_tokens, device_gib, as_json = 256, None, False
+    i = 0
+    while i < len(args):
+        name, eq, inline = args[i].partition("=")
+        if name == "--json":
+            as_json = True
+        elif name in ("--prompt-tokens", "--device-gib"):
+            text = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+            i += 0 if eq else 1
+            try:
+                value = float(text)
+            except ValueError:
+                value = -1.0
+            if name == "--prompt-tokens":
+                if value < 1 or value != int(value):
+                    raise ConfigError(f"--prompt-tokens takes a whole number of tokens >= 1, got {text!r}")
+                prompt_tokens = int(value)
+            else:
+                if not 0 < value < float("inf"):
+                    raise ConfigError(f"--device-gib takes a device's memory in GiB (> 0, e.g. 80), got {text!r}")
+                device_gib = value
+        else:
+            rest.append(args[i])
+        i += 1
+    return rest, prompt_tokens, device_gib, as_json
 
 
 # ----------------------------------------------------------------------------------------------- resume

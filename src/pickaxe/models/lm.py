@@ -87,10 +87,12 @@ def tiny_lm(
     pad_token_id: int = 0,
     eos_token_id: int = 1,
     seed: int = 0,
+    tied: bool = False,
 ) -> nn.Module:
     """A small randomly initialised Qwen2- or Llama-style causal LM (float32, eval mode, no dropout).
 
-    Input and output embeddings are untied so the weights save as plain safetensors. Initialisation is seeded
+    Input and output embeddings are untied unless ``tied`` (a real model's shape: ``--model.shape``; the weight
+    files store a tied tensor once per name, see ``pickaxe.runs.weights``). Initialisation is seeded
     by ``seed`` without touching the global RNG. A shape the attention cannot take is a one-line ``ModelError``
     (:func:`~pickaxe.models.folders.check_tiny_shape`).
     """
@@ -108,7 +110,7 @@ def tiny_lm(
         pad_token_id=pad_token_id,
         eos_token_id=eos_token_id,
         bos_token_id=None,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tied,
         attention_dropout=0.0,
         initializer_range=0.02,
     )

@@ -15,6 +15,8 @@ from pickaxe.errors import PickaxeError
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 DEFAULT_CHARS = string.digits + string.ascii_letters + " +-*/=()<>,.:;?!'\"_#[]{}|\n"
 """Characters of ``char_tokenizer``'s default vocabulary: enough for every built-in task's prompts and answers."""
+CHAR_VOCAB = 3 + len(dict.fromkeys(DEFAULT_CHARS))
+"""Size of ``char_tokenizer()``'s vocabulary: the three special tokens and the default characters."""
 
 
 SIMPLE_CHAT_TEMPLATE = (

@@ -238,6 +238,21 @@ def _with_options(cli_type: type) -> type:
     return dataclasses.make_dataclass(cli_type.__name__, extra, bases=(cli_type,), namespace=namespace)
 
 
+SHAPE_FLAGS = ("--model.arch", "--model.hidden", "--model.layers", "--model.heads", "--model.kv-heads",
+               "--model.intermediate")  # fmt: skip
+"""The flags a named ``--model.shape`` sets (``LMConfig.SHAPE_FIELDS``)."""
+
+
+def check_shape_flags(args: list[str]) -> None:
+    """``--model.shape`` sets the tiny model's shape fields: one of them given too is a one-line ``ConfigError``."""
+    names = [a.partition("=")[0].replace("_", "-") for a in args if a.startswith("--")]
+    if "--model.shape" not in names:
+        return
+    clash = next((n for n in names if n in SHAPE_FLAGS), None)
+    if clash is not None:
+        raise ConfigError(f"--model.shape sets {clash[2:]}; drop {clash} (or --model.shape to set the fields yourself)")
+
+
 def parse_train(recipe: str, args: list[str]) -> tuple[Any, RunOptions]:
     """The config of ``recipe`` with the flags in ``args`` applied, and the run options.
 
@@ -252,6 +267,7 @@ def parse_train(recipe: str, args: list[str]) -> tuple[Any, RunOptions]:
     args = merge_repeated(args, "--track")
     if not wants_help(args):
         validate_flags(cfg, args, prog)
+        check_shape_flags(args)
         args = _bool_words_to_flags(cfg, args)
     base = _concrete_type(cfg)
     cli_type = _with_options(base)

@@ -197,8 +197,9 @@ def build_model(cfg: LLMTrainConfig, device: torch.device, seed: int) -> tuple[n
         tokenizer = load_tokenizer(m.path)
         return apply_lora_config(load_lm(m.path, device, m.dtype), m.lora, seed), tokenizer
     tokenizer = char_tokenizer(model_max_length=m.max_positions)
+    shape = m.tiny_shape()
     model = tiny_lm(
-        len(tokenizer),
+        shape.vocab if m.shape else len(tokenizer),
         arch=m.arch,
         hidden=m.hidden,
         layers=m.layers,
@@ -209,6 +210,7 @@ def build_model(cfg: LLMTrainConfig, device: torch.device, seed: int) -> tuple[n
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         seed=seed,
+        tied=shape.tied,
     )
     if m.dtype not in ("auto", "float32"):
         model = model.to(getattr(torch, m.dtype))

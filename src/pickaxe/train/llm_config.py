@@ -12,6 +12,8 @@ from pickaxe.config_keys import ranged, validate
 from pickaxe.errors import ConfigError, PickaxeError
 from pickaxe.eval.alarms import AlarmConfig
 from pickaxe.eval.selection import SelectConfig
+from pickaxe.models.shapes import Shape, get_shape
+from pickaxe.models.tokenizer import CHAR_VOCAB
 from pickaxe.train.config import DistConfig, RunConfig, TrainerConfig, device_field
 
 
@@ -50,6 +52,11 @@ class LMConfig:
     path: str | None = None
     """Folder of a saved causal LM (config.json, weights, tokenizer); None: the tiny model below."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"
+    shape: str | None = None
+    """A real model's shape for the tiny random-weight model (qwen2-0.5b, qwen2.5-7b, llama-3-8b, ...: `pickaxe plan
+    --help` lists them): it sets arch, hidden, layers, heads, kv_heads and intermediate, and the embedding's rows (the
+    character tokenizer uses the first ids) and tying; None: the fields below and untied embeddings over the
+    tokenizer's vocabulary."""
     arch: Literal["qwen2", "llama"] = "qwen2"
     hidden: int = ranged(128, ge=1)
     layers: int = ranged(4, ge=1)
@@ -60,8 +67,27 @@ class LMConfig:
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     """LoRA adapters (needs the ``lora`` extra); r 0: full fine-tuning."""
 
+    SHAPE_FIELDS: ClassVar[tuple[str, ...]] = ("arch", "hidden", "layers", "heads", "kv_heads", "intermediate")
+    """The fields a named ``shape`` sets."""
+
     def __post_init__(self) -> None:
         validate(self)
+        if self.shape is not None:
+            if self.path is not None:
+                raise ConfigError(
+                    f"--model.shape {self.shape} builds a random-weight model, --model.path loads one: drop one of them"
+                )
+            s = get_shape(self.shape)
+            for name in self.SHAPE_FIELDS:
+                setattr(self, name, getattr(s, name))
+
+    def tiny_shape(self) -> Shape:
+        """The tiny model's shape: the named ``shape``, or the fields with ``vocab`` rows and untied embeddings
+        (``vocab``: the character tokenizer's size, which a named shape replaces by its own)."""
+        if self.shape is not None:
+            return get_shape(self.shape)
+        return Shape(self.arch, self.hidden, self.layers, self.heads, self.kv_heads, self.intermediate,
+                     CHAR_VOCAB, tied=False, name="tiny")  # fmt: skip
 
 
 @dataclass
