@@ -26,6 +26,7 @@ TINY = [
     "--model.kv-heads", "2", "--model.intermediate", "64", "--warm-start.updates", "4", "--warm-start.batch-size", "16",
     "--collector.prompts", "4", "--collector.group-size", "4", "--eval.prompts", "12", "--eval.samples", "4",
     "--eval.pass-k", "2", "--algo.micro-batch-size", "3", "--data.reward", "reward_fns:length_score", "--no-progress",
+    "--trainer.total-steps", "32", "--trainer.eval-every", "16",
 ]  # fmt: skip
 
 
@@ -76,12 +77,11 @@ def test_a_sharded_run_logs_the_single_learner_numbers(tmp_path: Path) -> None:
         assert sharded[name].shape == tensor.shape and (sharded[name] - tensor).abs().max() < 1e-4, name
 
 
-@pytest.mark.slow
 def test_a_killed_sharded_run_resumes_exactly(tmp_path: Path) -> None:
-    args = [*TINY, "--dist.learners", "2", "--dist.shard", "fsdp", "--trainer.save-every", "8"]
+    args = [*TINY, "--dist.learners", "2", "--dist.shard", "fsdp", "--trainer.save-every", "16"]
     assert _pickaxe("train", *args, "--run-dir", str(tmp_path / "whole")).returncode == 0
-    killed = _pickaxe("train", *args, "--run-dir", str(tmp_path / "killed"), fault="iteration:3")
-    assert killed.returncode != 0  # SIGKILL
+    killed = _pickaxe("train", *args, "--run-dir", str(tmp_path / "killed"), fault="iteration:1")
+    assert killed.returncode != 0  # SIGKILL after the first update and its checkpoint
     done = _pickaxe("resume", str(tmp_path / "killed"), "--no-progress")
     assert done.returncode == 0, done.stderr
     whole = read_metrics(tmp_path / "whole", deterministic=True)
@@ -89,12 +89,13 @@ def test_a_killed_sharded_run_resumes_exactly(tmp_path: Path) -> None:
 
 
 def test_a_sharded_checkpoint_resumes_on_one_learner_and_back_on_two(tmp_path: Path) -> None:
-    args = [*TINY, "--dist.learners", "2", "--dist.shard", "fsdp", "--trainer.save-every", "8"]
+    args = [*TINY, "--dist.learners", "2", "--dist.shard", "fsdp", "--trainer.save-every", "16"]
+    args += ["--trainer.total-steps", "64"]  # 4 updates: one on two sharded learners, one on one, two on two again
     assert _pickaxe("train", *args, "--run-dir", str(tmp_path / "whole")).returncode == 0
     run = tmp_path / "moved"
-    assert _pickaxe("train", *args, "--run-dir", str(run), fault="iteration:2").returncode != 0
-    one = _pickaxe("resume", str(run), "--no-progress", "--learners", "1", fault="iteration:2")
-    assert one.returncode != 0  # killed again, after checkpoints written by one unsharded learner
+    assert _pickaxe("train", *args, "--run-dir", str(run), fault="iteration:1").returncode != 0
+    one = _pickaxe("resume", str(run), "--no-progress", "--learners", "1", fault="iteration:1")
+    assert one.returncode != 0  # killed again, after a checkpoint written by one unsharded learner
     assert json.loads((run / "config.json").read_text())["dist"]["shard"] == "none"
     two = _pickaxe("resume", str(run), "--no-progress", "--learners", "2", "--shard", "fsdp")
     assert two.returncode == 0, two.stderr
@@ -105,9 +106,10 @@ def test_a_sharded_checkpoint_resumes_on_one_learner_and_back_on_two(tmp_path: P
 
 
 def test_a_damaged_shard_file_is_named_and_the_previous_checkpoint_used(tmp_path: Path) -> None:
-    args = [*TINY, "--dist.learners", "2", "--dist.shard", "fsdp", "--trainer.save-every", "8"]
+    args = [*TINY, "--dist.learners", "2", "--dist.shard", "fsdp", "--trainer.save-every", "16"]
+    args += ["--trainer.total-steps", "48"]
     run = tmp_path / "run"
-    assert _pickaxe("train", *args, "--run-dir", str(run), fault="iteration:3").returncode != 0
+    assert _pickaxe("train", *args, "--run-dir", str(run), fault="iteration:2").returncode != 0
     checkpoints = run / "checkpoints"
     latest = checkpoints / (checkpoints / "latest").read_text().strip()
     shard = next(p for p in latest.iterdir() if "rank-1" in p.name)
