@@ -8,7 +8,7 @@ process), run one after the other so they never share the machine. A sampler rea
 (rank 0 and the learners it starts) from ``/proc`` ten times a second: resident memory, and whether a checkpoint
 is being written (a ``checkpoints/.tmp-*`` folder exists). Reported per configuration: each process's peak RSS while
 training and while checkpointing, the median ``time/update_s`` over the updates after the first, CPU seconds per
-update (wall x learners busy), the gather of the policy from the shards (``sync/gather_s``) as a share of the update,
+update (wall x learners busy), the gather of the policy from the shards (``time/gather_s``) as a share of the update,
 and the planner's prediction (``pickaxe plan``) beside the measurement. Ratios are against the one-learner run
 measured in the same invocation; the last line is one JSON object with every figure.
 
@@ -101,7 +101,7 @@ def run_config(name: str, args: argparse.Namespace, base: list[str], workdir: Pa
     updates = [r for r in records if "time/update_s" in r]
     later = updates[1:] or updates
     update_s = statistics.median(r["time/update_s"] for r in later)
-    gather_s = statistics.median(r.get("sync/gather_s", 0.0) for r in later)
+    gather_s = statistics.median(r.get("time/gather_s", 0.0) for r in later)
     learners = int(CONFIGS[name][1])
     ranked = sorted(peaks.values(), key=lambda p: -max(p.values()))[:learners]
     return {
@@ -116,16 +116,17 @@ def run_config(name: str, args: argparse.Namespace, base: list[str], workdir: Pa
 
 
 def plan(base: list[str], flags: list[str]) -> Any:
-    """What ``pickaxe plan`` predicts for the same flags (None if the planner is not there)."""
+    """The device peak (MB) ``pickaxe plan`` predicts for each kind of rank with the same flags (None if it fails)."""
     done = subprocess.run(
         [sys.executable, "-m", "pickaxe.cli", "plan", *base, *flags, "--json"], capture_output=True, text=True
     )
     if done.returncode != 0:
         return None
     try:
-        return json.loads(done.stdout.strip().splitlines()[-1])
+        planned = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return None
+    return {r["ranks"]: round(r["device_peak"] / 2**20) for r in planned["ranks"]}
 
 
 def main() -> None:
