@@ -53,6 +53,7 @@ def plan_shared_prefix(
     rows: list[int] | None = None,
     host_ids: np.ndarray | None = None,
     min_width: int = MIN_WIDTH,
+    prefix_lengths: list[int] | None = None,
 ) -> SharedPrefixLayout:
     """The shared-prefix layout of sequences ``rows`` (indices into ``input_ids``'s ``[B, L]`` block and
     ``bounds``; default all). Sequences whose prefixes (the tokens before the first scored one) are equal share a
@@ -60,11 +61,16 @@ def plan_shared_prefix(
     :func:`~pickaxe.data.layout.plan_layout`.
 
     ``host_ids`` is ``input_ids`` as a host array (read from the device when not given: pass it to plan several
-    layouts of one batch with one read)."""
+    layouts of one batch with one read). ``prefix_lengths`` (per row of the block, like ``bounds``) overrides where
+    each sequence's prefix ends: any cut gives the padded layout's numbers, it only decides what is shared (a
+    reward model cuts one token before the prompt's end, so that every scored last token sits in a branch)."""
     rows = list(range(input_ids.shape[0])) if rows is None else list(rows)
     L = input_ids.shape[1]
     host = input_ids.detach().cpu().numpy() if host_ids is None else host_ids
-    prefix = {r: bounds.scored[r][0] if bounds.scored[r] else bounds.length[r] for r in rows}
+    if prefix_lengths is None:
+        prefix = {r: bounds.scored[r][0] if bounds.scored[r] else bounds.length[r] for r in rows}
+    else:
+        prefix = {r: min(max(prefix_lengths[r], 0), bounds.length[r]) for r in rows}
     groups: dict[bytes, list[int]] = {}
     for r in rows:
         s = bounds.start[r]
