@@ -140,8 +140,9 @@ def test_reward_model_scores_both_responses_from_one_pass_over_the_prompt() -> N
 
 
 def test_each_prompt_runs_once_per_micro_batch() -> None:
-    """One micro-batch of every pair: the rows hold each distinct prompt once (DPO: whole prompts; the reward
-    model: all but the prompt's last token, which each response repeats) and every response after it."""
+    """One micro-batch of every pair: the rows hold each distinct prompt once and every response after it, for
+    DPO's log-probs and the reward model's last-token scores alike; short groups share rows (fewer rows than
+    prompts)."""
     pairs = _pairs()
     batch = pack_pairs(pairs, TOK)
     data_pairs = read_pairs(batch)
@@ -155,7 +156,8 @@ def test_each_prompt_runs_once_per_micro_batch() -> None:
     ((_, _, rm),) = plan_pair_micro_batches(
         batch["input_ids"], rm_bounds, data_pairs, 64, "shared-prefix", prefix_lengths=prefix
     )
-    assert rm.real_tokens == sum(n - 1 for n in prompts.values()) + responses + len(full.length)
+    assert rm.real_tokens == dpo.real_tokens
+    assert dpo.input_ids.shape[0] < len(prompts) and dpo.slots < 1.25 * dpo.real_tokens
     ((_, _, padded),) = plan_pair_micro_batches(batch["input_ids"], full, data_pairs, 64, "padded")
     assert padded.real_tokens == sum(full.length) > dpo.real_tokens
 

@@ -26,6 +26,9 @@ from pickaxe.data.layout import SequenceBounds, TokenLayout
 from pickaxe.data.shared_prefix import plan_shared_prefix
 from pickaxe.models.lm import shares_prompts
 
+PACK_GROUPS = 3
+"""Shared-prefix rows of pairs hold several prompts' groups, up to this many times the widest group's width: a
+group (a prompt and two responses) is short, so one per row would leave its rows' width differences as padding."""
 PAIR_LAYOUTS = ("padded", "length-sorted", "packed", "shared-prefix")
 """Micro-batch layouts of preference pairs (``shared-prefix``: what ``share_prompts`` turns ``padded`` into)."""
 
@@ -109,7 +112,9 @@ def plan_pair_micro_batches(
         chunk = order[s : s + size]
         rows = [pairs.chosen[i] for i in chunk] + [pairs.rejected[i] for i in chunk]
         if layout == "shared-prefix":
-            planned = plan_shared_prefix(input_ids, bounds, rows, host_ids, prefix_lengths=prefix_lengths)
+            planned = plan_shared_prefix(
+                input_ids, bounds, rows, host_ids, prefix_lengths=prefix_lengths, pack_groups=PACK_GROUPS
+            )
             out.append((chunk, rows, planned))
             continue
         planned_rows, planned_layout = plan_micro_batches(input_ids, bounds, rows, len(rows), mode)[0]

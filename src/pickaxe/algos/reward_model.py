@@ -22,20 +22,16 @@ from pickaxe.models.reward import RewardModel
 
 def last_token_bounds(bounds: SequenceBounds) -> SequenceBounds:
     """The same sequences with only their last real token scored: a layout planned from these puts, for each
-    sequence, the index of the hidden state just before its last token in ``hidden_index`` (a reward model reads
-    ``hidden_index + 1``, the last token itself)."""
+    sequence, the index of the hidden state just before its last token in ``hidden_index`` and of the last token
+    itself in ``token_index()`` (where a reward model reads)."""
     return SequenceBounds(bounds.start, bounds.length, [[n - 1] if n > 1 else [] for n in bounds.length])
 
 
 def score_prefix_lengths(bounds: SequenceBounds) -> list[int]:
     """Per sequence of ``bounds`` (response tokens scored), how many leading tokens a shared-prefix layout of its
-    last-token bounds may share: the prompt but its last token (and never the last two tokens). A scored last token
-    then always sits after a token of its own branch, so the head's read one position after ``hidden_index``
-    stays in that branch (at the prompt's very end it would land on the first branch's first token)."""
-    return [
-        max(min(scored[0] if scored else n, n - 1) - 1, 0)
-        for scored, n in zip(bounds.scored, bounds.length, strict=True)
-    ]
+    last-token bounds shares: its prompt (the tokens before its first scored one; the whole sequence without
+    any), as for the policy's log-probs."""
+    return [scored[0] if scored else n for scored, n in zip(bounds.scored, bounds.length, strict=True)]
 
 
 class RewardModelTrainer(LMAlgorithm):
