@@ -1,8 +1,8 @@
 """The shared-prompt layout of preference pairs (``share_prompts``, the default): DPO's loss, implicit rewards and
 gradient, its reference log-probs, and the reward model's loss, scores and gradient equal the padded layout's
 (one copy of the prompt per response) up to float rounding, for pairs of different lengths, a prompt shared by
-several pairs, truncated answers (no EOS, a single token, none at all) and any micro-batch size; and each prompt
-really runs once per micro-batch.
+several pairs, truncated answers (no EOS, a single token, none at all) and any micro-batch size (rows then hold
+one or several prompts' groups); and each prompt really runs once per micro-batch.
 
 Tolerances: gradients ``atol 1e-6, rtol 1e-4`` (float32, entries up to ~1e-1: the layouts sum attention and
 matmuls in another order), losses and metrics ``rel 1e-5, abs 1e-6``, reference log-probs and scores ``1e-5``.
