@@ -43,6 +43,8 @@ class RewardModelTrainer(LMAlgorithm):
     reward_model}``; ``RewardModel.save(dir)`` writes a folder that ``RewardModel.load`` reads.
     """
 
+    supports_data_parallel = True
+
     def __init__(self, model: RewardModel, config: RewardModelConfig | None = None) -> None:
         if not hasattr(model, "layout_scores"):
             raise TypeError(
@@ -50,8 +52,6 @@ class RewardModelTrainer(LMAlgorithm):
                 "build one with RewardModel.from_lm(lm) or tiny_reward_model(vocab)"
             )
         super().__init__(model, config or RewardModelConfig())
-
-    supports_data_parallel = True
 
     @property
     def layout(self) -> str:
