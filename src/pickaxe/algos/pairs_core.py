@@ -27,8 +27,9 @@ from pickaxe.data.shared_prefix import plan_shared_prefix
 from pickaxe.models.lm import shares_prompts
 
 PACK_GROUPS = 3
-"""Shared-prefix rows of pairs hold several prompts' groups, up to this many times the widest group's width: a
-group (a prompt and two responses) is short, so one per row would leave its rows' width differences as padding."""
+"""Shared-prefix rows of pairs hold several prompts' groups, in rows up to this many times the widest group's width
+(the width with the fewest slots): a group (a prompt and two responses) is short, so one per row would leave the
+groups' width differences as padding."""
 PAIR_LAYOUTS = ("padded", "length-sorted", "packed", "shared-prefix")
 """Micro-batch layouts of preference pairs (``shared-prefix``: what ``share_prompts`` turns ``padded`` into)."""
 

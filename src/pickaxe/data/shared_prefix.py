@@ -12,8 +12,8 @@ position predicts every branch's first token.
 Rows are capped at ``max(2 x the longest sequence, min_width)`` tokens: a group that does not fit continues in
 another row with its own copy of the prefix, so attention, quadratic in the row width, stays bounded. With
 ``pack_groups`` a row may hold several groups (each its prefix and branches; first-fit by decreasing width into
-rows ``pack_groups`` times as wide as the widest group), so short groups leave less padding: preference pairs,
-whose group is a prompt and two responses, are packed so.
+rows of the width, up to ``pack_groups`` times the widest group's, that takes the fewest slots), so short groups
+leave little padding: preference pairs, whose group is a prompt and two responses, are packed so.
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ from pickaxe.data.layout import SequenceBounds, TokenLayout, row_tensors
 
 MIN_WIDTH = 512
 """Rows may always grow to this many tokens, however short the sequences."""
+SEARCH_GROUPS = 256
+"""With ``pack_groups``, up to this many groups per layout try every row width (a few milliseconds); more use
+``pack_groups`` x the widest group's width."""
 
 
 @dataclass
@@ -81,8 +84,8 @@ def plan_shared_prefix(
     ``host_ids`` is ``input_ids`` as a host array (read from the device when not given: pass it to plan several
     layouts of one batch with one read). ``prefix_lengths`` (per row of the block, like ``bounds``) overrides where
     each sequence's prefix ends: any cut gives the padded layout's numbers, it only decides what is shared.
-    ``pack_groups`` > 0 packs several groups into a row up to ``pack_groups`` x the widest group's width (0: one
-    group per row)."""
+    ``pack_groups`` > 0 packs several groups into a row of up to ``pack_groups`` x the widest group's width, the
+    width with the fewest slots (0: one group per row)."""
     rows = list(range(input_ids.shape[0])) if rows is None else list(rows)
     L = input_ids.shape[1]
     host = input_ids.detach().cpu().numpy() if host_ids is None else host_ids
@@ -110,21 +113,18 @@ def plan_shared_prefix(
     W = max([*widths, 1])
     stride = 0
     if pack_groups > 0 and bins:
-        W *= pack_groups
         stride = max(len(b) for b in bins) + 1
-        packed: list[list[int]] = []  # bins of each model row
-        free: list[int] = []
-        for b in sorted(range(len(bins)), key=lambda b: -widths[b]):
-            for i, room in enumerate(free):
-                if widths[b] <= room:
-                    packed[i].append(b)
-                    free[i] -= widths[b]
-                    break
-            else:
-                packed.append([b])
-                free.append(W - widths[b])
+        # the row width with the fewest slots (rows x width of the fullest row), narrowest on a tie; the search is
+        # skipped for many groups, where it would cost more than it saves
+        widths_tried = range(W, pack_groups * W + 1) if len(bins) <= SEARCH_GROUPS else [pack_groups * W]
+        best: tuple[int, list[list[int]], int] | None = None
+        for width in widths_tried:
+            packed, used = _first_fit(widths, width)
+            if best is None or len(packed) * used < best[0]:
+                best = (len(packed) * used, packed, used)
+        assert best is not None
+        _, packed, W = best
         row_bins = [[bins[b] for b in row] for row in packed]
-        W = max(W - min(free), 1)  # no wider than the fullest row
     else:
         row_bins = [[b] for b in bins]
     src: list[list[int]] = []
@@ -175,3 +175,20 @@ def plan_shared_prefix(
         token_at=torch.tensor(token_at, dtype=torch.long).to(device),
         stride=stride,
     )
+
+
+def _first_fit(widths: list[int], width: int) -> tuple[list[list[int]], int]:
+    """First-fit decreasing of items of ``widths`` into rows of ``width``: the items (indices) of each row and the
+    width of the fullest row."""
+    rows: list[list[int]] = []
+    free: list[int] = []
+    for b in sorted(range(len(widths)), key=lambda b: -widths[b]):
+        for i, room in enumerate(free):
+            if widths[b] <= room:
+                rows[i].append(b)
+                free[i] -= widths[b]
+                break
+        else:
+            rows.append([b])
+            free.append(width - widths[b])
+    return rows, width - min(free)
