@@ -365,9 +365,13 @@ def test_bad_dist_flag_combinations_fail_in_one_line() -> None:
         cfg.dist.placement = "separate"
         with pytest.raises(ConfigError, match=rf"{name}\w* has no rollouts: drop --dist.placement"):
             cfg.check()
-    cfg = LLM_RECIPES["synthetic-dpo"].make()
+    cfg = LLM_RECIPES["synthetic-bon"].make()
     cfg.dist.learners = 2
-    with pytest.raises(ConfigError, match=r"DPOConfig does not split its update among learners"):
+    with pytest.raises(ConfigError, match=r"BestOfNConfig does not split its update among learners"):
+        cfg.check()
+    for recipe in ("synthetic-dpo", "synthetic-rm"):  # pair learners split their updates
+        cfg = LLM_RECIPES[recipe].make()
+        cfg.dist.learners = 2
         cfg.check()
 
 

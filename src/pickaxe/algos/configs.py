@@ -301,6 +301,9 @@ class RewardModelConfig(LMConfig):
     margin: float = ranged(0.0, ge=0)
     """The chosen score must lead by this much: loss -log sigmoid(r_chosen - r_rejected - margin). A batch's
     per-pair ``margin`` key (preference strength, Llama 2) is added to it."""
+    share_prompts: bool = True
+    """A pair's chosen and rejected responses (and pairs of one prompt in a micro-batch) share one pass over their
+    prompt, both scores from it (padded layout, SDPA attention; same numbers up to float rounding, fewer FLOPs)."""
 
 
 DPOLoss = Literal["sigmoid", "ipo"]
@@ -322,6 +325,10 @@ class DPOConfig(LMConfig):
     """sigmoid: -log sigmoid(beta h) (DPO); ipo: (h - 1/(2 beta))^2 on per-token mean log-probs (IPO)."""
     label_smoothing: float = ranged(0.0, ge=0, lt=0.5)
     """Probability that a label is flipped (conservative DPO, sigmoid loss only); 0 is plain DPO."""
+    share_prompts: bool = True
+    """A pair's chosen and rejected responses (and pairs of one prompt in a micro-batch) share one pass over their
+    prompt in the policy's and the reference's forward passes (padded layout, SDPA attention; same numbers up to
+    float rounding, fewer FLOPs)."""
 
     def __post_init__(self) -> None:
         validate(self)

@@ -4,7 +4,9 @@ A batch comes from ``pickaxe.rollout.pairs.pack_pairs``. A sequence's log-prob i
 log-probs (``loss_mask``; per-token mean for IPO, as TRL does). The frozen reference's log-probs do not change, so
 each pair's are computed once, the first time its id is seen, and cached under that id: later epochs run only the
 policy. Micro-batches hold whole pairs and the loss is normalised by the step's pair count, so any
-``micro_batch_size`` or layout gives the same update up to float rounding.
+``micro_batch_size`` or layout gives the same update up to float rounding. By default (``share_prompts``) a pair's
+two responses share one pass over their prompt, in the policy's and the reference's forward passes. Data-parallel
+learners each compute their share of the micro-batches (and of the reference's, for pairs not cached yet).
 """
 
 from __future__ import annotations
@@ -13,16 +15,18 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
+from pickaxe.algos.base import all_reduce, my_share
 from pickaxe.algos.configs import DPOConfig
 from pickaxe.algos.llm_core import LMAlgorithm, sequence_sum
-from pickaxe.algos.pairs_core import Pairs, plan_pair_micro_batches, read_pairs, run_pair_plan
+from pickaxe.algos.pairs_core import Pairs, pair_layout, plan_pair_micro_batches, read_pairs, run_pair_plan
 from pickaxe.algos.rlhf_core import PairLoss, dpo_loss
 from pickaxe.data.batch import Batch
 from pickaxe.data.layout import SequenceBounds, TokenLayout, sequence_bounds
-from pickaxe.models.lm import layout_logprobs
+from pickaxe.models.lm import layout_logprobs, shares_prompts
 
 
 class DPO(LMAlgorithm):
@@ -36,8 +40,11 @@ class DPO(LMAlgorithm):
 
     The cache maps a pair id to the reference's summed response log-probs of its two responses (one device tensor
     row per pair) and their token counts; a cached id seen with different lengths raises ``ValueError`` (ids must
-    name one pair for the whole run). ``reference_sequences`` counts the sequences the reference has scored.
+    name one pair for the whole run). ``reference_sequences`` counts the sequences the reference has scored (over
+    every data-parallel learner: each computes its share of them and the values are summed).
     """
+
+    supports_data_parallel = True
 
     def __init__(self, model: nn.Module, config: DPOConfig | None = None, reference: nn.Module | None = None) -> None:
         ref = copy.deepcopy(model) if reference is None else reference
@@ -48,22 +55,34 @@ class DPO(LMAlgorithm):
         self._ref_values = torch.zeros(0, 2, device=self.device)
         self.reference_sequences = 0
 
+    @property
+    def layout(self) -> str:
+        """The micro-batch layout of the policy's and the reference's forward passes (see
+        :func:`~pickaxe.algos.pairs_core.pair_layout`: ``shared-prefix`` by default, when both take a 4-D mask)."""
+        layout = pair_layout(self.config, self.model)
+        return "padded" if layout == "shared-prefix" and not shares_prompts(self.reference) else layout
+
     def update(self, batch: Batch) -> dict[str, float]:
-        """One optimizer step on every pair of ``batch``. Device synchronisations: the pair ids (free for a CPU
-        batch), the sequence bounds and the optimizer step's one read."""
+        """One optimizer step on every pair of ``batch`` (with data-parallel learners, each computes its share of the
+        micro-batches; gradients and sums are reduced in ``optimizer_step``). Device synchronisations: the pair ids
+        (free for a CPU batch), the sequence bounds, the token ids (shared prompts) and the optimizer step's one
+        read."""
         cfg = self.config
         pairs = read_pairs(batch)
         data = batch.to(self.device)
         bounds = sequence_bounds(data["attention_mask"], data["loss_mask"])
         n = len(pairs)
-        hits = self._fill_cache(data, bounds, pairs)
+        layout = self.layout
+        host = data["input_ids"].cpu().numpy() if layout == "shared-prefix" else None  # planned once per update
+        hits = self._fill_cache(data, bounds, pairs, host)
         ref = self._ref_values[torch.tensor([self._slots[i] for i in pairs.ids], device=self.device)]
         counts = self._token_counts(bounds, pairs)
         self.model.train()
-        plan = plan_pair_micro_batches(data["input_ids"], bounds, pairs, cfg.micro_batch_size, cfg.micro_batch_layout)
-        totals = run_pair_plan(plan, self._pair_loss(data, ref, counts, float(n)), self.device, backward=True)
+        plan = plan_pair_micro_batches(data["input_ids"], bounds, pairs, cfg.micro_batch_size, layout, host_ids=host)
+        loss_fn = self._pair_loss(data, ref, counts, float(n))
+        totals = run_pair_plan(plan, loss_fn, self.device, backward=True, shared=True)
         grad_norm, loss_value, lr, (accuracy, margin_sum, chosen_sum, rejected_sum) = self.optimizer_step(
-            totals.values[0], totals.values[1:]
+            totals.values[0], None, totals.values[1:]
         )
         self.model.eval()
         self.version += 1
@@ -84,16 +103,19 @@ class DPO(LMAlgorithm):
     def evaluate(self, batch: Batch) -> dict[str, float]:
         """``dpo/eval_accuracy``, ``dpo/eval_margin``, ``dpo/eval_chosen_reward``, ``dpo/eval_rejected_reward`` and
         ``loss/dpo_eval`` on ``batch``'s pairs (eval mode, no gradient); the reference scores them afresh, so
-        held-out ids never enter the training cache."""
+        held-out ids never enter the training cache. One process computes it all (no collective: data-parallel
+        runs evaluate on rank 0 alone)."""
         cfg = self.config
         pairs = read_pairs(batch)
         data = batch.to(self.device)
         bounds = sequence_bounds(data["attention_mask"], data["loss_mask"])
         n = len(pairs)
-        ref = self._reference_logprobs(data, bounds, pairs, list(range(n)))
+        layout = self.layout
+        host = data["input_ids"].cpu().numpy() if layout == "shared-prefix" else None
+        ref = self._reference_logprobs(data, bounds, pairs, list(range(n)), host, shared=False)
         counts = self._token_counts(bounds, pairs)
         self.model.eval()
-        plan = plan_pair_micro_batches(data["input_ids"], bounds, pairs, cfg.micro_batch_size, cfg.micro_batch_layout)
+        plan = plan_pair_micro_batches(data["input_ids"], bounds, pairs, cfg.micro_batch_size, layout, host_ids=host)
         totals = run_pair_plan(plan, self._pair_loss(data, ref, counts, float(n)), self.device, backward=False)
         loss, accuracy, margin, chosen, rejected = totals.values.tolist()
         return {
@@ -138,8 +160,9 @@ class DPO(LMAlgorithm):
         ]
         return torch.tensor(counts, dtype=torch.float32, device=self.device)
 
-    def _fill_cache(self, data: Batch, bounds: SequenceBounds, pairs: Pairs) -> int:
-        """Compute and store the reference log-probs of ``pairs`` not cached yet; returns how many were cached."""
+    def _fill_cache(self, data: Batch, bounds: SequenceBounds, pairs: Pairs, host: np.ndarray | None) -> int:
+        """Compute and store the reference log-probs of ``pairs`` not cached yet (each learner its share, summed);
+        returns how many were cached."""
         missing = []
         for i, (pid, c, r) in enumerate(zip(pairs.ids, pairs.chosen, pairs.rejected, strict=True)):
             lengths = (bounds.length[c], bounds.length[r], len(bounds.scored[c]), len(bounds.scored[r]))
@@ -151,7 +174,7 @@ class DPO(LMAlgorithm):
                     "give each distinct pair one id for the whole run (e.g. its index in the dataset)"
                 )
         if missing:
-            values = self._reference_logprobs(data, bounds, pairs, missing)
+            values = self._reference_logprobs(data, bounds, pairs, missing, host, shared=True)
             start = self._ref_values.shape[0]
             self._ref_values = torch.cat([self._ref_values, values])
             for j, i in enumerate(missing):
@@ -161,23 +184,34 @@ class DPO(LMAlgorithm):
         return len(pairs) - len(missing)
 
     @torch.no_grad()
-    def _reference_logprobs(self, data: Batch, bounds: SequenceBounds, pairs: Pairs, subset: list[int]) -> torch.Tensor:
+    def _reference_logprobs(
+        self,
+        data: Batch,
+        bounds: SequenceBounds,
+        pairs: Pairs,
+        subset: list[int],
+        host: np.ndarray | None,
+        shared: bool,
+    ) -> torch.Tensor:
         """``[len(subset), 2]`` summed response log-probs of the pairs ``subset`` under the reference, in the order
-        of ``subset``, micro-batched and laid out like the policy's forward."""
+        of ``subset``, micro-batched and laid out like the policy's forward (``host``: the token ids on the host for
+        the shared-prefix layout). With ``shared``, each data-parallel learner computes its share of the
+        micro-batches and the results are summed over the learners (a collective: every learner must call it)."""
         cfg = self.config
         out = torch.zeros(len(subset), 2, device=self.device)
         where = {i: j for j, i in enumerate(subset)}
         plan = plan_pair_micro_batches(
-            data["input_ids"], bounds, pairs, cfg.micro_batch_size, cfg.micro_batch_layout, subset
+            data["input_ids"], bounds, pairs, cfg.micro_batch_size, self.layout, subset, host_ids=host
         )
-        for idx, rows, layout in plan:
+        self.reference_sequences += sum(len(rows) for _, rows, _ in plan)
+        for j in my_share(len(plan)) if shared else range(len(plan)):
+            idx, rows, layout = plan[j]
             k = len(idx)
             logp = layout_logprobs(self.reference, layout, 1.0, 0, 1.0, cfg.logprob_chunk_tokens, cfg.autocast)
             sums = sequence_sum(layout.scatter(logp), data["loss_mask"][torch.tensor(rows, device=self.device)])
             dest = torch.tensor([where[i] for i in idx], device=self.device)
             out[dest] = torch.stack([sums[:k], sums[k:]], dim=1)
-            self.reference_sequences += len(rows)
-        return out
+        return all_reduce(out) if shared else out  # every pair computed by one learner, 0 on the others
 
     def state_dict(self) -> dict[str, Any]:
         """The LM learner's state, the reference weights and the reference cache."""

@@ -3,7 +3,8 @@
 A batch comes from ``pickaxe.rollout.pairs.pack_pairs`` (chosen and rejected rows tied by ``pair``). Each sequence
 is scored at its last real token (``RewardModel.layout_scores``); micro-batches hold whole pairs and the loss is
 normalised by the step's pair count, so any ``micro_batch_size`` or layout gives the same update up to float
-rounding.
+rounding. By default (``share_prompts``) a pair's two responses share one pass over their prompt and both scores
+come from it. Data-parallel learners each compute their share of the micro-batches.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import torch
 
 from pickaxe.algos.configs import RewardModelConfig
 from pickaxe.algos.llm_core import LMAlgorithm
-from pickaxe.algos.pairs_core import plan_pair_micro_batches, read_pairs, run_pair_plan
+from pickaxe.algos.pairs_core import Pairs, pair_layout, plan_pair_micro_batches, read_pairs, run_pair_plan
 from pickaxe.algos.rlhf_core import PairLoss, bradley_terry_loss
 from pickaxe.data.batch import Batch
 from pickaxe.data.layout import SequenceBounds, TokenLayout, sequence_bounds
@@ -21,9 +22,16 @@ from pickaxe.models.reward import RewardModel
 
 def last_token_bounds(bounds: SequenceBounds) -> SequenceBounds:
     """The same sequences with only their last real token scored: a layout planned from these puts, for each
-    sequence, the index of the hidden state just before its last token in ``hidden_index`` (a reward model reads
-    ``hidden_index + 1``, the last token itself)."""
+    sequence, the index of the hidden state just before its last token in ``hidden_index`` and of the last token
+    itself in ``token_index()`` (where a reward model reads)."""
     return SequenceBounds(bounds.start, bounds.length, [[n - 1] if n > 1 else [] for n in bounds.length])
+
+
+def score_prefix_lengths(bounds: SequenceBounds) -> list[int]:
+    """Per sequence of ``bounds`` (response tokens scored), how many leading tokens a shared-prefix layout of its
+    last-token bounds shares: its prompt (the tokens before its first scored one; the whole sequence without
+    any), as for the policy's log-probs."""
+    return [scored[0] if scored else n for scored, n in zip(bounds.scored, bounds.length, strict=True)]
 
 
 class RewardModelTrainer(LMAlgorithm):
@@ -35,6 +43,8 @@ class RewardModelTrainer(LMAlgorithm):
     reward_model}``; ``RewardModel.save(dir)`` writes a folder that ``RewardModel.load`` reads.
     """
 
+    supports_data_parallel = True
+
     def __init__(self, model: RewardModel, config: RewardModelConfig | None = None) -> None:
         if not hasattr(model, "layout_scores"):
             raise TypeError(
@@ -43,17 +53,43 @@ class RewardModelTrainer(LMAlgorithm):
             )
         super().__init__(model, config or RewardModelConfig())
 
-    def update(self, batch: Batch) -> dict[str, float]:
-        """One optimizer step on every pair of ``batch``. Device synchronisations: the pair ids (free for a CPU
-        batch), the sequence bounds and the optimizer step's one read."""
+    @property
+    def layout(self) -> str:
+        """The micro-batch layout of the forward passes (see :func:`~pickaxe.algos.pairs_core.pair_layout`:
+        ``shared-prefix`` by default)."""
+        return pair_layout(self.config, self.model)
+
+    def _plan(self, batch: Batch) -> tuple[Pairs, Batch, list[tuple[list[int], list[int], TokenLayout]]]:
+        """The pairs of ``batch``, the batch on the device and its micro-batches, each sequence scored at its last
+        real token. Device synchronisations: the pair ids (free for a CPU batch), the sequence bounds and the token
+        ids (shared prompts)."""
         cfg = self.config
         pairs = read_pairs(batch)
         data = batch.to(self.device)
-        bounds = last_token_bounds(sequence_bounds(data["attention_mask"], data["loss_mask"]))
+        full = sequence_bounds(data["attention_mask"], data["loss_mask"])
+        layout = self.layout
+        host = data["input_ids"].cpu().numpy() if layout == "shared-prefix" else None
+        plan = plan_pair_micro_batches(
+            data["input_ids"],
+            last_token_bounds(full),
+            pairs,
+            cfg.micro_batch_size,
+            layout,
+            host_ids=host,
+            prefix_lengths=score_prefix_lengths(full) if host is not None else None,
+        )
+        return pairs, data, plan
+
+    def update(self, batch: Batch) -> dict[str, float]:
+        """One optimizer step on every pair of ``batch`` (with data-parallel learners, each computes its share of the
+        micro-batches; gradients and sums are reduced in ``optimizer_step``). Device synchronisations: those of
+        planning (the pair ids, the sequence bounds, the token ids with shared prompts) and the optimizer step's
+        one read."""
+        cfg = self.config
+        pairs, data, plan = self._plan(batch)
         n = len(pairs)
         margins = self._margins(data, pairs.chosen)
         self.model.train()
-        plan = plan_pair_micro_batches(data["input_ids"], bounds, pairs, cfg.micro_batch_size, cfg.micro_batch_layout)
 
         def pair_loss(idx: list[int], _rows: list[int], layout: TokenLayout) -> PairLoss:
             k = len(idx)
@@ -61,9 +97,9 @@ class RewardModelTrainer(LMAlgorithm):
             mb_margin = cfg.margin if margins is None else margins[torch.tensor(idx, device=self.device)] + cfg.margin
             return bradley_terry_loss(scores[:k], scores[k:], mb_margin, total_pairs=float(n))
 
-        totals = run_pair_plan(plan, pair_loss, self.device, backward=True)
+        totals = run_pair_plan(plan, pair_loss, self.device, backward=True, shared=True)
         grad_norm, loss_value, lr, (accuracy, margin_sum, chosen_sum, rejected_sum) = self.optimizer_step(
-            totals.values[0], totals.values[1:]
+            totals.values[0], None, totals.values[1:]
         )
         self.model.eval()
         self.version += 1
@@ -82,14 +118,12 @@ class RewardModelTrainer(LMAlgorithm):
     @torch.no_grad()
     def evaluate(self, batch: Batch) -> float:
         """Pairwise accuracy on ``batch``'s pairs: the fraction whose chosen response scores strictly above the
-        rejected one (eval mode, no gradient; one read of the pair ids, the bounds and the result)."""
+        rejected one (eval mode, no gradient; the reads of planning and one of the result). One process computes it
+        all (no collective: data-parallel runs evaluate on rank 0 alone)."""
         cfg = self.config
-        pairs = read_pairs(batch)
-        data = batch.to(self.device)
-        bounds = last_token_bounds(sequence_bounds(data["attention_mask"], data["loss_mask"]))
+        pairs, _data, plan = self._plan(batch)
         self.model.eval()
         correct = torch.zeros((), device=self.device)
-        plan = plan_pair_micro_batches(data["input_ids"], bounds, pairs, cfg.micro_batch_size, cfg.micro_batch_layout)
         for idx, _rows, layout in plan:
             k = len(idx)
             scores = self.model.layout_scores(layout, cfg.autocast)

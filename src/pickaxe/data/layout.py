@@ -68,6 +68,11 @@ class TokenLayout:
         same = self.segments[:, :, None] == self.segments[:, None, :]
         return (same & causal).unsqueeze(1)
 
+    def token_index(self) -> torch.Tensor:
+        """``[N]`` flat index of each scored token itself in the ``[R * W]`` rows: the position after the hidden
+        state that predicts it (what a head read at the token, e.g. a reward model's, takes)."""
+        return self.hidden_index + 1
+
     def scatter(self, values: torch.Tensor) -> torch.Tensor:
         """``[b, L]`` float32 block holding ``values`` (``[N]``, one per scored token) at the scored tokens, 0
         elsewhere."""

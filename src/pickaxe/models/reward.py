@@ -76,9 +76,9 @@ class RewardModel(nn.Module):
     def layout_scores(self, layout: TokenLayout, precision: Literal["off", "bf16"] = "off") -> torch.Tensor:
         """``[b]`` scores of a layout's sequences, in the order of its output block (the ``rows`` it was planned
         for). The layout must score exactly each sequence's LAST real token (see
-        ``pickaxe.algos.reward_model.last_token_bounds``): the head reads the hidden state AT that token, one
-        position after the one that predicts it."""
-        values = scalar_head(self.backbone, self.head, layout, layout.hidden_index + 1, precision)
+        ``pickaxe.algos.reward_model.last_token_bounds``): the head reads the hidden state AT that token
+        (``layout.token_index()``), not the one that predicts it."""
+        values = scalar_head(self.backbone, self.head, layout, layout.token_index(), precision)
         return layout.scatter(values).sum(-1)
 
     @torch.no_grad()

@@ -462,7 +462,7 @@ class LLMTrainConfig(RunConfig):
         a GPU per vLLM worker; data-parallel learners need an algorithm that splits its update."""
         d = self.dist
         d.check(llm=True)
-        if d.learners > 1 and isinstance(self.algo, RewardModelConfig | DPOConfig | BestOfNConfig):
+        if d.learners > 1 and isinstance(self.algo, BestOfNConfig):
             raise ConfigError(
                 f"--dist.learners {d.learners}: {type(self.algo).__name__} does not split its update among learners; "
                 "use --dist.learners 1"
