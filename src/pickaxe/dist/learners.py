@@ -99,16 +99,76 @@ def _check_devices(cfg: Any, learners: int) -> None:
         )
 
 
-def _cpu(obj: Any) -> Any:
-    """``obj`` with every tensor moved to the CPU (messages are pickled over gloo; each learner moves them to its
-    own device when loading)."""
+_TENSOR = "__pickaxe_tensor__"
+
+
+def _split(obj: Any, tensors: list[torch.Tensor]) -> Any:
+    """``obj`` with every tensor replaced by ``(_TENSOR, index, shape, dtype)`` and appended to ``tensors``."""
     if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu()
+        tensors.append(obj)
+        return (_TENSOR, len(tensors) - 1, tuple(obj.shape), str(obj.dtype).removeprefix("torch."))
     if isinstance(obj, dict):
-        return {k: _cpu(v) for k, v in obj.items()}
+        return {k: _split(v, tensors) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return type(obj)(_cpu(v) for v in obj)
+        return type(obj)(_split(v, tensors) for v in obj)
     return obj
+
+
+def _join(skeleton: Any, tensors: list[torch.Tensor]) -> Any:
+    """The inverse of :func:`_split`."""
+    if isinstance(skeleton, tuple) and len(skeleton) == 4 and skeleton[0] == _TENSOR:
+        return tensors[skeleton[1]]
+    if isinstance(skeleton, dict):
+        return {k: _join(v, tensors) for k, v in skeleton.items()}
+    if isinstance(skeleton, list | tuple):
+        return type(skeleton)(_join(v, tensors) for v in skeleton)
+    return skeleton
+
+
+def _send_state(state: Any) -> None:
+    """Send an algorithm's state to the other learners: its structure in one message, then each tensor by itself
+    over the gloo group (a tensor's bytes are never pickled, and never the whole state at once)."""
+    tensors: list[torch.Tensor] = []
+    _send(("load", _split(state, tensors)))
+    group = data_parallel.control_group()
+    for t in tensors:
+        dist.broadcast(t.detach().cpu().contiguous(), src=0, group=group)
+
+
+def _receive_state(algo: Any, skeleton: Any) -> Any:
+    """A learner other than rank 0: the state :func:`_send_state` sends. Where this learner's own state has the
+    same tensors (same structure, shapes and dtypes on the CPU: rank 0's state as the run starts), each is received
+    into its own tensor in place, so loading it needs no second copy; otherwise into new tensors."""
+    own: list[torch.Tensor] = []
+    same = _tensor_specs(_split(algo.state_dict(), own)) == _tensor_specs(skeleton)
+    group = data_parallel.control_group()
+    received: list[torch.Tensor] = []
+    for i, (_, shape, dtype) in enumerate(_tensor_specs(skeleton)):
+        if same and own[i].device.type == "cpu" and own[i].is_contiguous():
+            target = own[i]
+        else:
+            target = torch.empty(shape, dtype=getattr(torch, dtype))
+        dist.broadcast(target, src=0, group=group)
+        received.append(target)
+    return _join(skeleton, received)
+
+
+def _tensor_specs(skeleton: Any) -> list[tuple[int, tuple[int, ...], str]]:
+    """The ``(index, shape, dtype)`` of every tensor of a :func:`_split` skeleton, in index order."""
+    found: list[tuple[int, tuple[int, ...], str]] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, tuple) and len(x) == 4 and x[0] == _TENSOR:
+            found.append((x[1], x[2], x[3]))
+        elif isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list | tuple):
+            for v in x:
+                walk(v)
+
+    walk(skeleton)
+    return sorted(found)
 
 
 def _send(message: Any) -> None:
@@ -140,7 +200,7 @@ class Leader:
         self.busy = False  # inside an update: the other learners may be waiting in one of its collectives
         self._update, self._load, self._set_progress = algo.update, algo.load_state_dict, algo.set_progress
         algo.update, algo.load_state_dict, algo.set_progress = self.update, self.load_state_dict, self.set_progress
-        _send(("load", _cpu(algo.state_dict())))
+        _send_state(algo.state_dict())
         if shard is not None:  # every learner now holds rank 0's state: shard it on all of them together
             _send(("shard", shard))
             self.busy = True
@@ -184,7 +244,7 @@ class Leader:
         """Load ``state`` here and, once it loaded (a checkpoint that does not fit is refused first), on every
         learner."""
         self._load(state)
-        _send(("load", _cpu(state)))
+        _send_state(state)
 
     def close(self) -> None:
         """Stop the other learners and leave the group. After an error in the middle of an update they may wait in
@@ -215,7 +275,7 @@ def follow(algo: Any) -> int:
         if kind == "stop":
             return updates
         if kind == "load":
-            algo.load_state_dict(message[1])
+            algo.load_state_dict(_receive_state(algo, message[1]))
             continue
         if kind == "shard":
             algo.shard(message[1])
