@@ -7,7 +7,8 @@ Usage: ``python benchmarks/sharding.py [--shape qwen2-0.5b] [--updates 3] [--qui
 process), run one after the other so they never share the machine. A sampler reads every process of the run
 (rank 0 and the learners it starts) from ``/proc`` ten times a second: resident memory, and whether a checkpoint
 is being written (a ``checkpoints/.tmp-*`` folder exists). Reported per configuration: each process's peak RSS while
-training and while checkpointing, the median ``time/update_s`` over the updates after the first, CPU seconds per
+starting (building, sharding, up to the end of the first update), while training (after it) and while
+checkpointing, the median ``time/update_s`` over the updates after the first, CPU seconds per
 update (wall x learners busy), the gather of the policy from the shards (``time/gather_s``) as a share of the update,
 and the planner's prediction (``pickaxe plan``) beside the measurement. Ratios are against the one-learner run
 measured in the same invocation; the last line is one JSON object with every figure.
@@ -84,14 +85,17 @@ def run_config(name: str, args: argparse.Namespace, base: list[str], workdir: Pa
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peaks: dict[int, dict[str, float]] = {}
     start = time.perf_counter()
+    metrics = run_dir / "metrics.jsonl"
     while proc.poll() is None:
         writing = any(p.name.startswith(".tmp-") for p in (run_dir / "checkpoints").glob(".tmp-*"))
+        # after the first update: the run has started, its learners have sharded, and it trains
+        trained = metrics.is_file() and "time/update_s" in metrics.read_text()
         for pid in [proc.pid, *_children(proc.pid)]:
             rss = _rss_mb(pid)
             if rss is None or not _is_learner(pid):
                 continue
-            peak = peaks.setdefault(pid, {"train_mb": 0.0, "checkpoint_mb": 0.0})
-            key = "checkpoint_mb" if writing else "train_mb"
+            peak = peaks.setdefault(pid, {"start_mb": 0.0, "train_mb": 0.0, "checkpoint_mb": 0.0})
+            key = "checkpoint_mb" if writing else "train_mb" if trained else "start_mb"
             peak[key] = max(peak[key], rss)
         time.sleep(0.1)
     _, err = proc.communicate()
@@ -109,6 +113,7 @@ def run_config(name: str, args: argparse.Namespace, base: list[str], workdir: Pa
         "update_s": update_s,
         "update_cpu_s": update_s * learners,
         "gather_share": gather_s / update_s if update_s else 0.0,
+        "peak_start_mb": [round(p["start_mb"]) for p in ranked],
         "peak_train_mb": [round(p["train_mb"]) for p in ranked],
         "peak_checkpoint_mb": [round(p["checkpoint_mb"]) for p in ranked],
         "plan": plan(base, CONFIGS[name]),
@@ -153,7 +158,8 @@ def main() -> None:
             results[name] = run_config(name, args, base, Path(tmp))
             r = results[name]
             print(
-                f"{name:>14}: update {r['update_s']:.2f} s, peak train MB per process {r['peak_train_mb']}, "
+                f"{name:>14}: update {r['update_s']:.2f} s, peak MB per process starting {r['peak_start_mb']}, "
+                f"training {r['peak_train_mb']}, "
                 f"checkpointing {r['peak_checkpoint_mb']}, gather {100 * r['gather_share']:.1f}% of the update",
                 flush=True,
             )
