@@ -59,9 +59,13 @@ def learners_wanted(cfg: Any) -> int:
     return learners
 
 
+_FOLLOWING: list[bool] = []  # set in a learner rank 0 started, before it builds its Trainer
+
+
 def is_follower() -> bool:
-    """Whether this process is a torchrun learner other than rank 0 (it must not create or open a run folder)."""
-    return torchrun_world() > 1 and int(os.environ.get("RANK", "0")) > 0
+    """Whether this process is a learner other than rank 0 (a torchrun rank > 0, or a learner rank 0 started): it
+    must not create or open a run folder, and it never collects, so it builds no frozen models to collect with."""
+    return bool(_FOLLOWING) or (torchrun_world() > 1 and int(os.environ.get("RANK", "0")) > 0)
 
 
 def check_algorithm(algo: Any, learners: int) -> None:
@@ -361,6 +365,7 @@ def _spawned_learner(rank: int, config: dict[str, Any], world: int, port: int, b
     """Entry point of a learner started by rank 0 (multiprocessing, spawn). Puts ``(rank, None)`` on ``built``
     once its algorithm is built, or ``(rank, error)`` if building failed, before joining the group."""
     _die_with_parent()
+    _FOLLOWING.append(True)
     device = _device_of(config)
     try:
         if device.type == "cuda":

@@ -603,7 +603,8 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
         algo: Algorithm = SFT(model, cfg.algo)
         collector: Any = DemoCollector(env, tokenizer, cfg.collector.prompts, device=device)
     elif isinstance(cfg.algo, GRPOConfig | LLMPPOConfig):
-        if cfg.algo.kl_coef > 0:  # frozen copy of the starting (warm-started) policy
+        # frozen copy of the starting (warm-started) policy; a learner other than rank 0 never collects: none
+        if cfg.algo.kl_coef > 0 and not _follows(cfg):
             reference = frozen_reference(model)
         if isinstance(cfg.algo, GRPOConfig):
             algo = GRPO(model, cfg.algo, agent_sampling(cfg, sampling), seed=seeds["algo"])
@@ -658,6 +659,15 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
     evaluator = TextEvaluator(env, engine, tokenizer, cfg.eval, e.max_new_tokens, seeds["eval"], reference, encode)
     settle_for_training()  # the models are built: freeze them out of full GC passes, keep the allocator's blocks
     return LLMTrainer.assemble(cfg, algo, collector, evaluator, run, progress, resuming, (model, tokenizer))
+
+
+def _follows(cfg: LLMTrainConfig) -> bool:
+    """Whether this process is a data-parallel learner other than rank 0 (``pickaxe.dist`` imported only then)."""
+    if cfg.dist.learners <= 1:
+        return False
+    from pickaxe.dist.learners import is_follower
+
+    return is_follower()
 
 
 def _run_reference(

@@ -402,10 +402,9 @@ def plan_memory(cfg: LLMTrainConfig, prompt_tokens: int = 256, device_gib: float
     ranks = [rank("rank 0" if n > 1 else "learner", True)]
     if n > 1:
         ranks.append(rank(f"ranks 1-{n - 1}" if n > 2 else "rank 1", False))
-    if n > 1 and frozen:
-        names = " and ".join(dict.fromkeys(f.name for f in frozen))
-        notes.append(f"frozen models ({names}) are counted on rank 0 only, the other learners never use them; today "
-                     "they still build them (pickaxe.dist.learners builds each learner's whole trainer)")  # fmt: skip
+    if n > 1 and any(f.name == "reward model" for f in frozen):
+        notes.append("the reward model is counted on rank 0 only, the other learners never use it; today they still "
+                     "load it (with the run's reward function), in host memory until it scores")  # fmt: skip
     if d.placement == "separate":
         notes.append("engine workers (--dist.placement separate) hold their own copy of the policy: not counted here")
     if cfg.engine.name == "vllm" and d.placement == "colocated":
