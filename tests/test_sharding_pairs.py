@@ -1,0 +1,133 @@
+"""Sharded DPO and reward model (``--dist.shard fsdp``, PyTorch FSDP2 on gloo): two learners holding half of every
+parameter, gradient and optimizer state each apply the single-process update, with the shared-prompt layout. 9
+pairs in micro-batches of 2 pairs make 5 micro-batches: shares of 3 and 2, so one learner runs a padding pass.
+After 2 updates the sharded weights match the single-process ones within ``WEIGHT_ATOL`` and the metrics within
+``rel=1e-5``; rank 0's unsharded ``policy`` holds the trained weights and evaluates held-out pairs to the
+single-process numbers on its own (no collective). DPO's frozen reference stays whole on each learner, and its
+cache of reference log-probs is the single-process one."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from torch.distributed.tensor import DTensor
+
+from pickaxe.algos.configs import DPOConfig, RewardModelConfig
+from pickaxe.algos.dpo import DPO
+from pickaxe.algos.reward_model import RewardModelTrainer
+from pickaxe.dist import data_parallel
+from pickaxe.envs.text.synthetic_preferences import sorting_preferences
+from pickaxe.models.reward import RewardModel
+from pickaxe.rollout.pairs import pack_pairs
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_data_parallel_pairs import TOK, _lm
+
+WORLD = 2
+WEIGHT_ATOL = 1e-5  # float32 weights after 2 Adam steps: only the gradients' summation order differs
+UPDATES = 2
+NAMES = ["dpo", "rm"]
+
+
+def _cases() -> dict[str, Any]:
+    """The training batch (9 pairs with per-pair margins) and a held-out one, built once in the parent."""
+    pairs = sorting_preferences(9, seed=3)
+    for i, p in enumerate(pairs):
+        p.metadata["m"] = 0.1 * i
+    heldout = sorting_preferences(5, seed=11)
+    return {"batch": pack_pairs(pairs, TOK, margin_key="m"), "heldout": pack_pairs(heldout, TOK, pair_ids=range(5))}
+
+
+def _algo(name: str) -> Any:
+    if name == "dpo":  # the output layer in chunks of 16 tokens: the decoder and the head called apart
+        cfg = DPOConfig(lr=1e-3, beta=0.5, micro_batch_size=4, logprob_chunk_tokens=16)
+        return DPO(_lm(), cfg, reference=_lm(seed=7))
+    cfg = RewardModelConfig(lr=1e-3, margin=0.2, micro_batch_size=4)
+    return RewardModelTrainer(RewardModel.from_lm(_lm(), seed=1), copy.deepcopy(cfg))
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def _run(name: str, cases: dict[str, Any], sharded: bool) -> dict[str, Any]:
+    algo = _algo(name)
+    if sharded:
+        algo.shard()
+    assert algo.layout == "shared-prefix"
+    metrics = [algo.update(cases["batch"].clone()) for _ in range(UPDATES)]
+    trained = torch.cat([_full(p.detach()).flatten() for p in algo.model.parameters()])  # a collective if sharded
+    out: dict[str, Any] = {"metrics": metrics, "trained": trained}
+    if isinstance(algo, DPO):
+        out["cache"] = algo.state_dict()["ref_cache"]
+    if data_parallel.rank() == 0:  # rank 0 alone: evaluation reads the whole weights, no collective
+        out["networks"] = torch.cat([p.detach().flatten() for p in algo.networks()["policy"].parameters()])
+        out["eval"] = algo.evaluate(cases["heldout"].clone())
+    return out
+
+
+def _worker(rank: int, port: int, cases: dict[str, Any], out: str) -> None:
+    torch.set_num_threads(1)
+    data_parallel.init(rank, WORLD, port=port)
+    try:
+        torch.save({name: _run(name, cases, sharded=True) for name in NAMES}, Path(out) / f"rank{rank}.pt")
+    finally:
+        data_parallel.shutdown()
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(single-process results, each learner's results of the same updates sharded over two learners)."""
+    torch.set_num_threads(1)
+    cases = _cases()
+    out = tmp_path_factory.mktemp("fsdp_pairs")
+    # fork, as test_sharding: the learners inherit the imported torch and transformers
+    mp.start_processes(
+        _worker, args=(data_parallel.free_port(), cases, str(out)), nprocs=WORLD, join=True, start_method="fork"
+    )
+    single = {name: _run(name, cases, sharded=False) for name in NAMES}
+    return single, [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+
+
+def _same(got: dict[str, float], want: dict[str, float]) -> None:
+    got = {k: v for k, v in got.items() if not k.startswith(("sync/", "time/"))}
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_two_sharded_learners_apply_the_single_process_updates(results, name: str) -> None:
+    single, learners = results
+    want = single[name]
+    start = torch.cat([p.detach().flatten() for p in _algo(name).networks()["policy"].parameters()])
+    assert (want["networks"] - start).abs().max() > 1e-3  # it learned something
+    for got in (learner[name] for learner in learners):
+        assert (got["trained"] - want["trained"]).abs().max() <= WEIGHT_ATOL
+        for g, w in zip(got["metrics"], want["metrics"], strict=True):
+            _same(g, w)
+        if "cache" in want:  # the whole reference on each learner, its pairs shared out and summed
+            assert torch.equal(got["cache"]["ids"], want["cache"]["ids"])
+            torch.testing.assert_close(got["cache"]["values"], want["cache"]["values"], atol=1e-6, rtol=0)
+    assert torch.equal(learners[0][name]["trained"], learners[1][name]["trained"])
+    last = learners[0][name]["metrics"][-1]
+    assert last["sync/gather_bytes"] > 0
+    if name == "dpo":
+        assert last["dpo/ref_cache_hits"] == 1.0  # the second update ran no reference
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_rank_0_policy_holds_the_trained_weights_and_evaluates_alone(results, name: str) -> None:
+    single, learners = results
+    want, got = single[name], learners[0][name]
+    assert (got["networks"] - want["networks"]).abs().max() <= WEIGHT_ATOL
+    if name == "rm":
+        assert got["eval"] == want["eval"]  # a pairwise accuracy: a count of 5 pairs
+    else:
+        _same(got["eval"], want["eval"])
