@@ -4,7 +4,8 @@ pairs in micro-batches of 2 pairs make 5 micro-batches: shares of 3 and 2, so on
 After 2 updates the sharded weights match the single-process ones within ``WEIGHT_ATOL`` and the metrics within
 ``rel=1e-5``; rank 0's unsharded ``policy`` holds the trained weights and evaluates held-out pairs to the
 single-process numbers on its own (no collective). DPO's frozen reference stays whole on each learner, and its
-cache of reference log-probs is the single-process one."""
+cache of reference log-probs is the single-process one. Slow: whole sharded synthetic-dpo and synthetic-rm runs
+log the one-learner numbers."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from pickaxe.models.reward import RewardModel
 from pickaxe.rollout.pairs import pack_pairs
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_data_parallel_pairs import TOK, _lm
+from test_data_parallel_pairs import TOK, _lm, _tiny_run
 
 WORLD = 2
 WEIGHT_ATOL = 1e-5  # float32 weights after 2 Adam steps: only the gradients' summation order differs
@@ -131,3 +132,29 @@ def test_rank_0_policy_holds_the_trained_weights_and_evaluates_alone(results, na
         assert got["eval"] == want["eval"]  # a pairwise accuracy: a count of 5 pairs
     else:
         _same(got["eval"], want["eval"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["synthetic-dpo", "synthetic-rm"])
+def test_a_sharded_run_logs_the_single_learner_numbers(tmp_path: Path, recipe: str) -> None:
+    """~10 s a recipe here (seen: metrics within 4e-5 relative), launching, evaluation on rank 0 and export
+    included."""
+    from pickaxe.runs.tracking import read_metrics
+    from pickaxe.train.build import train
+
+    records = {}
+    for learners, shard in ((1, "none"), (2, "fsdp")):
+        cfg = _tiny_run(recipe, learners)
+        cfg.dist.shard = shard
+        _, run = train(cfg, run_dir=tmp_path / f"l{learners}")
+        records[learners] = [
+            {k: v for k, v in r.items() if not k.startswith("sync/")}
+            for r in read_metrics(run.path, deterministic=True)
+        ]
+    one, two = records[1], records[2]
+    key = "loss/dpo" if recipe == "synthetic-dpo" else "loss/rm"
+    assert len(one) == len(two) and sum(key in r for r in one) >= 2 and any("eval/accuracy" in r for r in two)
+    for a, b in zip(one, two, strict=True):
+        assert a.keys() == b.keys()
+        for k, value in a.items():
+            assert b[k] == pytest.approx(value, rel=1e-4, abs=1e-6), k
