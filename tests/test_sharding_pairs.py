@@ -163,6 +163,23 @@ def test_a_sharded_run_logs_the_single_learner_numbers(tmp_path: Path, recipe: s
             assert b[k] == pytest.approx(value, rel=1e-4, abs=1e-6), k
 
 
+def test_a_lora_dpo_whose_reference_is_the_policy_is_refused_in_one_line() -> None:
+    from pickaxe.errors import ConfigError, PickaxeError
+    from pickaxe.models.lora import apply_lora, shared_reference
+    from pickaxe.recipes import get_recipe
+
+    policy = apply_lora(_lm(), r=2)
+    with pytest.raises(PickaxeError, match="DPO cannot shard a LoRA policy whose reference is itself"):
+        DPO(policy, DPOConfig(), reference=shared_reference(policy)).shard()
+    cfg = get_recipe("synthetic-dpo")
+    cfg.dist.learners, cfg.dist.shard, cfg.model.lora.r = 2, "fsdp", 4
+    with pytest.raises(ConfigError, match="DPO's reference is the LoRA policy with its adapters off") as e:
+        cfg.check()
+    assert "\n" not in str(e.value)
+    cfg.dist.shard = "none"
+    cfg.check()  # data-parallel LoRA DPO is fine
+
+
 RUN_FLAGS = [
     "--seed", "3", "--device", "cpu", "--dist.learners", "2", "--dist.shard", "fsdp", "--warm-start.updates", "2",
     "--preferences.prompts", "16", "--preferences.heldout-prompts", "8", "--collector.prompts", "8",

@@ -27,7 +27,10 @@ from pickaxe.algos.pairs_core import Pairs, pair_layout, plan_pair_micro_batches
 from pickaxe.algos.rlhf_core import PairLoss, dpo_loss
 from pickaxe.data.batch import Batch
 from pickaxe.data.layout import SequenceBounds, TokenLayout, sequence_bounds
+from pickaxe.errors import PickaxeError
 from pickaxe.models.lm import layout_logprobs, shares_prompts
+from pickaxe.models.lora import SharedReference
+from pickaxe.models.sharding import Offload
 
 
 class DPO(LMAlgorithm):
@@ -56,6 +59,17 @@ class DPO(LMAlgorithm):
         self._lengths: dict[int, tuple[int, int, int, int]] = {}  # pair id -> (seq len c, seq len r, resp c, resp r)
         self._ref_values = torch.zeros(0, 2, device=self.device)
         self.reference_sequences = 0
+
+    def shard(self, offload: Offload = "none") -> None:
+        """``LMAlgorithm.shard`` of the policy; the frozen reference stays whole on every learner. A LoRA policy's
+        shared reference (the policy with its adapters off) would be sharded with it on every learner but rank 0,
+        while each learner scores its own share of the pairs with it: refused in one line."""
+        if isinstance(self.reference, SharedReference):
+            raise PickaxeError(
+                "DPO cannot shard a LoRA policy whose reference is itself with the adapters off (every learner "
+                "scores its share of the pairs with it); use --dist.shard none"
+            )
+        super().shard(offload)
 
     @property
     def layout(self) -> str:

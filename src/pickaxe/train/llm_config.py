@@ -473,6 +473,12 @@ class LLMTrainConfig(RunConfig):
                 f"--dist.shard {d.shard}: {type(self.algo).__name__} does not shard its models yet (SFT, GRPO, LLM "
                 "PPO, the reward model and DPO do); drop --dist.shard"
             )
+        if d.shard != "none" and isinstance(self.algo, DPOConfig) and self.model.lora.enabled:
+            raise ConfigError(
+                f"--dist.shard {d.shard} with --model.lora.r {self.model.lora.r}: DPO's reference is the LoRA policy "
+                "with its adapters off, which every learner scores pairs with; drop --dist.shard (data-parallel "
+                "learners hold the small adapters whole)"
+            )
         if d.placement != "separate":
             return
         if not isinstance(self.algo, GRPOConfig | LLMPPOConfig):
