@@ -1,11 +1,12 @@
 """Sharded DPO and reward model (``--dist.shard fsdp``, PyTorch FSDP2 on gloo): two learners holding half of every
-parameter, gradient and optimizer state each apply the single-process update, with the shared-prompt layout. 9
-pairs in micro-batches of 2 pairs make 5 micro-batches: shares of 3 and 2, so one learner runs a padding pass.
-After 2 updates the sharded weights match the single-process ones within ``WEIGHT_ATOL`` and the metrics within
-``rel=1e-5``; rank 0's unsharded ``policy`` holds the trained weights and evaluates held-out pairs to the
-single-process numbers on its own (no collective). DPO's frozen reference stays whole on each learner, and its
-cache of reference log-probs is the single-process one. Slow: whole sharded synthetic-dpo and synthetic-rm runs
-log the one-learner numbers, and killed after their first checkpoint, resume to exactly the uninterrupted
+parameter, gradient and optimizer state each apply the single-process update, with the shared-prompt layout (the
+reward model also padded, with gradient checkpointing). 9 pairs in micro-batches of 2 pairs make 5 micro-batches
+(of 3 pairs: 3): shares of 3 and 2, so one learner runs a padding pass. After 2 updates the sharded weights match
+the single-process ones within ``WEIGHT_ATOL`` and the metrics within ``rel=1e-5``; rank 0's unsharded ``policy``
+holds the trained weights and evaluates held-out pairs to the single-process numbers on its own (no collective).
+DPO's frozen reference stays whole on each learner, and its cache of reference log-probs is the single-process one.
+A LoRA DPO sharing its reference with the policy is refused. Slow: whole sharded synthetic-dpo and synthetic-rm
+runs log the one-learner numbers and, killed after their first checkpoint, resume to exactly the uninterrupted
 numbers."""
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from test_data_parallel_pairs import TOK, _lm, _tiny_run
 WORLD = 2
 WEIGHT_ATOL = 1e-5  # float32 weights after 2 Adam steps: only the gradients' summation order differs
 UPDATES = 2
-NAMES = ["dpo", "rm"]
+NAMES = ["dpo", "rm", "rm_padded"]
 
 
 def _cases() -> dict[str, Any]:
@@ -53,6 +54,8 @@ def _algo(name: str) -> Any:
         cfg = DPOConfig(lr=1e-3, beta=0.5, micro_batch_size=4, logprob_chunk_tokens=16)
         return DPO(_lm(), cfg, reference=_lm(seed=7))
     cfg = RewardModelConfig(lr=1e-3, margin=0.2, micro_batch_size=4)
+    if name == "rm_padded":  # 3 pairs a micro-batch: 3 micro-batches, shares of 2 and 1
+        cfg = RewardModelConfig(lr=1e-3, micro_batch_size=6, share_prompts=False, gradient_checkpointing=True)
     return RewardModelTrainer(RewardModel.from_lm(_lm(), seed=1), copy.deepcopy(cfg))
 
 
@@ -64,7 +67,7 @@ def _run(name: str, cases: dict[str, Any], sharded: bool) -> dict[str, Any]:
     algo = _algo(name)
     if sharded:
         algo.shard()
-    assert algo.layout == "shared-prefix"
+    assert algo.layout == ("padded" if name == "rm_padded" else "shared-prefix")
     metrics = [algo.update(cases["batch"].clone()) for _ in range(UPDATES)]
     trained = torch.cat([_full(p.detach()).flatten() for p in algo.model.parameters()])  # a collective if sharded
     out: dict[str, Any] = {"metrics": metrics, "trained": trained}
@@ -131,7 +134,7 @@ def test_rank_0_policy_holds_the_trained_weights_and_evaluates_alone(results, na
     single, learners = results
     want, got = single[name], learners[0][name]
     assert (got["networks"] - want["networks"]).abs().max() <= WEIGHT_ATOL
-    if name == "rm":
+    if name.startswith("rm"):
         assert got["eval"] == want["eval"]  # a pairwise accuracy: a count of 5 pairs
     else:
         _same(got["eval"], want["eval"])
