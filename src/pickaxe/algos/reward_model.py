@@ -98,7 +98,8 @@ class RewardModelTrainer(LMAlgorithm):
 
         def pair_loss(idx: list[int], _rows: list[int], layout: TokenLayout) -> PairLoss:
             k = len(idx)
-            # the head and the decoder are called apart: through the sharded root, which gathers their weights
+            # it calls the decoder and the head apart: run as the sharded root's forward, which gathers the root's
+            # own weights (embeddings, final norm, head)
             scores = through_root(self.model, lambda: self.model.layout_scores(layout, cfg.autocast))
             mb_margin = cfg.margin if margins is None else margins[torch.tensor(idx, device=self.device)] + cfg.margin
             return bradley_terry_loss(scores[:k], scores[k:], mb_margin, total_pairs=float(n))
