@@ -154,8 +154,9 @@ def test_sharding_flags_that_cannot_work_are_one_line_before_anything_starts(
     assert not (tmp_path / "run").exists()
 
 
-def test_an_algorithm_that_cannot_shard_is_refused_in_one_line(tmp_path: Path) -> None:
-    done = _pickaxe("train", "synthetic-dpo", "--dist.learners", "2", "--dist.shard", "fsdp", "--run-dir",
+def test_best_of_n_with_sharded_learners_is_refused_in_one_line(tmp_path: Path) -> None:
+    # every LLM trainer shards; best-of-n has no update to split, so --dist.learners refuses it first
+    done = _pickaxe("train", "synthetic-bon", "--dist.learners", "2", "--dist.shard", "fsdp", "--run-dir",
                     str(tmp_path / "run"))  # fmt: skip
-    assert done.returncode == 2 and "does not shard its models" in done.stderr
+    assert done.returncode == 2 and "does not split its update among learners" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1

@@ -353,9 +353,12 @@ def test_decoder_layers_of_a_causal_lm_a_lora_model_and_a_value_model() -> None:
 
 def test_an_algorithm_that_cannot_shard_says_so() -> None:
     from pickaxe.algos.dpo import DPO
+    from pickaxe.algos.ppo import PPO
+    from pickaxe.algos.reward_model import RewardModelTrainer
 
     assert SFT.supports_sharding and GRPO.supports_sharding and LLMPPO.supports_sharding
-    assert not DPO.supports_sharding
+    assert DPO.supports_sharding and RewardModelTrainer.supports_sharding
+    assert not PPO.supports_sharding
 
 
 def test_sharding_without_a_group_or_with_an_unknown_offload_is_one_line() -> None:

@@ -6,7 +6,8 @@ each pair's are computed once, the first time its id is seen, and cached under t
 policy. Micro-batches hold whole pairs and the loss is normalised by the step's pair count, so any
 ``micro_batch_size`` or layout gives the same update up to float rounding. By default (``share_prompts``) a pair's
 two responses share one pass over their prompt, in the policy's and the reference's forward passes. Data-parallel
-learners each compute their share of the micro-batches (and of the reference's, for pairs not cached yet).
+learners each compute their share of the micro-batches (and of the reference's, for pairs not cached yet). Sharded
+learners (``--dist.shard fsdp``) shard the policy only: the frozen reference stays whole on every learner.
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ from pickaxe.algos.pairs_core import Pairs, pair_layout, plan_pair_micro_batches
 from pickaxe.algos.rlhf_core import PairLoss, dpo_loss
 from pickaxe.data.batch import Batch
 from pickaxe.data.layout import SequenceBounds, TokenLayout, sequence_bounds
+from pickaxe.errors import PickaxeError
 from pickaxe.models.lm import layout_logprobs, shares_prompts
+from pickaxe.models.lora import SharedReference
+from pickaxe.models.sharding import Offload
 
 
 class DPO(LMAlgorithm):
@@ -45,6 +49,7 @@ class DPO(LMAlgorithm):
     """
 
     supports_data_parallel = True
+    supports_sharding = True
 
     def __init__(self, model: nn.Module, config: DPOConfig | None = None, reference: nn.Module | None = None) -> None:
         ref = copy.deepcopy(model) if reference is None else reference
@@ -55,16 +60,28 @@ class DPO(LMAlgorithm):
         self._ref_values = torch.zeros(0, 2, device=self.device)
         self.reference_sequences = 0
 
+    def shard(self, offload: Offload = "none") -> None:
+        """``LMAlgorithm.shard`` of the policy; the frozen reference stays whole on every learner. A LoRA policy's
+        shared reference (the policy with its adapters off) would be sharded with it on every learner but rank 0,
+        while each learner scores its own share of the pairs with it: refused in one line."""
+        if isinstance(self.reference, SharedReference):
+            raise PickaxeError(
+                "DPO cannot shard a LoRA policy whose reference is itself with the adapters off (every learner "
+                "scores its share of the pairs with it); use --dist.shard none"
+            )
+        super().shard(offload)
+
     @property
     def layout(self) -> str:
         """The micro-batch layout of the policy's and the reference's forward passes (see
         :func:`~pickaxe.algos.pairs_core.pair_layout`: ``shared-prefix`` by default, when both take a 4-D mask)."""
-        layout = pair_layout(self.config, self.model)
+        layout = pair_layout(self.config, self.policy)
         return "padded" if layout == "shared-prefix" and not shares_prompts(self.reference) else layout
 
     def update(self, batch: Batch) -> dict[str, float]:
         """One optimizer step on every pair of ``batch`` (with data-parallel learners, each computes its share of the
-        micro-batches; gradients and sums are reduced in ``optimizer_step``). Device synchronisations: the pair ids
+        micro-batches; gradients and sums are reduced in ``optimizer_step``; sharded, each also runs padding passes up
+        to the largest share and rank 0's ``policy`` gets the new weights). Device synchronisations: the pair ids
         (free for a CPU batch), the sequence bounds, the token ids (shared prompts) and the optimizer step's one
         read."""
         cfg = self.config
@@ -79,32 +96,34 @@ class DPO(LMAlgorithm):
         counts = self._token_counts(bounds, pairs)
         self.model.train()
         plan = plan_pair_micro_batches(data["input_ids"], bounds, pairs, cfg.micro_batch_size, layout, host_ids=host)
-        loss_fn = self._pair_loss(data, ref, counts, float(n))
-        totals = run_pair_plan(plan, loss_fn, self.device, backward=True, shared=True)
+        loss_fn = self._pair_loss(data, ref, counts, float(n), self.forward_logprobs)
+        totals = run_pair_plan(plan, loss_fn, self.device, backward=True, share=self.share(len(plan)))
         grad_norm, loss_value, lr, (accuracy, margin_sum, chosen_sum, rejected_sum) = self.optimizer_step(
             totals.values[0], None, totals.values[1:]
         )
         self.model.eval()
         self.version += 1
-        return {
-            "loss/dpo": loss_value,
-            "dpo/accuracy": accuracy,
-            "dpo/margin": margin_sum / n,
-            "dpo/chosen_reward": chosen_sum / n,
-            "dpo/rejected_reward": rejected_sum / n,
-            "dpo/ref_cache_hits": hits / n,
-            "dpo/pairs": float(n),
-            "grad_norm": grad_norm,
-            "dpo/lr": lr,
-            "perf/padding_fraction": totals.padding_fraction,
-        }
+        return self.sync_policy(
+            {
+                "loss/dpo": loss_value,
+                "dpo/accuracy": accuracy,
+                "dpo/margin": margin_sum / n,
+                "dpo/chosen_reward": chosen_sum / n,
+                "dpo/rejected_reward": rejected_sum / n,
+                "dpo/ref_cache_hits": hits / n,
+                "dpo/pairs": float(n),
+                "grad_norm": grad_norm,
+                "dpo/lr": lr,
+                "perf/padding_fraction": totals.padding_fraction,
+            }
+        )
 
     @torch.no_grad()
     def evaluate(self, batch: Batch) -> dict[str, float]:
         """``dpo/eval_accuracy``, ``dpo/eval_margin``, ``dpo/eval_chosen_reward``, ``dpo/eval_rejected_reward`` and
         ``loss/dpo_eval`` on ``batch``'s pairs (eval mode, no gradient); the reference scores them afresh, so
-        held-out ids never enter the training cache. One process computes it all (no collective: data-parallel
-        runs evaluate on rank 0 alone)."""
+        held-out ids never enter the training cache. One process computes it all with the whole weights
+        (``policy``; no collective: data-parallel and sharded runs evaluate on rank 0 alone)."""
         cfg = self.config
         pairs = read_pairs(batch)
         data = batch.to(self.device)
@@ -114,9 +133,14 @@ class DPO(LMAlgorithm):
         host = data["input_ids"].cpu().numpy() if layout == "shared-prefix" else None
         ref = self._reference_logprobs(data, bounds, pairs, list(range(n)), host, shared=False)
         counts = self._token_counts(bounds, pairs)
-        self.model.eval()
+        self.policy.eval()
         plan = plan_pair_micro_batches(data["input_ids"], bounds, pairs, cfg.micro_batch_size, layout, host_ids=host)
-        totals = run_pair_plan(plan, self._pair_loss(data, ref, counts, float(n)), self.device, backward=False)
+
+        def whole(layout: TokenLayout) -> torch.Tensor:
+            chunk = cfg.logprob_chunk_tokens
+            return layout.scatter(layout_logprobs(self.policy, layout, 1.0, 0, 1.0, chunk, cfg.autocast))
+
+        totals = run_pair_plan(plan, self._pair_loss(data, ref, counts, float(n), whole), self.device, backward=False)
         loss, accuracy, margin, chosen, rejected = totals.values.tolist()
         return {
             "loss/dpo_eval": loss,
@@ -127,15 +151,21 @@ class DPO(LMAlgorithm):
         }
 
     def _pair_loss(
-        self, data: Batch, ref: torch.Tensor, counts: torch.Tensor, n: float
+        self,
+        data: Batch,
+        ref: torch.Tensor,
+        counts: torch.Tensor,
+        n: float,
+        forward: Callable[[TokenLayout], torch.Tensor],
     ) -> Callable[[list[int], list[int], TokenLayout], PairLoss]:
         """The DPO loss of one micro-batch of ``data``'s pairs (for :func:`run_pair_plan`): summed response
-        log-probs of its rows under the policy against the reference's ``ref`` (``counts``: response tokens)."""
+        log-probs of its rows under the policy (``forward``: a layout's ``[b, L]`` log-probs) against the
+        reference's ``ref`` (``counts``: response tokens)."""
 
         def pair_loss(idx: list[int], rows: list[int], layout: TokenLayout) -> PairLoss:
             k = len(idx)
             mask = data["loss_mask"][torch.tensor(rows, device=self.device)]
-            logp = sequence_sum(self.forward_logprobs(layout), mask)
+            logp = sequence_sum(forward(layout), mask)
             sel = torch.tensor(idx, device=self.device)
             return self._loss(logp[:k], logp[k:], ref[sel], counts[sel], n)
 

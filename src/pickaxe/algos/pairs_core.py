@@ -5,7 +5,8 @@ A pair's loss needs both of its responses in one graph, so micro-batches are cut
 ``[chosen_1 .. chosen_k, rejected_1 .. rejected_k]``, laid out by ``llm_core.plan_micro_batches`` (padded or
 packed) or with the prompt shared (``shared-prefix``: chosen and rejected of a pair, and pairs of one prompt, run
 their prompt once, :mod:`pickaxe.data.shared_prefix`), so outputs split at ``k`` into the chosen and rejected
-halves. With data-parallel learners each computes its share of a plan's micro-batches (:func:`run_pair_plan`).
+halves. With data-parallel learners each computes its share of a plan's micro-batches (:func:`run_pair_plan`;
+sharded learners add padding passes so that each runs as many).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from pickaxe.algos.base import my_share
 from pickaxe.algos.llm_core import plan_micro_batches
 from pickaxe.algos.rlhf_core import PairLoss
 from pickaxe.data.batch import Batch
@@ -144,18 +144,22 @@ def run_pair_plan(
     pair_loss: Callable[[list[int], list[int], TokenLayout], PairLoss],
     device: torch.device,
     backward: bool,
-    shared: bool = False,
+    share: list[tuple[int, float]] | None = None,
 ) -> PairTotals:
     """``pair_loss`` of each micro-batch of ``plan`` (pair indices, rows, layout), summed without a host read; with
-    ``backward``, each micro-batch's loss is back-propagated as it is computed (gradient accumulation). With
-    ``shared``, only this learner's share of the micro-batches runs (``my_share``; all without a learner group):
-    ``values`` are then its partial sums, to be summed over the learners, while ``real``/``slots`` count the whole
-    plan (host numbers, alike on every learner)."""
+    ``backward``, each micro-batch's loss is back-propagated as it is computed (gradient accumulation). ``share``:
+    ``(index, weight)`` of the micro-batches this learner runs (``LMAlgorithm.share``: its share of a data-parallel
+    step, then a sharded learner's padding passes of weight 0, whose loss is back-propagated times 0 and not
+    counted); default every micro-batch. ``values`` are then its partial sums, to be summed over the learners,
+    while ``real``/``slots`` count the whole plan (host numbers, alike on every learner)."""
     values = torch.zeros(5, device=device)
-    mine = my_share(len(plan)) if shared else range(len(plan))
-    for j in mine:
+    for j, weight in [(j, 1.0) for j in range(len(plan))] if share is None else share:
         idx, rows, layout = plan[j]
         out = pair_loss(idx, rows, layout)
+        if not weight:  # a sharded learner's padding pass: the others' collectives, no gradient
+            if backward:
+                (out.loss * 0.0).backward()
+            continue
         if backward:
             out.loss.backward()
         parts = [out.loss.detach(), out.accuracy, out.margin.sum(), out.chosen.sum(), out.rejected.sum()]

@@ -318,8 +318,8 @@ def check_sharding(algo: Any, cfg: Any) -> str | None:
         return None
     if not getattr(algo, "supports_sharding", False):
         raise ConfigError(
-            f"--dist.shard {dist_cfg.shard}: {type(algo).__name__} cannot shard its models (SFT, GRPO and LLM PPO "
-            "can); drop --dist.shard"
+            f"--dist.shard {dist_cfg.shard}: {type(algo).__name__} cannot shard its models (SFT, GRPO, LLM PPO, "
+            "the reward model and DPO can); drop --dist.shard"
         )
     return str(dist_cfg.offload)
 

@@ -467,10 +467,17 @@ class LLMTrainConfig(RunConfig):
                 f"--dist.learners {d.learners}: {type(self.algo).__name__} does not split its update among learners; "
                 "use --dist.learners 1"
             )
-        if d.shard != "none" and not isinstance(self.algo, SFTConfig | GRPOConfig | LLMPPOConfig):
+        shards = SFTConfig | GRPOConfig | LLMPPOConfig | RewardModelConfig | DPOConfig
+        if d.shard != "none" and not isinstance(self.algo, shards):
             raise ConfigError(
-                f"--dist.shard {d.shard}: {type(self.algo).__name__} does not shard its models yet (SFT, GRPO and "
-                "LLM PPO do); drop --dist.shard"
+                f"--dist.shard {d.shard}: {type(self.algo).__name__} does not shard its models yet (SFT, GRPO, LLM "
+                "PPO, the reward model and DPO do); drop --dist.shard"
+            )
+        if d.shard != "none" and isinstance(self.algo, DPOConfig) and self.model.lora.enabled:
+            raise ConfigError(
+                f"--dist.shard {d.shard} with --model.lora.r {self.model.lora.r}: DPO's reference is the LoRA policy "
+                "with its adapters off, which every learner scores pairs with; drop --dist.shard (data-parallel "
+                "learners hold the small adapters whole)"
             )
         if d.placement != "separate":
             return

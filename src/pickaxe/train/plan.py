@@ -17,8 +17,9 @@ Torch-free and instant: it reads the config (and a ``--model.path`` or ``--data.
   not at the same time as gradients and activations).
 
 ``--dist.shard fsdp`` divides the trained networks' weights, gradients and optimizer state by the learners, and
-rank 0 keeps an unsharded copy of the policy (what generation, evaluation and export read); the frozen models live
-on rank 0 only. ``--dist.offload optimizer`` moves the optimizer state to host memory, ``params`` the sharded
+rank 0 keeps an unsharded copy of the policy (what generation, evaluation and export read; the reward model when
+training one); the frozen models live on rank 0 only (DPO's reference on every learner: each scores its share of
+the pairs). ``--dist.offload optimizer`` moves the optimizer state to host memory, ``params`` the sharded
 weights, gradients and optimizer state.
 """
 
@@ -361,6 +362,9 @@ def plan_memory(cfg: LLMTrainConfig, prompt_tokens: int = 256, device_gib: float
         acts[key] = int(sum(activations(t.shape, tokens, scored, act_bytes, getattr(a, "logprob_chunk_tokens", 0), ckpt,
                                         head=t.name == "policy") for t in trained))  # fmt: skip
     act = acts["checkpointing" if getattr(a, "gradient_checkpointing", False) else "no_checkpointing"]
+    rm = isinstance(a, RewardModelConfig)
+    dpo = isinstance(a, DPOConfig)  # each learner scores its share of the pairs with the reference
+    everywhere = [f for f in frozen if dpo and f.name == "reference model"]
 
     def rank(label: str, zero: bool) -> RankPlan:
         r = RankPlan(label)
@@ -381,10 +385,12 @@ def plan_memory(cfg: LLMTrainConfig, prompt_tokens: int = 256, device_gib: float
             elif bf16:
                 r.add(f"{t.name} bf16 weight copies", t.parameters * 2, phase="train", note="autocast")
         r.add("activations", act, phase="train", note="one micro-batch")
+        for f in everywhere if not zero else []:
+            r.add(f.name, f.weight_bytes, note="frozen")
         if zero:
-            if sharded and not isinstance(a, RewardModelConfig):
-                policy = next(t for t in trained if t.name == "policy")
-                r.add("policy, unsharded", policy.weight_bytes, note="generation, eval")
+            if sharded:  # the policy (the reward model, when training one) whole, beside the shards
+                whole = trained[0]
+                r.add(f"{whole.name}, unsharded", whole.weight_bytes, note="eval" if rm else "generation, eval")
             for f in frozen:
                 offloaded = f.name == "reference model" and cfg.collector.offload_reference
                 r.add(f.name, f.weight_bytes, "host" if offloaded else "device", note="frozen")
@@ -402,7 +408,7 @@ def plan_memory(cfg: LLMTrainConfig, prompt_tokens: int = 256, device_gib: float
     ranks = [rank("rank 0" if n > 1 else "learner", True)]
     if n > 1:
         ranks.append(rank(f"ranks 1-{n - 1}" if n > 2 else "rank 1", False))
-    if n > 1 and any(f.name == "reward model" for f in frozen):
+    if n > 1 and any(f.name == "reward model" and f not in everywhere for f in frozen):
         notes.append("the reward model is counted on rank 0 only, the other learners never use it; today they still "
                      "load it (with the run's reward function), in host memory until it scores")  # fmt: skip
     if d.placement == "separate":
