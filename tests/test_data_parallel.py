@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from pickaxe.algos.base import my_share
 from pickaxe.algos.configs import LLMPPOConfig, PPOConfig
@@ -36,6 +35,7 @@ from pickaxe.rollout.collector import Collector
 from pickaxe.rollout.text_collector import DemoCollector
 
 sys.path.insert(0, str(Path(__file__).parent))
+from learner_group import on_learners
 from test_llm_training import SAMPLING, TOK, _grpo_batch
 
 WORLD = 2
@@ -125,16 +125,12 @@ def _reads(case: dict[str, Any]) -> int:
         return _count_reads(lambda: algo.update(case["batch"].clone()))
 
 
-def _worker(rank: int, port: int, cases: dict[str, dict[str, Any]], out: str) -> None:
-    torch.set_num_threads(1)
-    data_parallel.init(rank, WORLD, port=port)
-    try:
-        results = {name: _run(name, case) for name, case in cases.items()}
-        results["nan"] = _run("sft", cases["sft"], nan_on_rank=1)
-        results["reads"] = _reads(cases["grpo"])
-        torch.save(results, Path(out) / f"rank{rank}.pt")
-    finally:
-        data_parallel.shutdown()
+def _learner_results(cases: dict[str, dict[str, Any]], out: Path) -> dict[str, Any]:
+    """What each learner computes: its results of the same updates."""
+    results = {name: _run(name, case) for name, case in cases.items()}
+    results["nan"] = _run("sft", cases["sft"], nan_on_rank=1)
+    results["reads"] = _reads(cases["grpo"])
+    return results
 
 
 @pytest.fixture(scope="module")
@@ -143,13 +139,10 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], l
     torch.set_num_threads(1)  # conftest's one-thread fixture is per test: this module-wide setup runs before it
     cases = _cases()
     out = tmp_path_factory.mktemp("dp")
-    # fork: the learners inherit the imported torch and transformers (spawn re-imports them: ~40 s here, not ~4 s)
-    mp.start_processes(
-        _worker, args=(data_parallel.free_port(), cases, str(out)), nprocs=WORLD, join=True, start_method="fork"
-    )
+    learners = on_learners(_learner_results, cases, out, WORLD)  # forked: they inherit torch, transformers
     single = {name: _run(name, case) for name, case in cases.items()}
     single["reads"] = _reads(cases["grpo"])
-    return single, [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+    return single, learners
 
 
 @pytest.mark.parametrize("name", ["grpo", "grpo_tis", "sft", "llm_ppo", "ppo"])

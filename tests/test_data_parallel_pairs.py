@@ -13,12 +13,11 @@ from typing import Any
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
+from learner_group import on_learners
 from pickaxe.algos.configs import DPOConfig, RewardModelConfig
 from pickaxe.algos.dpo import DPO
 from pickaxe.algos.reward_model import RewardModelTrainer
-from pickaxe.dist import data_parallel
 from pickaxe.envs.text.synthetic_preferences import sorting_preferences
 from pickaxe.models.lm import tiny_lm
 from pickaxe.models.reward import RewardModel
@@ -93,13 +92,9 @@ def _run(case: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _worker(rank: int, port: int, cases: dict[str, dict[str, Any]], out: str) -> None:
-    torch.set_num_threads(1)
-    data_parallel.init(rank, WORLD, port=port)
-    try:
-        torch.save({name: _run(case) for name, case in cases.items()}, Path(out) / f"rank{rank}.pt")
-    finally:
-        data_parallel.shutdown()
+def _learner_results(cases: dict[str, dict[str, Any]], out: Path) -> dict[str, Any]:
+    """What each learner computes: its results of the same updates."""
+    return {name: _run(case) for name, case in cases.items()}
 
 
 @pytest.fixture(scope="module")
@@ -108,12 +103,9 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], l
     torch.set_num_threads(1)
     cases = _cases()
     out = tmp_path_factory.mktemp("dp_pairs")
-    # fork, as test_data_parallel: the learners inherit the imported torch and transformers
-    mp.start_processes(
-        _worker, args=(data_parallel.free_port(), cases, str(out)), nprocs=WORLD, join=True, start_method="fork"
-    )
+    learners = on_learners(_learner_results, cases, out, WORLD)  # forked: they inherit torch, transformers
     single = {name: _run(case) for name, case in cases.items()}
-    return single, [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+    return single, learners
 
 
 @pytest.mark.parametrize("name", ["dpo", "dpo_padded_ipo", "rm", "rm_padded"])

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from torch.distributed.tensor import DTensor
 
 from pickaxe.algos.configs import LLMPPOConfig
@@ -34,6 +33,7 @@ from pickaxe.models.value import ValueModel
 from pickaxe.rollout.text_collector import DemoCollector
 
 sys.path.insert(0, str(Path(__file__).parent))
+from learner_group import on_learners
 from test_data_parallel import _lm
 from test_llm_training import SAMPLING, TOK, _grpo_batch
 
@@ -207,18 +207,14 @@ def _networks_of(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
-def _worker(rank: int, port: int, cases: dict[str, Any], out: str) -> None:
-    torch.set_num_threads(1)
-    data_parallel.init(rank, WORLD, port=port)
-    try:
-        results: dict[str, Any] = {name: _run(name, cases, sharded=True) for name in [*NAMES, "sft_bf16"]}
-        results["master_dtypes"] = {p.dtype for p in _bf16_sharded(cases).parameters()}
-        results["nan"] = _nan(cases)
-        results["resume"] = _resume(cases, Path(out))
-        results["units"] = _units(cases)
-        torch.save(results, Path(out) / f"rank{rank}.pt")
-    finally:
-        data_parallel.shutdown()
+def _learner_results(cases: dict[str, Any], out: Path) -> dict[str, Any]:
+    """What each learner computes: its results of the same updates."""
+    results: dict[str, Any] = {name: _run(name, cases, sharded=True) for name in [*NAMES, "sft_bf16"]}
+    results["master_dtypes"] = {p.dtype for p in _bf16_sharded(cases).parameters()}
+    results["nan"] = _nan(cases)
+    results["resume"] = _resume(cases, out)
+    results["units"] = _units(cases)
+    return results
 
 
 @pytest.fixture(scope="module")
@@ -228,12 +224,10 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], l
     torch.set_num_threads(1)
     cases = _cases()
     out = tmp_path_factory.mktemp("fsdp")
-    mp.start_processes(
-        _worker, args=(data_parallel.free_port(), cases, str(out)), nprocs=WORLD, join=True, start_method="fork"
-    )
+    learners = on_learners(_learner_results, cases, out, WORLD)  # forked: they inherit torch, transformers
     single: dict[str, Any] = {name: _run(name, cases, sharded=False) for name in [*NAMES, "sft_bf16"]}
     single["cases"] = cases
-    return single, [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)], out
+    return single, learners, out
 
 
 def _same_metrics(got: dict[str, float], want: dict[str, float]) -> None:

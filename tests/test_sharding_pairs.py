@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from torch.distributed.tensor import DTensor
 
 from pickaxe.algos.configs import DPOConfig, RewardModelConfig
@@ -32,6 +31,7 @@ from pickaxe.models.reward import RewardModel
 from pickaxe.rollout.pairs import pack_pairs
 
 sys.path.insert(0, str(Path(__file__).parent))
+from learner_group import on_learners
 from test_data_parallel_pairs import TOK, _lm, _tiny_run
 
 WORLD = 2
@@ -79,13 +79,9 @@ def _run(name: str, cases: dict[str, Any], sharded: bool) -> dict[str, Any]:
     return out
 
 
-def _worker(rank: int, port: int, cases: dict[str, Any], out: str) -> None:
-    torch.set_num_threads(1)
-    data_parallel.init(rank, WORLD, port=port)
-    try:
-        torch.save({name: _run(name, cases, sharded=True) for name in NAMES}, Path(out) / f"rank{rank}.pt")
-    finally:
-        data_parallel.shutdown()
+def _learner_results(cases: dict[str, Any], out: Path) -> dict[str, Any]:
+    """What each learner computes: its results of the same updates."""
+    return {name: _run(name, cases, sharded=True) for name in NAMES}
 
 
 @pytest.fixture(scope="module")
@@ -94,12 +90,9 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], l
     torch.set_num_threads(1)
     cases = _cases()
     out = tmp_path_factory.mktemp("fsdp_pairs")
-    # fork, as test_sharding: the learners inherit the imported torch and transformers
-    mp.start_processes(
-        _worker, args=(data_parallel.free_port(), cases, str(out)), nprocs=WORLD, join=True, start_method="fork"
-    )
+    learners = on_learners(_learner_results, cases, out, WORLD)  # forked: they inherit torch, transformers
     single = {name: _run(name, cases, sharded=False) for name in NAMES}
-    return single, [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+    return single, learners
 
 
 def _same(got: dict[str, float], want: dict[str, float]) -> None:
