@@ -1,0 +1,25 @@
+"""benchmarks/sharding.py end to end at the tiny shape: one learner and two sharded ones train, each process's
+peaks are sampled, and the last line is one JSON object with the figures, the planner's peaks and the ratios."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "sharding.py"
+
+
+def test_the_sharding_benchmark_measures_one_and_two_sharded_learners_and_ends_with_one_json_line() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--configs", "one", "fsdp2"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    last = json.loads(done.stdout.strip().splitlines()[-1])
+    one, two = last["results"]["one"], last["results"]["fsdp2"]
+    assert len(one["peak_train_mb"]) == 1 and len(two["peak_train_mb"]) == 2  # rank 0 and the learner it started
+    assert all(mb > 0 for mb in two["peak_train_mb"]) and one["update_s"] > 0 and two["update_s"] > 0
+    assert two["gather_share"] > 0  # the gather into rank 0's policy is timed
+    assert set(two["plan"]) == {"rank 0", "rank 1"} and set(one["plan"]) == {"learner"}
+    assert {"peak_train_per_rank_vs_one", "cpu_s_per_update_vs_one"} <= set(last["ratios"]["fsdp2"])
