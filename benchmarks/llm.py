@@ -544,13 +544,13 @@ def report_memory(args: argparse.Namespace, have_trl: bool) -> dict[str, Any]:
 
 def save_model_folder(folder: Path, seed: int = 0) -> None:
     """The ``arith-grpo`` recipe's tiny model and character tokenizer, saved as a transformers model folder."""
-    from transformers.utils import logging
+    from pickaxe.models.lm import no_progress_bars
 
-    logging.disable_progress_bar()
     cfg = LLM_RECIPES["arith-grpo"].make()
     model, tok = build_model(cfg, torch.device("cpu"), seed)
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
+    with no_progress_bars():  # off while saving, as they were afterwards (a test calls this in its own process)
+        model.save_pretrained(folder)
+        tok.save_pretrained(folder)
 
 
 def save_prompt_stream(path: Path, n: int, seed: int = 0) -> None:
