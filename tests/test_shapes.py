@@ -88,6 +88,16 @@ def test_model_shape_builds_a_qwen2_half_billion_model() -> None:
     assert len(tokenizer) < 151_936  # the character tokenizer uses the first ids
 
 
+def test_a_shape_set_after_the_config_was_made_builds_that_shape() -> None:
+    from pickaxe.train.llm import build_model
+
+    cfg = LLM_RECIPES["arith-grpo"].make()
+    cfg.model.shape = "qwen2-0.5b"  # from Python, after the recipe's config was made: not the recipe's tiny shape
+    with torch.device("meta"):
+        model, _ = build_model(cfg, torch.device("meta"), seed=0)
+    assert num_parameters(model) == SHAPES["qwen2-0.5b"].parameters()
+
+
 def test_shape_from_config_reads_a_transformers_config() -> None:
     model = _meta_model("llama-3.2-1b")
     record = model.config.to_dict()

@@ -197,15 +197,15 @@ def build_model(cfg: LLMTrainConfig, device: torch.device, seed: int) -> tuple[n
         tokenizer = load_tokenizer(m.path)
         return apply_lora_config(load_lm(m.path, device, m.dtype), m.lora, seed), tokenizer
     tokenizer = char_tokenizer(model_max_length=m.max_positions)
-    shape = m.tiny_shape()
+    shape = m.tiny_shape()  # the named shape's own fields, even when ``shape`` was set after the config was made
     model = tiny_lm(
         shape.vocab if m.shape else len(tokenizer),
-        arch=m.arch,
-        hidden=m.hidden,
-        layers=m.layers,
-        heads=m.heads,
-        kv_heads=m.kv_heads,
-        intermediate=m.intermediate,
+        arch=shape.arch,
+        hidden=shape.hidden,
+        layers=shape.layers,
+        heads=shape.heads,
+        kv_heads=shape.kv_heads,
+        intermediate=shape.intermediate,
         max_positions=m.max_positions,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
