@@ -45,6 +45,7 @@ one thread; the load average is printed first; the last line is one JSON object 
    clip 0.2, grad-norm clip 1.0, AdamW without weight decay, float32, one optimizer step per generation, no vLLM,
    CPU, one thread. Gradient checkpointing off in both, then on in both. Every measured run is a fresh process
    (``--trl-warmup`` unmeasured steps, then ``--trl-steps``), pairs interleaved (pickaxe, TRL, pickaxe, TRL, ...);
+   ``--trl-shape qwen2-0.5b`` runs both at a real model shape (random weights), ``--trl-gc off`` one pairing;
    per run the median step time, the generate / reward / ref / update split (TRL's methods are wrapped with
    timers; ``update`` is the rest of the step: forward, backward, optimizer), the step's CPU seconds and minor
    page faults (CPU time is the steadier figure on a shared machine), generated tokens/s end to end and the peak
@@ -542,11 +543,13 @@ def report_memory(args: argparse.Namespace, have_trl: bool) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------------ trl
 
 
-def save_model_folder(folder: Path, seed: int = 0) -> None:
-    """The ``arith-grpo`` recipe's tiny model and character tokenizer, saved as a transformers model folder."""
+def save_model_folder(folder: Path, seed: int = 0, shape: str | None = None) -> None:
+    """The ``arith-grpo`` recipe's tiny model (at a named real ``shape``, random weights, if given) and character
+    tokenizer, saved as a transformers model folder."""
     from pickaxe.models.lm import no_progress_bars
 
     cfg = LLM_RECIPES["arith-grpo"].make()
+    cfg.model.shape = shape
     model, tok = build_model(cfg, torch.device("cpu"), seed)
     with no_progress_bars():  # off while saving, as they were afterwards (a test calls this in its own process)
         model.save_pretrained(folder)
@@ -776,7 +779,7 @@ def report_trl(args: argparse.Namespace) -> dict[str, Any]:
     failures: list[str] = []
     with tempfile.TemporaryDirectory(prefix="pickaxe-bench-") as tmp:
         folder, stream = Path(tmp) / "model", Path(tmp) / "prompts.json"
-        save_model_folder(folder)
+        save_model_folder(folder, shape=args.trl_shape)
         save_prompt_stream(stream, (warmup + steps) * args.trl_prompts)
         base = {
             "folder": str(folder),
@@ -796,7 +799,7 @@ def report_trl(args: argparse.Namespace) -> dict[str, Any]:
             f"{warmup} warm-up + {steps} measured steps per fresh process, {pairs} interleaved pairs per pairing"
         )
         for p in range(pairs):
-            for gc in ("gc_off", "gc_on"):
+            for gc in ("gc_off", "gc_on") if args.trl_gc == "both" else (f"gc_{args.trl_gc}",):
                 for lib in ("pickaxe", "trl"):
                     r = run_child({**base, "kind": "grpo", "lib": lib, "gc": gc == "gc_on"})
                     if "failed" in r:
@@ -1038,6 +1041,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--trl-steps", type=int, default=5)
     parser.add_argument("--trl-warmup", type=int, default=1)
     parser.add_argument("--trl-prompts", type=int, default=32)
+    parser.add_argument("--trl-shape", default=None, help="trl: a named real shape (e.g. qwen2-0.5b), random weights")
+    parser.add_argument("--trl-gc", choices=("off", "on", "both"), default="both", help="trl: gradient checkpointing")
     parser.add_argument("--floor-repeats", type=int, default=5)
     parser.add_argument("--floor-prompts", type=int, default=0, help="floor: prompts per batch (0: the recipe's)")
     args = parser.parse_args(argv)
