@@ -3,6 +3,7 @@ they inherit the imported torch and transformers: spawning re-imports them, ~40 
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,10 @@ Work = Callable[[Any, Path], dict[str, Any]]
 
 
 def _learner(rank: int, port: int, world: int, work: Work, cases: Any, out: str) -> None:
+    # whatever the test process left for its garbage collector stays uncollected here: a process group an earlier
+    # test destroyed but whose wrapper still waits in a cycle would, collected in this fork, join the threads of
+    # this learner's own group (same addresses) and hang
+    gc.freeze()
     torch.set_num_threads(1)
     data_parallel.init(rank, world, port=port)
     try:
@@ -27,6 +32,7 @@ def _learner(rank: int, port: int, world: int, work: Work, cases: Any, out: str)
 
 def on_learners(work: Work, cases: Any, out: Path, world: int = 2) -> list[dict[str, Any]]:
     """Each learner's ``work(cases, out)`` results, ``world`` learners in one process group, in rank order."""
+    gc.collect()  # collected in the test process, where their threads are
     port = data_parallel.free_port()
     mp.start_processes(
         _learner, args=(port, world, work, cases, str(out)), nprocs=world, join=True, start_method="fork"

@@ -15,6 +15,7 @@ re-exports them. No Ray here.
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import socket
 from typing import Any
@@ -120,7 +121,10 @@ def control_group() -> Any:
 
 
 def shutdown() -> None:
-    """Leave the group (a no-op without one)."""
+    """Leave the group (a no-op without one). The group's objects are collected at once: left in a reference cycle,
+    a process forked later (a test's learners, a sweep's runs) would inherit them without their threads, and
+    collecting them there joins that process's own threads at the same addresses: a hang."""
     _CONTROL.clear()
     if dist.is_initialized():
         dist.destroy_process_group()
+        gc.collect()
