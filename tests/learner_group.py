@@ -38,3 +38,13 @@ def on_learners(work: Work, cases: Any, out: Path, world: int = 2) -> list[dict[
         _learner, args=(port, world, work, cases, str(out)), nprocs=world, join=True, start_method="fork"
     )
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(world)]
+
+
+def same_metrics(got: dict[str, float], want: dict[str, float]) -> None:
+    """A sharded learner's update metrics equal the single process's (``sync/`` and ``time/`` are its own)."""
+    import pytest
+
+    got = {k: v for k, v in got.items() if not k.startswith(("sync/", "time/"))}
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key

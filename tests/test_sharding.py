@@ -33,7 +33,7 @@ from pickaxe.models.value import ValueModel
 from pickaxe.rollout.text_collector import DemoCollector
 
 sys.path.insert(0, str(Path(__file__).parent))
-from learner_group import on_learners
+from learner_group import on_learners, same_metrics
 from test_data_parallel import _lm
 from test_llm_training import SAMPLING, TOK, _grpo_batch
 
@@ -230,13 +230,6 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], l
     return single, learners, out
 
 
-def _same_metrics(got: dict[str, float], want: dict[str, float]) -> None:
-    got = {k: v for k, v in got.items() if not k.startswith(("sync/", "time/"))}
-    assert got.keys() == want.keys()
-    for key, value in want.items():
-        assert got[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_two_sharded_learners_apply_the_single_process_updates(results, name: str) -> None:
     single, learners, _ = results
@@ -246,7 +239,7 @@ def test_two_sharded_learners_apply_the_single_process_updates(results, name: st
     for got in (learner[name] for learner in learners):
         assert (got["trained"] - want["trained"]).abs().max() <= WEIGHT_ATOL
         for g, w in zip(got["metrics"], want["metrics"], strict=True):
-            _same_metrics(g, w)
+            same_metrics(g, w)
     # rank 0's unsharded policy (and critic) received the trained weights after the updates
     assert (learners[0][name]["networks"] - want["networks"]).abs().max() <= WEIGHT_ATOL
     assert torch.equal(learners[0][name]["trained"], learners[1][name]["trained"])
@@ -308,12 +301,12 @@ def test_a_gathered_sharded_state_resumes_in_one_process_and_on_two_learners(res
     one.load_state_dict(torch.load(out / "state.pt", weights_only=False))
     metrics = _updates(one, name, cases, 1)
     assert (_trained(one) - whole["trained"]).abs().max() <= WEIGHT_ATOL
-    _same_metrics(metrics[0], whole["metrics"][1])
+    same_metrics(metrics[0], whole["metrics"][1])
     for rank, learner in enumerate(learners):
         got = learner["resume"]
         for resumed in (got, got["late"]):
             assert (resumed["trained"] - whole["trained"]).abs().max() <= WEIGHT_ATOL
-            _same_metrics(resumed["metrics"][0], whole["metrics"][1])
+            same_metrics(resumed["metrics"][0], whole["metrics"][1])
         # each learner reads its own rows; rank 0 also reads the policy's whole tensors for its unsharded policy
         mine = [(a, b) == local_rows(n, rank, WORLD) for a, b, n in got["reads"]]
         entire = [(a, b) == (0, n) and rank == 0 for a, b, n in got["reads"]]

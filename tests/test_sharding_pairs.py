@@ -31,7 +31,7 @@ from pickaxe.models.reward import RewardModel
 from pickaxe.rollout.pairs import pack_pairs
 
 sys.path.insert(0, str(Path(__file__).parent))
-from learner_group import on_learners
+from learner_group import on_learners, same_metrics
 from test_data_parallel_pairs import TOK, _lm, _tiny_run
 
 WORLD = 2
@@ -95,13 +95,6 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], l
     return single, learners
 
 
-def _same(got: dict[str, float], want: dict[str, float]) -> None:
-    got = {k: v for k, v in got.items() if not k.startswith(("sync/", "time/"))}
-    assert got.keys() == want.keys()
-    for key, value in want.items():
-        assert got[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_two_sharded_learners_apply_the_single_process_updates(results, name: str) -> None:
     single, learners = results
@@ -111,7 +104,7 @@ def test_two_sharded_learners_apply_the_single_process_updates(results, name: st
     for got in (learner[name] for learner in learners):
         assert (got["trained"] - want["trained"]).abs().max() <= WEIGHT_ATOL
         for g, w in zip(got["metrics"], want["metrics"], strict=True):
-            _same(g, w)
+            same_metrics(g, w)
         if "cache" in want:  # the whole reference on each learner, its pairs shared out and summed
             assert torch.equal(got["cache"]["ids"], want["cache"]["ids"])
             torch.testing.assert_close(got["cache"]["values"], want["cache"]["values"], atol=1e-6, rtol=0)
@@ -130,7 +123,7 @@ def test_rank_0_policy_holds_the_trained_weights_and_evaluates_alone(results, na
     if name.startswith("rm"):
         assert got["eval"] == want["eval"]  # a pairwise accuracy: a count of 5 pairs
     else:
-        _same(got["eval"], want["eval"])
+        same_metrics(got["eval"], want["eval"])
 
 
 @pytest.mark.slow
