@@ -34,7 +34,6 @@ from pickaxe.models.sharding import (
     Offload,
     compute_device,
     gather_into,
-    load_full,
     load_sharded,
     load_sharded_optimizer,
     shard_model,
@@ -411,7 +410,7 @@ class LMAlgorithm(Algorithm):
         if any(isinstance(v, DTensor) for v in weights.values()):
             self.gather(module, full, "load_gather", whole=True)
         elif data_parallel()[0] == 0:
-            load_full(full, weights)
+            load_sharded(full, weights)
 
     def optimizer_step(
         self, loss: torch.Tensor, extra: torch.Tensor | None = None, sums: torch.Tensor | None = None

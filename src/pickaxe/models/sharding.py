@@ -231,9 +231,10 @@ def full_value(value: Any) -> torch.Tensor:
 
 @torch.no_grad()
 def load_sharded(model: nn.Module, state: dict[str, Any]) -> None:
-    """Load ``state`` (parameter and buffer names to full tensors or lazy readers) into sharded ``model``: each
-    learner copies its own rows of every sharded parameter (read with ``value[a:b]``) and whole buffers and
-    unsharded parameters. Missing or unexpected names raise ``PickaxeError`` naming them."""
+    """Load ``state`` (parameter and buffer names to full tensors or lazy readers) into ``model``: each learner
+    copies its own rows of every sharded parameter (read with ``value[a:b]``) and whole buffers and unsharded
+    parameters, without a collective for values that are not DTensors (so an unsharded model, rank 0's whole
+    policy, loads the same way). Missing or unexpected names raise ``PickaxeError`` naming them."""
     own = model.state_dict()
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))
@@ -244,18 +245,6 @@ def load_sharded(model: nn.Module, state: dict[str, Any]) -> None:
             current.to_local().copy_(_local_piece(state[name], current))
         else:
             current.copy_(full_value(state[name]))
-
-
-@torch.no_grad()
-def load_full(model: nn.Module, state: dict[str, Any]) -> None:
-    """Load ``state`` (names to full tensors or lazy readers, read whole) into unsharded ``model``, without any
-    collective (rank 0's full policy, from the state the sharded learners load their rows of)."""
-    own = model.state_dict()
-    missing = sorted(set(own) - set(state))
-    if missing:
-        raise PickaxeError(f"state does not fit the model: missing {missing[:3]}")
-    for name, current in own.items():
-        current.copy_(full_value(state[name]))
 
 
 def load_sharded_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
