@@ -2,18 +2,19 @@
 learners with ``--dist.shard fsdp``, and two with fsdp and ``--dist.offload optimizer``; the weight sync from the
 shards as a share of the step; peak memory while checkpointing against the training peak.
 
-Usage: ``python benchmarks/sharding.py [--shape qwen2-0.5b] [--updates 3] [--quick]``. Each configuration is one
-``pickaxe train arith-grpo --model.shape SHAPE`` process (random weights, no warm start, one torch thread per
-process), run one after the other so they never share the machine. A sampler reads every process of the run
-(rank 0 and the learners it starts) from ``/proc`` ten times a second: resident memory, and whether a checkpoint
-is being written (a ``checkpoints/.tmp-*`` folder exists). Reported per configuration: each process's peak RSS while
-starting (building, sharding, up to the end of the first update), while training (after it) and while
-checkpointing, the median ``time/update_s`` over the updates after the first, CPU seconds per
-update (wall x learners busy), the gather of the policy from the shards (``time/gather_s``) as a share of the update,
-and the planner's prediction (``pickaxe plan``) beside the measurement. Ratios are against the one-learner run
-measured in the same invocation; the last line is one JSON object with every figure.
-
-``--quick`` (what the benchmark test runs) uses the tiny ``tiny-qwen2`` shape and 2 updates.
+Usage: ``python benchmarks/sharding.py [--shape qwen2-0.5b] [--updates 3] [--micro-batch 4] [--quick]``. Each
+configuration is one ``pickaxe train arith-grpo --model.shape SHAPE`` process (random weights, no warm start, one
+torch thread per process), run one after the other so they never share the machine. A sampler reads every process of
+the run (rank 0 and the learners it starts) from ``/proc`` ten times a second: resident memory, and whether a
+checkpoint is being written (a ``checkpoints/.tmp-*`` folder exists). Reported per configuration: each process's
+peak RSS while starting (building, sharding, up to the end of the first update), while training (after it) and while
+checkpointing, the median ``time/update_s`` over the updates after the first, the CPU seconds of an update (rank 0's
+``time/update_cpu_s`` plus the other learners' from ``/proc``) per trained token, each learner's training state
+(``mem/train_state_bytes``: weights, gradients and optimizer state, its shards when sharded), the gather of the
+policy from the shards (``time/gather_s``) as a share of the update, and the planner's prediction (``pickaxe plan``)
+beside the measurement. Ratios are against the one-learner run measured in the same invocation; the last line is one
+JSON object with every figure. ``--quick`` (what the benchmark test runs) uses the tiny ``tiny-qwen2`` shape and 2
+updates.
 """
 
 from __future__ import annotations
@@ -69,6 +70,15 @@ def _rss_mb(pid: int) -> float | None:
     return None
 
 
+def _cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) ``pid`` has used, None once it is gone."""
+    try:
+        fields = _read(f"/proc/{pid}/stat").rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _is_learner(pid: int) -> bool:
     """A learner process (not multiprocessing's resource tracker)."""
     try:
@@ -84,19 +94,24 @@ def run_config(name: str, args: argparse.Namespace, base: list[str], workdir: Pa
     cmd = [sys.executable, "-m", "pickaxe.cli", "train", *base, *CONFIGS[name], "--run-dir", str(run_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peaks: dict[int, dict[str, float]] = {}
+    cpu: dict[int, float] = {}
+    at_update: list[dict[int, float]] = []  # every process's CPU seconds when each update's record appeared
     start = time.perf_counter()
     metrics = run_dir / "metrics.jsonl"
     while proc.poll() is None:
         writing = any(p.name.startswith(".tmp-") for p in (run_dir / "checkpoints").glob(".tmp-*"))
         # after the first update: the run has started, its learners have sharded, and it trains
-        trained = metrics.is_file() and "time/update_s" in metrics.read_text()
+        updates_now = metrics.read_text().count("time/update_s") if metrics.is_file() else 0
         for pid in [proc.pid, *_children(proc.pid)]:
-            rss = _rss_mb(pid)
-            if rss is None or not _is_learner(pid):
+            rss, used = _rss_mb(pid), _cpu_s(pid)
+            if rss is None or used is None or not _is_learner(pid):
                 continue
+            cpu[pid] = used
             peak = peaks.setdefault(pid, {"start_mb": 0.0, "train_mb": 0.0, "checkpoint_mb": 0.0})
-            key = "checkpoint_mb" if writing else "train_mb" if trained else "start_mb"
+            key = "checkpoint_mb" if writing else "train_mb" if updates_now else "start_mb"
             peak[key] = max(peak[key], rss)
+        if updates_now > len(at_update):
+            at_update += [dict(cpu)] * (updates_now - len(at_update))
         time.sleep(0.1)
     _, err = proc.communicate()
     if proc.returncode != 0:
@@ -108,10 +123,23 @@ def run_config(name: str, args: argparse.Namespace, base: list[str], workdir: Pa
     gather_s = statistics.median(r.get("time/gather_s", 0.0) for r in later)
     learners = int(CONFIGS[name][1])
     ranked = sorted(peaks.values(), key=lambda p: -max(p.values()))[:learners]
+    # CPU seconds of one update: rank 0's own (logged), plus what the other learners used from one update's record
+    # to the next (they only update and gather; sampled ten times a second)
+    followers = [pid for pid in cpu if pid != proc.pid]
+    cpu_s, per_token = [], []
+    for i in range(1, len(updates)):
+        if i >= len(at_update):
+            break
+        others = sum(at_update[i].get(p, 0.0) - at_update[i - 1].get(p, 0.0) for p in followers)
+        cpu_s.append(updates[i]["time/update_cpu_s"] + others)
+        tokens = updates[i]["rollout/completion_length"] * updates[i]["grpo/sequences"]
+        per_token.append(cpu_s[-1] / max(tokens, 1.0))
     return {
         "wall_s": time.perf_counter() - start,
         "update_s": update_s,
-        "update_cpu_s": update_s * learners,
+        "update_cpu_s": statistics.median(cpu_s) if cpu_s else None,
+        "update_cpu_s_per_token": statistics.median(per_token) if per_token else None,
+        "train_state_mb": round(updates[-1].get("mem/train_state_bytes", 0.0) / 2**20, 2),
         "gather_share": gather_s / update_s if update_s else 0.0,
         "peak_start_mb": [round(p["start_mb"]) for p in ranked],
         "peak_train_mb": [round(p["train_mb"]) for p in ranked],
@@ -139,6 +167,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="qwen2-0.5b")
     parser.add_argument("--updates", type=int, default=3)
+    parser.add_argument("--micro-batch", type=int, default=4, help="sequences per micro-batch (16 per update)")
     parser.add_argument("--configs", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--quick", action="store_true", help="the tiny-qwen2 shape, 2 updates")
     args = parser.parse_args()
@@ -147,7 +176,7 @@ def main() -> None:
     prompts, group = 4, 4
     base = [
         "arith-grpo", "--model.shape", args.shape, "--warm-start.updates", "0", "--collector.prompts", str(prompts),
-        "--collector.group-size", str(group), "--algo.micro-batch-size", "4", "--eval.prompts", "4",
+        "--collector.group-size", str(group), "--algo.micro-batch-size", str(args.micro_batch), "--eval.prompts", "4",
         "--eval.samples", "0", "--trainer.total-steps", str(args.updates * prompts * group),
         "--trainer.eval-every", str(10**9), "--device", "cpu", "--seed", "0", "--no-progress",
     ]  # fmt: skip
@@ -158,7 +187,8 @@ def main() -> None:
             results[name] = run_config(name, args, base, Path(tmp))
             r = results[name]
             print(
-                f"{name:>14}: update {r['update_s']:.2f} s, peak MB per process starting {r['peak_start_mb']}, "
+                f"{name:>14}: update {r['update_s']:.2f} s ({r['update_cpu_s'] or 0:.1f} CPU-s), training state "
+                f"{r['train_state_mb']} MB per learner, peak MB per process starting {r['peak_start_mb']}, "
                 f"training {r['peak_train_mb']}, "
                 f"checkpointing {r['peak_checkpoint_mb']}, gather {100 * r['gather_share']:.1f}% of the update",
                 flush=True,
@@ -171,7 +201,8 @@ def main() -> None:
                 continue
             ratios[name] = {
                 "peak_train_per_rank_vs_one": max(r["peak_train_mb"]) / max(one["peak_train_mb"]),
-                "cpu_s_per_update_vs_one": r["update_cpu_s"] / one["update_cpu_s"],
+                "train_state_per_rank_vs_one": r["train_state_mb"] / (one["train_state_mb"] or 1),
+                "cpu_s_per_token_vs_one": (r["update_cpu_s_per_token"] or 0.0) / (one["update_cpu_s_per_token"] or 1),
             }
     for name, r in results.items():
         train_peak = max(r["peak_train_mb"]) or 1

@@ -22,4 +22,7 @@ def test_the_sharding_benchmark_measures_one_and_two_sharded_learners_and_ends_w
     assert all(mb > 0 for mb in two["peak_train_mb"]) and one["update_s"] > 0 and two["update_s"] > 0
     assert two["gather_share"] > 0  # the gather into rank 0's policy is timed
     assert set(two["plan"]) == {"rank 0", "rank 1"} and set(one["plan"]) == {"learner"}
-    assert {"peak_train_per_rank_vs_one", "cpu_s_per_update_vs_one"} <= set(last["ratios"]["fsdp2"])
+    ratios = last["ratios"]["fsdp2"]
+    assert {"peak_train_per_rank_vs_one", "cpu_s_per_token_vs_one", "train_state_per_rank_vs_one"} <= set(ratios)
+    assert one["update_cpu_s"] > 0 and two["update_cpu_s"] > 0  # rank 0's logged CPU, plus the other learner's
+    assert 0.45 < ratios["train_state_per_rank_vs_one"] < 0.55  # each learner holds half of the training state

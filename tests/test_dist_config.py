@@ -179,3 +179,21 @@ def test_data_parallel_backend_and_torchrun_environment(monkeypatch: pytest.Monk
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     with pytest.raises(PickaxeError, match="WORLD_SIZE=2 but RANK, MASTER_PORT unset: start the learners"):
         init_from_env()
+
+
+def test_learners_other_than_rank_0_do_not_load_the_reward_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only rank 0 scores rollouts: the other learners build their env without the reward model (a whole model's
+    memory each), rank 0 with it."""
+    import pickaxe.dist.learners as learners
+    import pickaxe.train.llm as llm
+    from pickaxe.recipes.llm import LLM_RECIPES
+
+    loaded: list[str] = []
+    monkeypatch.setattr(llm, "load_reward_model", lambda path, tokenizer, device: loaded.append(path) or (lambda *a: 0))
+    cfg = LLM_RECIPES["arith-grpo"].make()
+    cfg.dist.learners, cfg.data.reward_model = 2, "some/reward-model"
+    for follower, names in ((True, ["verify"]), (False, ["verify", "proxy"])):
+        monkeypatch.setattr(learners, "is_follower", lambda f=follower: f)
+        env = llm.build_env(cfg, 0, 1, tokenizer=object())
+        assert env.reward_names == names
+    assert loaded == ["some/reward-model"]

@@ -105,10 +105,10 @@ def test_second_ctrl_c_aborts_at_once_and_the_last_checkpoint_stands(tmp_path: P
             signal.raise_signal(signal.SIGINT)
         return record
 
-    def save(*args):
+    def save(*args, **kwargs):
         if trainer._stop_signal is not None:  # the save the first Ctrl-C asked for: the user presses again
             signal.raise_signal(signal.SIGINT)
-        return real_save(*args)
+        return real_save(*args, **kwargs)
 
     trainer._iteration, trainer.save_checkpoint = iteration, save
     with pytest.raises(KeyboardInterrupt) as exc:

@@ -26,6 +26,7 @@ def test_records_carry_phase_times_and_resources(tmp_path: Path) -> None:
     for key in (
         "time/collect_s",
         "time/update_s",
+        "time/update_cpu_s",
         "time/checkpoint_s",
         "time/steps_per_s",
         "sys/rss_mb",
@@ -35,6 +36,7 @@ def test_records_carry_phase_times_and_resources(tmp_path: Path) -> None:
         assert all(key in r for r in records), key
     assert any("time/eval_s" in r for r in records)
     assert records[0]["sys/rss_mb"] > 10
+    assert all(r["time/update_cpu_s"] > 0 for r in records)  # the update's CPU seconds in this process
     assert any(r["time/checkpoint_s"] > 0 for r in records)
 
 

@@ -127,6 +127,20 @@ def test_sharding_divides_the_training_state_and_rank_0_keeps_the_frozen_models(
     assert on_host == {f"policy {n} (1/4)" for n in ("weights", "gradients", "AdamW state")}
 
 
+def test_a_background_checkpoint_counts_its_copy_of_the_state() -> None:
+    cfg = _cfg(GRPOConfig(kl_coef=0.01))
+    cfg.dist.learners, cfg.dist.shard = 2, "fsdp"
+    plain = plan_memory(cfg).ranks
+    cfg.trainer.async_checkpoint = True
+    for before, rank in zip(plain, plan_memory(cfg).ranks, strict=True):
+        state = _term(rank, "policy weights (1/2)") + _term(rank, "policy AdamW state (1/2)")
+        assert _term(rank, "checkpoint copy") == pytest.approx(state, abs=2)  # each learner copies its own shards
+        assert rank.peak("device") == before.peak("device") + _term(rank, "checkpoint copy")  # on the CPU: same memory
+    cfg.device = "cuda"
+    copy = next(t for t in plan_memory(cfg).ranks[0].terms if t.name == "checkpoint copy")
+    assert copy.where == "host"  # on a GPU the copy is in host memory
+
+
 MEASURE = """
 import json, sys
 import torch

@@ -249,9 +249,16 @@ def test_two_sharded_learners_apply_the_single_process_updates(results, name: st
         critic = ValueModel.from_lm(_lm(seed=3))
         assert last["sync/critic_gather_bytes"] == sum(p.numel() * p.element_size() for p in critic.parameters())
     timeless = [
-        [{k: v for k, v in m.items() if not k.startswith("time/")} for m in r[name]["metrics"]] for r in learners
+        [{k: v for k, v in m.items() if not k.startswith(("time/", "mem/"))} for m in r[name]["metrics"]]
+        for r in learners
     ]
     assert timeless[0] == timeless[1]  # the learners report the same numbers, bit for bit
+    # each learner holds its rows of the training state: together the single process's, each about half of it
+    whole = want["metrics"][-1]["mem/train_state_bytes"]
+    shares = [r[name]["metrics"][-1]["mem/train_state_bytes"] for r in learners]
+    print(name, whole, shares)
+    assert all(share <= 0.55 * whole for share in shares)
+    assert sum(shares) == pytest.approx(whole, rel=0.01)  # AdamW's step counts are per learner
 
 
 def test_bf16_sharded_learners_keep_float32_master_weights_near_the_autocast_update(results) -> None:

@@ -363,9 +363,30 @@ class LMAlgorithm(Algorithm):
         calls after every update; only LoRA's adapters when the base is frozen) and add ``sync/gather_bytes`` and
         ``time/gather_s`` (under ``time/``: a wall time, left out of deterministic metric comparisons) to
         ``metrics``. Unsharded: ``metrics`` as they are."""
+        metrics = {**metrics, "mem/train_state_bytes": float(self.train_state_bytes())}
         if not self.sharded:
             return metrics
         return {**metrics, **self.gather(self.model, self.policy, "gather")}
+
+    def trained(self) -> list[tuple[nn.Module, torch.optim.Optimizer]]:
+        """The models this learner trains, each with its optimizer (sharded ones when sharded)."""
+        return [(self.model, self.optimizer)]
+
+    def train_state_bytes(self) -> int:
+        """This learner's training state in bytes (logged as ``mem/train_state_bytes``): the weights of the models it
+        trains, the gradients of their trained parameters (each its parameter's shape) and the optimizer state; only
+        this learner's shards of each when sharded. Frozen models and rank 0's unsharded copy are not in it."""
+
+        def size(t: torch.Tensor) -> int:
+            t = t.to_local() if isinstance(t, DTensor) else t
+            return t.numel() * t.element_size()
+
+        total = 0
+        for model, optimizer in self.trained():
+            for p in model.parameters():
+                total += size(p) * (2 if p.requires_grad else 1)
+            total += sum(size(v) for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor))
+        return total
 
     def gather(self, sharded: nn.Module, full: nn.Module, name: str, whole: bool = False) -> dict[str, float]:
         """:func:`~pickaxe.models.sharding.gather_into` of ``sharded`` into ``full`` on rank 0 (trainable

@@ -237,6 +237,10 @@ class LLMPPO(LMAlgorithm):
         """The policy and the critic (their full weights)."""
         return {"policy": self.policy, "critic": self.full_critic}
 
+    def trained(self) -> list[tuple[nn.Module, torch.optim.Optimizer]]:
+        """The policy and the critic, each with its optimizer."""
+        return [(self.model, self.optimizer), (self.critic, self.critic_optimizer)]
+
     def shard(self, offload: Offload = "none") -> None:
         """``LMAlgorithm.shard`` for the policy, and the critic sharded the same way with its own optimizer (rank 0
         keeps the unsharded critic as ``full_critic``, which ``update`` gathers the new weights into)."""

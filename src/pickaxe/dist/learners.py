@@ -227,6 +227,22 @@ class Leader:
             entries.update(got)
         return entries
 
+    def start_shards(self, folder: Path) -> Callable[[], dict[str, dict[str, Any]]]:
+        """A background checkpoint's other files (``shard_starter`` of rank 0's ``CheckpointManager``): asks every
+        other learner to copy its shards to host memory and write them into ``folder`` in the background (they do
+        it before their next update); returns the wait for their manifest entries, which rank 0's writing thread
+        calls. A learner this process started that dies meanwhile fails the save instead of hanging it."""
+        from pickaxe.runs.checkpoint import wait_rank_shards
+
+        _send(("write_async", str(folder)))
+        processes = list(self.processes)
+        world = dist.get_world_size()
+
+        def alive() -> bool:
+            return all(p.is_alive() for p in processes)
+
+        return lambda: wait_rank_shards(folder, range(1, world), alive)
+
     def set_progress(self, step: int, total_steps: int) -> None:
         """The algorithm's ``set_progress``; remembered, and sent with the next update."""
         self.progress = (step, total_steps)
@@ -273,10 +289,13 @@ def follow(algo: Any) -> int:
     until it says stop; returns the number of updates. A non-finite step is refused on every learner alike (rank
     0's Trainer decides what follows: it rolls back, which sends the checkpoint's state here, or stops)."""
     updates = 0
+    writing: Any = None  # the thread writing this learner's shards of a background checkpoint
     while True:
         message = _receive()
         kind = message[0]
         if kind == "stop":
+            if writing is not None:
+                writing.join()
             return updates
         if kind == "load":
             algo.load_state_dict(_receive_state(algo, message[1]))
@@ -286,6 +305,11 @@ def follow(algo: Any) -> int:
             continue
         if kind == "write":
             _write_shards(algo, Path(message[1]))
+            continue
+        if kind == "write_async":
+            from pickaxe.runs.checkpoint import start_rank_shards
+
+            writing = start_rank_shards(Path(message[1]), {"algo": algo.state_dict()}, dist.get_rank())
             continue
         _, batch, config, progress, rng = message
         _set_config(algo, config)
@@ -424,6 +448,7 @@ def _link(leader: Leader, checkpoints: Any, sharded: bool) -> Leader:
     """With a sharded algorithm, let rank 0's checkpoints be written by every learner and read lazily."""
     if checkpoints is not None and sharded:
         checkpoints.shard_writer = leader.write_shards
+        checkpoints.shard_starter = leader.start_shards
         checkpoints.lazy_shards = True
     return leader
 

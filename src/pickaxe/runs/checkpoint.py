@@ -31,6 +31,7 @@ import os
 import re
 import secrets
 import shutil
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -51,9 +52,12 @@ __all__ = [
     "CheckpointInfo",
     "CheckpointManager",
     "CheckpointWarning",
+    "ShardStarter",
     "ShardWriter",
     "load_checkpoint",
     "save_checkpoint",
+    "start_rank_shards",
+    "wait_rank_shards",
     "write_rank_shards",
 ]
 
@@ -78,6 +82,33 @@ SkipHandler = Callable[[str], None]
 ShardWriter = Callable[[Path], dict[str, dict[str, Any]]]
 """Called by rank 0's save with the temporary checkpoint folder: has every other rank write its shard file there
 (:func:`write_rank_shards`) and returns their manifest entries ``{file name: {"size", "sha256"}}``."""
+ShardStarter = Callable[[Path], Callable[[], dict[str, dict[str, Any]]]]
+"""A background save's :data:`ShardWriter`: called by rank 0 before its save returns, it asks every other rank to copy
+its shards to host memory (before its next update) and write them in the background (:func:`start_rank_shards`);
+the function it returns, called by rank 0's writing thread, waits for their manifest entries."""
+
+
+@dataclass
+class _Job:
+    """A checkpoint being written: its name, final and temporary folders, the tensors and meta to write, its
+    format version and the other learners' shard files it needs."""
+
+    name: str
+    final: Path
+    tmp: Path
+    tensors: dict[str, Any]
+    meta_bytes: bytes
+    format_version: int
+    needed: list[str]
+
+
+@dataclass
+class _Pending:
+    """A background save: the folder it commits, its thread, and the error it ended with."""
+
+    final: Path
+    thread: threading.Thread | None = None
+    error: BaseException | None = None
 
 
 @dataclass
@@ -269,7 +300,9 @@ class CheckpointManager:
     """
 
     shard_writer: ShardWriter | None = None
+    shard_starter: ShardStarter | None = None
     lazy_shards: bool = False
+    _pending: _Pending | None = None
 
     def __init__(self, run_dir: str | Path, keep_last: int = 3, keep_best: int = 1, mode: str = "max") -> None:
         if mode not in ("max", "min"):
@@ -290,8 +323,63 @@ class CheckpointManager:
         Tensors are written from where they are, one chunk at a time (no copy of the state is made). DTensors
         sharded over several learners (this process being rank 0 of their mesh) need :attr:`shard_writer`
         (``ValueError`` before anything is written without one); a save whose shard writer fails or omits a
-        learner's file raises and leaves the previous checkpoint as ``latest``.
+        learner's file raises and leaves the previous checkpoint as ``latest``. A background save still in flight
+        (:meth:`save_async`) is finished first.
         """
+        self.wait()
+        job = self._prepare(step, state, metric, meta, self.shard_writer, "shard_writer")
+        writer = self.shard_writer
+        return self._write(job, job.tensors, None if writer is None else lambda: writer(job.tmp))
+
+    def save_async(self, step: int, state: Any, metric: float | None = None, meta: dict | None = None) -> Path:
+        """:meth:`save` in the background: returns once ``state``'s tensors are copied to host memory
+        (:func:`~pickaxe.runs.snapshot.host_copy`; with sharded learners, once every learner was asked to copy its
+        shards: they do it before their next update), and a helper thread writes and commits the copies exactly as
+        :meth:`save` does (same files, same atomic rename, then ``latest`` and retention). Returns the folder the
+        checkpoint will have. At most one save is in flight: an earlier one is finished first (:meth:`wait`), and
+        so is any :meth:`save` or :meth:`load`. A process killed while the thread writes leaves only a ``.tmp-*``
+        folder: ``latest`` still names the previous checkpoint. Sharded states need :attr:`shard_starter`."""
+        self.wait()
+        job = self._prepare(step, state, metric, meta, self.shard_starter, "shard_starter")
+        try:
+            from pickaxe.runs.snapshot import host_copy
+
+            tensors = host_copy(job.tensors)
+            finish = None if self.shard_starter is None else self.shard_starter(job.tmp)
+        except BaseException:
+            shutil.rmtree(job.tmp, ignore_errors=True)
+            raise
+        pending = _Pending(job.final)
+
+        def write() -> None:
+            try:
+                self._write(job, tensors, finish)
+            except BaseException as e:  # handed to whoever waits next
+                pending.error = e
+            finally:
+                tensors.clear()  # the copies go as soon as the write ends, not when the next save waits
+
+        pending.thread = threading.Thread(target=write, name=f"checkpoint-{job.name}", daemon=True)
+        self._pending = pending
+        pending.thread.start()
+        return job.final
+
+    def wait(self) -> Path | None:
+        """Finish the background save in flight, if any: its folder, None without one. Re-raises the error of a
+        background save that failed (the previous checkpoint is still ``latest``); the error is raised once."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return None
+        assert pending.thread is not None
+        pending.thread.join()
+        if pending.error is not None:
+            raise pending.error
+        return pending.final
+
+    def _prepare(
+        self, step: int, state: Any, metric: float | None, meta: dict | None, sharer: Any, sharer_name: str
+    ) -> _Job:
+        """Check and split ``state``, and create the temporary folder the checkpoint of ``step`` is written into."""
         step = operator.index(step)
         if not 0 <= step < 10**12:
             raise ValueError(f"step must be in [0, 10**12), got {step}")
@@ -303,10 +391,10 @@ class CheckpointManager:
 
         flat = split_state(state)
         plan = plan_shards(flat.sharded)
-        if plan.files and self.shard_writer is None:
+        if plan.files and sharer is None:
             raise ValueError(
                 f"the state holds tensors sharded over several learners (e.g. {next(iter(flat.sharded))}) but "
-                "CheckpointManager.shard_writer is None: the launcher must set it so that the other learners write "
+                f"CheckpointManager.{sharer_name} is None: the launcher must set it so that the other learners write "
                 "their shards"
             )
         doc = {
@@ -327,24 +415,31 @@ class CheckpointManager:
         self.dir.mkdir(parents=True, exist_ok=True)
         self._remove_tmp()
         name = _name(step)
-        final, tmp = self.dir / name, self.dir / f"{_TMP}{name}-{secrets.token_hex(4)}"
+        tmp = self.dir / f"{_TMP}{name}-{secrets.token_hex(4)}"
         tmp.mkdir()
+        tensors = {**flat.tensors, **plan.pieces}
+        return _Job(name, self.dir / name, tmp, tensors, meta_bytes, doc["format_version"], plan.files)
+
+    def _write(self, job: _Job, tensors: dict[str, Any], shards: Callable[[], Any] | None) -> Path:
+        """Write ``tensors`` and the other files of ``job`` into its temporary folder, rename it into place, point
+        ``latest`` at it and apply retention; ``shards`` returns the other learners' manifest entries."""
+        tmp, final, name = job.tmp, job.final, job.name
         try:
             from pickaxe.runs.tensorfile import write_tensors
 
-            files = {TENSORS: write_tensors(tmp / TENSORS, {**flat.tensors, **plan.pieces}, sync=False)}
+            files = {TENSORS: write_tensors(tmp / TENSORS, tensors, sync=False)}
             fault_point("checkpoint-tensors")  # tests kill at each write of the protocol
             # The fsyncs run in helper threads, overlapping each other and the other ranks' writes (the file
             # system can commit them together); every file is durable before the folder is synced and renamed.
             with ThreadPoolExecutor(3) as pool:
                 synced = [pool.submit(fsync_file, tmp / TENSORS)]
-                files[META] = _write_bytes(tmp / META, meta_bytes, False)
+                files[META] = _write_bytes(tmp / META, job.meta_bytes, False)
                 fault_point("checkpoint-meta")
                 synced.append(pool.submit(fsync_file, tmp / META))
-                if self.shard_writer is not None:
-                    files.update(_shard_entries(tmp, self.shard_writer(tmp), plan.files))
+                if shards is not None:
+                    files.update(_shard_entries(tmp, shards(), job.needed))
                 fault_point("checkpoint-shards")  # the other ranks' files written and synced, no manifest yet
-                manifest = {"format": FORMAT, "format_version": doc["format_version"], "files": files}
+                manifest = {"format": FORMAT, "format_version": job.format_version, "files": files}
                 _write_bytes(tmp / MANIFEST, json.dumps(manifest, indent=1).encode(), sync=False)
                 fault_point("checkpoint-manifest")
                 synced.append(pool.submit(fsync_file, tmp / MANIFEST))
@@ -457,6 +552,18 @@ class CheckpointManager:
         else:
             warnings.warn(msg, CheckpointWarning, stacklevel=3)
 
+    def _settle(self, on_skip: SkipHandler | None) -> None:
+        """Before reading: finish a background save in flight; one that failed is reported like a skipped
+        checkpoint (the previous one is still ``latest``)."""
+        try:
+            self.wait()
+        except Exception as e:
+            msg = f"the checkpoint written in the background failed and is not used: {type(e).__name__}: {e}"
+            if on_skip is not None:
+                on_skip(msg)
+            else:
+                warnings.warn(msg, CheckpointWarning, stacklevel=3)
+
     def _none_good(self, tried: list[str]) -> CheckpointError:
         if not tried:
             return CheckpointError(f"no checkpoint found in {self.dir}; check run_dir or start training from scratch")
@@ -486,6 +593,7 @@ class CheckpointManager:
         :class:`~pickaxe.runs.shards.ShardedTensorRef` with ``lazy_shards`` (None: the manager's
         :attr:`lazy_shards`).
         """
+        self._settle(on_skip)
         lazy = self.lazy_shards if lazy_shards is None else lazy_shards
         if path is not None:
             return self._load_accepted(self._resolve(path), map_location, accept, lazy)
@@ -518,6 +626,7 @@ class CheckpointManager:
 
     def latest(self, on_skip: SkipHandler | None = None) -> CheckpointInfo | None:
         """Info of the checkpoint :meth:`load` would pick (digests verified), or None if there is none."""
+        self._settle(on_skip)
         for info in self._candidates():
             try:
                 return _info(info.path, _verify(info.path))
@@ -568,6 +677,63 @@ def write_rank_shards(folder: Path, state: Any, rank: int) -> dict[str, dict[str
         return {}
     fname = shard_file(rank)
     return {fname: write_tensors(Path(folder) / fname, pieces)}
+
+
+def _receipt(folder: Path, rank: int) -> Path:
+    return Path(folder) / f".receipt-rank-{rank}.json"
+
+
+def start_rank_shards(folder: Path, state: Any, rank: int) -> threading.Thread:
+    """:func:`write_rank_shards` in the background, for rank 0's :meth:`CheckpointManager.save_async`: copies this
+    rank's rows to host memory now (so training may go on changing them), then a started thread writes them and
+    leaves a receipt in ``folder`` (the manifest entries, or the error in one line) for :func:`wait_rank_shards`."""
+    from pickaxe.runs.shards import iter_local_pieces, shard_file
+    from pickaxe.runs.snapshot import host_copy
+    from pickaxe.runs.state import split_state
+    from pickaxe.runs.tensorfile import write_tensors
+
+    if rank < 1:
+        raise ValueError(f"start_rank_shards is for the learners other than rank 0, got rank {rank}")
+    pieces = host_copy(dict(iter_local_pieces(split_state(state).sharded, rank)))
+
+    def write() -> None:
+        try:
+            fname = shard_file(rank)
+            got: dict[str, Any] = {"entries": {fname: write_tensors(Path(folder) / fname, pieces)} if pieces else {}}
+        except Exception as e:
+            got = {"error": f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"}
+        pieces.clear()
+        part = _receipt(folder, rank).with_suffix(".part")
+        try:
+            _write_bytes(part, json.dumps(got).encode())
+            os.replace(part, _receipt(folder, rank))
+        except OSError:  # the folder is gone (rank 0 gave up on this save): nothing to report to
+            pass
+
+    thread = threading.Thread(target=write, name=f"checkpoint-shards-{rank}", daemon=True)
+    thread.start()
+    return thread
+
+
+def wait_rank_shards(
+    folder: Path, ranks: range, alive: Callable[[], bool], poll_s: float = 0.05
+) -> dict[str, dict[str, Any]]:
+    """On rank 0's writing thread: wait for the receipt of every rank in ``ranks`` (:func:`start_rank_shards`),
+    remove them, and return their manifest entries. Raises :class:`CheckpointError` naming a rank whose write failed,
+    or once ``alive()`` says a learner is gone."""
+    entries: dict[str, dict[str, Any]] = {}
+    for rank in ranks:
+        path = _receipt(folder, rank)
+        while not path.exists():
+            if not alive():
+                raise CheckpointError(f"checkpoint {folder}: learner {rank} ended before writing its shards")
+            time.sleep(poll_s)
+        got = json.loads(path.read_text())
+        path.unlink()
+        if "error" in got:
+            raise CheckpointError(f"learner {rank} could not write its checkpoint shards: {got['error']}")
+        entries.update(got["entries"])
+    return entries
 
 
 def _shard_entries(folder: Path, entries: Any, needed: list[str]) -> dict[str, dict[str, Any]]:

@@ -50,6 +50,12 @@ class TrainerConfig:
     """Keep the policy weights alone (no optimizer or buffer state) at every evaluation, under
     ``RUN/policies/``, so every evaluated step stays selectable after keep_last has pruned the full checkpoints.
     Needs a Run."""
+    async_checkpoint: bool = False
+    """Write checkpoints in the background: the step waits only for a copy of the state in host memory (on a GPU,
+    the device-to-host copy), a helper thread writes and commits it atomically while training goes on, and a kill
+    during the write leaves the previous checkpoint in place. Costs host memory equal to the state (``pickaxe plan``
+    counts it); the final checkpoint and the one of a Ctrl-C or SIGTERM are written before the run ends. Off: the
+    streamed synchronous write, which holds no copy (the default: on a CPU the copy is the whole state again)."""
     on_nonfinite: Literal["rollback", "stop"] = "rollback"
     """On a NaN/Inf loss, gradient or parameter: reload the last good checkpoint, or stop."""
     max_rollbacks: int = ranged(3, ge=0)

@@ -290,7 +290,8 @@ def build_env(
         named = {"verify": source.verify}
     spec = d.reward or ("verify" if "verify" in named else "exact")
     rewards: list[tuple[str, Any, float]] = parse_reward_spec(spec, named)
-    if d.reward_model and tokenizer is not None:  # without a tokenizer: a prompt stream (warm start, ptx)
+    # without a tokenizer: a prompt stream (warm start, ptx); a learner other than rank 0 never scores a rollout
+    if d.reward_model and tokenizer is not None and not _follows(cfg):
         proxy = load_reward_model(d.reward_model, tokenizer, device or torch.device("cpu"))
         rewards = [(name, fn, 0.0) for name, fn, _ in rewards] + [("proxy", proxy, d.reward_model_weight)]
     if d.gold:

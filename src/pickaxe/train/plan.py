@@ -385,6 +385,10 @@ def plan_memory(cfg: LLMTrainConfig, prompt_tokens: int = 256, device_gib: float
             elif bf16:
                 r.add(f"{t.name} bf16 weight copies", t.parameters * 2, phase="train", note="autocast")
         r.add("activations", act, phase="train", note="one micro-batch")
+        if cfg.trainer.async_checkpoint:  # the copy a background checkpoint writes from, while training goes on
+            copy = sum((t.weight_bytes + t.optimizer_bytes) / share for t in trained)
+            r.add("checkpoint copy", copy, "device" if cfg.device == "cpu" else "host",
+                  note="--trainer.async-checkpoint")  # fmt: skip
         for f in everywhere if not zero else []:
             r.add(f.name, f.weight_bytes, note="frozen")
         if zero:
@@ -408,9 +412,6 @@ def plan_memory(cfg: LLMTrainConfig, prompt_tokens: int = 256, device_gib: float
     ranks = [rank("rank 0" if n > 1 else "learner", True)]
     if n > 1:
         ranks.append(rank(f"ranks 1-{n - 1}" if n > 2 else "rank 1", False))
-    if n > 1 and any(f.name == "reward model" and f not in everywhere for f in frozen):
-        notes.append("the reward model is counted on rank 0 only, the other learners never use it; today they still "
-                     "load it (with the run's reward function), in host memory until it scores")  # fmt: skip
     if d.placement == "separate":
         notes.append("engine workers (--dist.placement separate) hold their own copy of the policy: not counted here")
     if cfg.engine.name == "vllm" and d.placement == "colocated":

@@ -196,7 +196,7 @@ class Trainer:
             if self.run is not None:
                 self._set_status("running", phase="saving", step=self.step)
                 self.run.save_model(self.algo.networks(), step=self.step)
-                self.save_checkpoint(self._metric_now())
+                self.save_checkpoint(self._metric_now(), background=False)
                 self.write_selection()
                 self.finalize()
                 self.run.flush()
@@ -205,6 +205,9 @@ class Trainer:
             self._set_status("stopped", step=self.step, reason=str(e))
             raise
         except BaseException as e:  # interrupted (Ctrl-C, SIGTERM: TrainingInterrupted) or crashed
+            if self.checkpoints is not None:
+                with contextlib.suppress(Exception):  # a background checkpoint in flight is finished, not lost
+                    self.checkpoints.wait()
             if self.run is not None:
                 self.run.end_with(e, step=self.step)
             raise
@@ -281,9 +284,11 @@ class Trainer:
 
     def _interrupt(self, signum: int, bar: Progress | None) -> None:
         """Checkpoint the state at this iteration boundary, record it, and raise ``TrainingInterrupted``."""
+        if self.checkpoints is not None:
+            self.checkpoints.wait()  # a background save of this step is then complete; a failed one raises
         path = self._saved[1] if self._saved is not None and self._saved[0] == self.step else None
         if path is None:
-            path = self.save_checkpoint(self._metric_now())
+            path = self.save_checkpoint(self._metric_now(), background=False)
         if self.run is not None:
             self.run.flush()
         if bar is not None:
@@ -305,12 +310,13 @@ class Trainer:
         t0 = time.perf_counter()
         batch = self.collector.collect()
         _check_batch(batch)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         metrics = self.algo.update(batch)
         self._check_parameters()
         self.step += batch.numel()
         t2 = time.perf_counter()
-        record = {**self.collector.metrics(), **metrics, "time/collect_s": t1 - t0, "time/update_s": t2 - t1}
+        record = {**self.collector.metrics(), **metrics, "time/collect_s": t1 - t0, "time/update_s": t2 - t1,
+                  "time/update_cpu_s": time.process_time() - c1}  # fmt: skip
         record.update({f"override/{k}": v for k, v in changes.items()})
         evaluated = self.evaluator is not None and (self.step >= self._next_eval or self.step >= total)
         if evaluated:
@@ -532,8 +538,10 @@ class Trainer:
             self.alarms.load_state_dict(state["alarms"])
         set_rng_state(state["rng"])
 
-    def save_checkpoint(self, metric: float | None = None) -> Path | None:
-        """Write a checkpoint of the current state (needs a Run); ``metric`` ranks it for ``keep_best``.
+    def save_checkpoint(self, metric: float | None = None, background: bool | None = None) -> Path | None:
+        """Write a checkpoint of the current state (needs a Run); ``metric`` ranks it for ``keep_best``. With
+        ``background`` (default: ``--trainer.async-checkpoint``) it returns once the state is copied to host memory
+        and is written while training goes on; returns the checkpoint's folder either way.
 
         Saving only reads the state: a run's numbers are the same whichever checkpoints it writes.
         """
@@ -541,7 +549,9 @@ class Trainer:
             return None
         support = self.collector.state_support() if hasattr(self.collector, "state_support") else "deterministic"
         meta = {"env_state": support, "algo": type(self.algo).__name__}
-        path = self.checkpoints.save(self.step, self.state_dict(), metric=metric, meta=meta)
+        background = self.config.async_checkpoint if background is None else background
+        save = self.checkpoints.save_async if background else self.checkpoints.save
+        path = save(self.step, self.state_dict(), metric=metric, meta=meta)
         self._saved = (self.step, path)
         return path
 
