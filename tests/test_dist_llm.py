@@ -84,7 +84,10 @@ def pipelined(ray_local, tmp_path_factory) -> tuple[Path, list[dict]]:
     return path, result.history
 
 
-def test_sync_separate_workers_give_the_colocated_numbers(ray_local) -> None:
+def test_sync_separate_workers_give_the_colocated_numbers(ray_local, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pickaxe.dist import llm_engines
+
+    monkeypatch.setattr(llm_engines, "BUCKET_BYTES", 8192)  # the tiny policy published in many buckets
     colocated = _fit(_cfg())
     separate = _fit(_cfg(placement="separate"))
     assert _strip(separate) == _strip(colocated)  # every metric but time/ and dist/, bit for bit
@@ -416,6 +419,23 @@ def test_an_engine_worker_reloads_its_weights_after_a_state_restore(monkeypatch:
     assert worker.engine.loads == [("v3", 3), ("v3 after the rollback", 3)]
     worker.generate([[1, 2]], params, 4, [{"name": "v4"}])
     assert worker.engine.loads[-1] == ("v4", 4)
+
+
+def test_weights_are_published_and_loaded_bucket_by_bucket(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A publish puts consecutive buckets of at most ``BUCKET_BYTES`` (a larger tensor alone, every name once, in
+    order); a worker loads every bucket of a version it does not hold."""
+    from types import SimpleNamespace
+
+    from pickaxe.dist import engine_worker, runtime
+    from pickaxe.dist.llm_engines import weight_buckets
+
+    state = {"a": torch.zeros(10), "b": torch.zeros(10), "big": torch.zeros(100), "c": torch.zeros(5)}
+    assert weight_buckets(state, limit=80) == [["a", "b"], ["big"], ["c"]]
+    assert weight_buckets(state) == [["a", "b", "big", "c"]]
+    monkeypatch.setattr(runtime, "import_ray", lambda: SimpleNamespace(get=lambda ref: ref))
+    worker = engine_worker.EngineWorker(None, _RecordingEngine, seed=7, torch_threads=1, device="cpu")
+    worker.generate([[1, 2]], SamplingParams(n=1), 2, [{"name": "part 1"}, {"name": "part 2"}])
+    assert worker.engine.loads == [("part 1", 2), ("part 2", 2)]
 
 
 @pytest.mark.parametrize("behind, dropped", [(1, 0), (2, 1)])

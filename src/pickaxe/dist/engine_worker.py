@@ -75,8 +75,8 @@ class EngineWorker:
     """One rollout worker (wrapped by ``ray.remote`` in :func:`worker_class`): builds its engine with
     ``factory(model, seed, device)``, sets torch's threads like the learner, and generates on request.
 
-    ``generate(prompts, params, version, refs, board)`` loads the weights of ``version`` (``refs[0]``: the
-    ``ray.put`` of a state dict; wrapped in a list so Ray does not fetch it for calls that need no swap) if the
+    ``generate(prompts, params, version, refs, board)`` loads the weights of ``version`` (``refs``: the ``ray.put``
+    of each bucket of its state dict, in a list so Ray does not fetch them for calls that need no swap) if the
     engine holds another version, generates, and returns ``(completions, version, sampler state after)``. With a
     ``board`` (async mode) it first asks the board for the newest published version and uses that when newer.
     Each completion carries the version in ``Completion.version``.
@@ -127,7 +127,8 @@ class EngineWorker:
             if newest > version:
                 version, refs = newest, newest_refs
         if version != self.loaded:
-            load_weights(self.engine, ray.get(refs[0]), version)
+            for ref in refs:  # one bucket at a time
+                load_weights(self.engine, ray.get(ref), version)
             self.loaded = version
         completions = self.engine.generate(prompts, params)
         for c in completions:

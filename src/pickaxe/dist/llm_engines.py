@@ -10,8 +10,8 @@ Contract:
   one engine would return them. With one worker and the colocated engine's seed, the completions are the
   colocated engine's, token for token (CPU, same torch threads).
 - **Versioned weights**: ``publish(policy, version)`` puts the policy's weights once per version (one ``ray.put``
-  of a CPU state dict shared by every worker; by default only the trainable tensors, so a LoRA policy sends its
-  adapters only); every request names its version, and a worker swaps weights between ``generate`` calls when
+  per bucket of at most :data:`BUCKET_BYTES`, copied to the host one bucket at a time, shared by every worker; by
+  default only the trainable tensors, so a LoRA policy sends its adapters only); every request names its version, and a worker swaps weights between ``generate`` calls when
   it changes. ``time/weight_sync_s`` (copy + put of the last publish) and ``dist/weight_sync_mb`` report it.
 - **Faults**: a worker that dies (``RayActorError``) is replaced: a new actor with the same seed, its sampler
   state set to what it was after the last request it completed, and its unfinished requests resubmitted in
@@ -42,17 +42,37 @@ from pickaxe.rollout.engines.base import Completion, SamplingParams
 WeightsFn = Callable[[nn.Module], dict[str, torch.Tensor]]
 
 
+BUCKET_BYTES = 256 << 20
+"""The most bytes of weights one publish copies to the host and puts at once (one ``ray.put`` per bucket)."""
+
+
 def trainable_weights(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The tensors an update can change: the trainable parameters, on CPU (for a LoRA policy, its adapters).
+    """The tensors an update can change: the trainable parameters, where they are (for a LoRA policy, its adapters).
     Frozen parameters and buffers never change after the model is built, so a worker keeps its own copy."""
-    return {name: p.detach().cpu() for name, p in model.named_parameters() if p.requires_grad}
+    return {name: p.detach() for name, p in model.named_parameters() if p.requires_grad}
 
 
 def full_weights(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Every parameter and buffer of the plain model (a LoRA policy's adapters merged first), on CPU: what an
-    engine that loads its own weights from disk (vLLM) needs."""
+    """Every parameter and buffer of the plain model (a LoRA policy's adapters merged first), where they are: what
+    an engine that loads its own weights from disk (vLLM) needs."""
     plain = merge_lora(model) if is_lora(model) else model
-    return {name: t.detach().cpu() for name, t in plain.state_dict().items()}
+    return {name: t.detach() for name, t in plain.state_dict().items()}
+
+
+def weight_buckets(state: dict[str, torch.Tensor], limit: int | None = None) -> list[list[str]]:
+    """The names of ``state`` in order, in consecutive buckets of at most ``limit`` bytes (default
+    :data:`BUCKET_BYTES`; a larger tensor alone)."""
+    limit = BUCKET_BYTES if limit is None else limit
+    buckets: list[list[str]] = [[]]
+    size = 0
+    for name, t in state.items():
+        n = t.numel() * t.element_size()
+        if buckets[-1] and size + n > limit:
+            buckets.append([])
+            size = 0
+        buckets[-1].append(name)
+        size += n
+    return [b for b in buckets if b]
 
 
 @dataclass
@@ -117,7 +137,7 @@ class EngineGroup:
         self._actors = [self._start(i) for i in range(workers)]
         self._check_started()
         self._board = worker_class(ray, "board").options(num_cpus=0).remote() if async_board else None
-        self._weights: dict[int, Any] = {}  # version -> ObjectRef of its published weights
+        self._weights: dict[int, list[Any]] = {}  # version -> ObjectRefs of its published weights, one per bucket
         self._queues: list[deque[_Call]] = [deque() for _ in range(workers)]  # unfetched calls, in order
         self._tickets: dict[int, list[_Call]] = {}
         self._next_ticket = 0
@@ -160,13 +180,14 @@ class EngineGroup:
             return
         start = time.perf_counter()
         state = self.weights_fn(policy)
-        ref = self._ray.put(state)
+        # bucket by bucket: a learner on a GPU never holds a host copy of more than one bucket at a time
+        refs = [self._ray.put({name: state[name].cpu() for name in names}) for names in weight_buckets(state)]
         self._sync_s = time.perf_counter() - start
         self._sync_mb = sum(t.numel() * t.element_size() for t in state.values()) / 1e6
-        self._weights[version] = ref
+        self._weights[version] = refs
         self.version = max(self.version, version)
         if self._board is not None:
-            self._board.post.remote(version, [ref])
+            self._board.post.remote(version, refs)
         self._prune()
 
     def set_reference(self, reference: nn.Module, temperature: float, precision: str, rows: int) -> None:
@@ -218,7 +239,7 @@ class EngineGroup:
 
     def _launch(self, call: _Call) -> None:
         board = self._board if call.newest else None
-        refs = [self._weights[call.version]]
+        refs = self._weights[call.version]
         actor = self._actors[call.worker]
         call.ref = actor.generate.remote(call.prompts, call.params, call.version, refs, board)
 
@@ -347,4 +368,4 @@ def _last_line(error: BaseException) -> str:
     return lines[-1] if lines else type(error).__name__
 
 
-__all__ = ["EngineGroup", "full_weights", "trainable_weights"]
+__all__ = ["BUCKET_BYTES", "EngineGroup", "full_weights", "trainable_weights", "weight_buckets"]
