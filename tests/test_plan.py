@@ -254,7 +254,7 @@ def test_plan_reads_a_model_folders_config(tmp_path: Path) -> None:
         (["arith-grpo", "--device-gib", "-3"], "--device-gib takes"),
         (["arith-grpo", "--prompt-tokens", "many"], "--prompt-tokens takes"),
         (["arith-grpo", "--algo.lrr", "1"], "unknown config key --algo.lrr"),
-        (["arith-grpo", "--model.shape", "gpt-9"], "is not a known shape"),
+        (["arith-grpo", "--model.shape", "gpt-9"], "pickaxe plan arith-grpo: --model.shape 'gpt-9' is not a known"),
         (["arith-grpo", "--model.path", "/nonexistent/model"], "--model.path '/nonexistent/model': cannot read"),
     ],
 )

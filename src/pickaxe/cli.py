@@ -294,7 +294,7 @@ def _plan(args: list[str]) -> int:
     from pickaxe.train.plan import plan_memory
 
     rest, prompt_tokens, device_gib, as_json = plan_options(args[1:])
-    cfg, _ = parse_train(args[0], rest)  # run options (--run-dir, ...) are read and change nothing here
+    cfg, _ = parse_train(args[0], rest, "plan")  # run options (--run-dir, ...) are read and change nothing here
     plan = plan_memory(cfg, prompt_tokens=prompt_tokens, device_gib=device_gib)
     print(json.dumps(plan.to_dict()) if as_json else plan.render())
     return 0

@@ -253,16 +253,16 @@ def check_shape_flags(args: list[str]) -> None:
         raise ConfigError(f"--model.shape sets {clash[2:]}; drop {clash} (or --model.shape to set the fields yourself)")
 
 
-def parse_train(recipe: str, args: list[str]) -> tuple[Any, RunOptions]:
+def parse_train(recipe: str, args: list[str], command: str = "train") -> tuple[Any, RunOptions]:
     """The config of ``recipe`` with the flags in ``args`` applied, and the run options.
 
     ``--help`` prints every config key and run option and raises ``SystemExit(0)``. User errors raise
-    ``ConfigError``/``PickaxeError`` with one line.
+    ``ConfigError``/``PickaxeError`` with one line, named as ``pickaxe COMMAND RECIPE`` (``train``, ``plan``).
     """
     from pickaxe.recipes import get_recipe
 
     cfg = get_recipe(recipe)
-    prog = f"pickaxe train {recipe}"
+    prog = f"pickaxe {command} {recipe}"
     args, kwargs = _pop_kwargs(list(args))
     args = merge_repeated(args, "--track")
     if not wants_help(args):
