@@ -130,9 +130,22 @@ class DataConfig:
     """Hidden gold score(s) as a reward spec (``sort-quality``, a built-in, or MODULE:ATTR), logged as ``gold``
     (training and evaluation) but never trained on: with a reward model as the proxy, gold falling while proxy rises
     is reward over-optimisation. Also labels generated preference pairs."""
+    python_rewards: tuple[str, ...] = ()
+    """Rewards passed as Python objects (``pickaxe.train(..., rewards={NAME: fn})``), which ``reward`` and ``gold``
+    name by NAME: recorded as NAME=MODULE:QUALNAME, since config.json cannot hold a function. A resume in another
+    process passes them again (``pickaxe.resume(RUN_DIR, rewards=...)``), or imports them by that path when the
+    module is importable (not a script's ``__main__``)."""
 
     def __post_init__(self) -> None:
         validate(self)
+        for record in self.python_rewards:
+            name, eq, path = record.partition("=")
+            if not (name and eq and ":" in path):
+                raise ConfigError(f"data.python_rewards: {record!r} is not NAME=MODULE:QUALNAME")
+
+    def python_reward_names(self) -> list[str]:
+        """The names ``reward`` and ``gold`` may use for the Python rewards (``python_rewards``)."""
+        return [record.partition("=")[0] for record in self.python_rewards]
 
 
 @dataclass
@@ -354,7 +367,8 @@ class LLMTrainConfig(RunConfig):
         from pickaxe.envs.text.rewards import parse_reward_spec
         from pickaxe.envs.text.synthetic_preferences import GOLD_SCORES
 
-        stand_in = {"verify": len, **GOLD_SCORES}  # a task's check exists only once the task is built
+        # a task's check exists only once the task is built, Python rewards once they are passed: names only here
+        stand_in = {"verify": len, **GOLD_SCORES, **dict.fromkeys(self.data.python_reward_names(), len)}
         for key, spec in (("data.reward", self.data.reward), ("data.gold", self.data.gold)):
             if spec is not None:
                 try:

@@ -17,7 +17,9 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -432,3 +434,60 @@ def _as_spec_reward(obj: Any, ref: str) -> Reward:
             "(call a factory in your module and name its result: score = make_reward(...))"
         ) from None
     return obj
+
+
+# ---------------------------------------------------------------------------------------------- Python rewards
+
+_SUPPLIED: ContextVar[dict[str, Reward] | None] = ContextVar("pickaxe_python_rewards", default=None)
+_REWARD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+
+
+class MissingRewardError(ConfigError):
+    """A run names a Python reward (``data.python_rewards``) that was not passed again and cannot be imported."""
+
+
+def python_reward_record(name: str, fn: Reward) -> str:
+    """How a run's ``config.json`` remembers a reward passed as a Python object (a function cannot be stored):
+    ``NAME=MODULE:QUALNAME`` of the function, or of the class of a callable or batched object."""
+    if not isinstance(name, str) or _REWARD_NAME.fullmatch(name) is None or name in REWARDS:
+        raise ConfigError(
+            f"reward name {name!r} cannot name a Python reward: use letters, digits, '_', '.' or '-' (starting with a "
+            f"letter), not a built-in ({', '.join(REWARDS)}); e.g. rewards={{'my_score': fn}}"
+        )
+    as_reward(fn)  # a TypeError for an object that is no reward
+    owner = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else type(fn)
+    return f"{name}={getattr(owner, '__module__', '?')}:{getattr(owner, '__qualname__', type(fn).__name__)}"
+
+
+@contextmanager
+def supplied_rewards(rewards: Mapping[str, Reward]) -> Iterator[None]:
+    """Within the block, the runs built here score ``data.python_rewards`` with these objects (name -> reward):
+    what ``pickaxe.train(..., rewards=...)`` and ``pickaxe.resume(..., rewards=...)`` wrap a run in."""
+    token = _SUPPLIED.set({**(_SUPPLIED.get() or {}), **rewards})
+    try:
+        yield
+    finally:
+        _SUPPLIED.reset(token)
+
+
+def python_rewards(records: Sequence[str]) -> dict[str, Reward]:
+    """Each ``NAME=MODULE:QUALNAME`` record (``data.python_rewards``) resolved: the object passed for NAME in a
+    :func:`supplied_rewards` block, else the one imported by that path when it can be (not ``__main__``, not a
+    lambda or a function defined inside another); else a one-line :class:`MissingRewardError` naming the fix."""
+    supplied = _SUPPLIED.get() or {}
+    out: dict[str, Reward] = {}
+    for record in records:
+        name, _, path = record.partition("=")
+        if name in supplied:
+            out[name] = supplied[name]
+            continue
+        module, _, qualname = path.partition(":")
+        if module and module != "__main__" and qualname and "<" not in qualname:
+            out[name] = _resolve(path, path, {})[1]
+            continue
+        raise MissingRewardError(
+            f"this run's reward {name!r} is the Python function {path} passed to pickaxe.train, which config.json "
+            f"cannot hold; pass it again: pickaxe.resume(RUN_DIR, rewards={{{name!r}: {qualname.split('.')[-1]}}}) "
+            "(or define it in an importable module)"
+        )
+    return out
