@@ -221,9 +221,10 @@ def _llm_config(model: Path, data: Path, heldout: Path) -> Any:
 def test_the_python_llm_path_trains_resumes_exactly_exports_and_loads(tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
-    from pickaxe.envs.text.rewards import MissingRewardError, supplied_rewards
+    from pickaxe.envs.text.rewards import supplied_rewards
     from pickaxe.models.export import verify_export
     from pickaxe.runs.run import Run
+    from pickaxe.supplied import MissingObjectError
     from pickaxe.train.llm_runs import build_llm_run
 
     def lively(prompt: str, completion: str, metadata: dict[str, Any]) -> float:  # not importable: local
@@ -252,7 +253,7 @@ def test_the_python_llm_path_trains_resumes_exactly_exports_and_loads(tmp_path: 
         trainer.fit(total_steps=16)
         trainer.close()
         run.close()
-    with pytest.raises(MissingRewardError, match=r"reward 'lively' is the Python function .*lively passed to") as e:
+    with pytest.raises(MissingObjectError, match=r"reward 'lively' is the Python object .*lively passed to") as e:
         px.resume(tmp_path / "cut", rewards={"digits": digit_share})  # digit_share alone would import by its path
     assert "rewards={'lively': lively}" in str(e.value)
     resumed = px.resume(tmp_path / "cut", rewards={"lively": lively})
@@ -282,3 +283,42 @@ def test_the_python_llm_path_trains_resumes_exactly_exports_and_loads(tmp_path: 
         scores = [digit_share(p, t, {}) + 0.1 * lively(p, t, {}) for p, t in zip(prompts, texts, strict=True)]
         assert float(np.mean(scores)) == pytest.approx(logged[32 if step == "final" else step], rel=1e-12)
     assert policy.generate(prompts[0]).text == texts[0]  # one prompt, one Generation
+
+
+class Echo:
+    """A user-written tool (importable: a resume in another process finds it by its path)."""
+
+    name = "echo"
+    description = "Says its text back."
+
+    def __init__(self) -> None:
+        self.parameters = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+
+    def __call__(self, arguments: dict[str, Any]) -> Any:
+        from pickaxe.envs.agents.tools import ToolResult
+
+        return ToolResult(str(arguments["text"]), True)
+
+
+def test_own_tools_are_recorded_by_name_and_found_again() -> None:
+    from pickaxe.api import configure
+    from pickaxe.envs.agents.tools import make_tools, python_tools, supplied_tools
+    from pickaxe.supplied import MissingObjectError
+
+    cfg = configure("calc-agent-grpo", tools=[Echo()])
+    assert cfg.agent.tools == ("calculator", "echo") and cfg.agent.python_tools == ("echo=test_python_api:Echo",)
+    cfg.check_more()  # "echo" is a tool of this run
+    found = python_tools(cfg.agent.python_tools)  # imported by its path and instantiated
+    assert isinstance(found["echo"], Echo)
+    with make_tools(cfg.agent.tools, extra=found) as box:
+        assert box.call("echo", '{"text": "hi"}').text == "hi" and not box.call("echo", {}).ok
+    local = type("Local", (Echo,), {"__qualname__": "f.<locals>.Local"})()
+    record = configure("calc-agent-grpo", tools={"echo": local}).agent.python_tools
+    with pytest.raises(MissingObjectError, match=r"tool 'echo' is the Python object .* pass it again: pickaxe\.resume"):
+        python_tools(record)
+    with supplied_tools({"echo": local}):
+        assert python_tools(record)["echo"] is local
+    with pytest.raises(ConfigError, match=r"tools: .* is not a tool: it needs name, description, parameters"):
+        configure("calc-agent-grpo", tools=[len])
+    with pytest.raises(ConfigError, match=r"unknown tool 'echoo'; choose from calculator, lookup, python, echo"):
+        configure("calc-agent-grpo", tools=[Echo()], **{"agent.tools": ("echoo",)}).check_more()

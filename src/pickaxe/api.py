@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -165,7 +166,26 @@ def _flag_words(key: str, value: Any) -> list[str]:
     return [f"--{key}", json.dumps(value) if key.startswith("env.kwargs.") else str(value)]
 
 
-def configure(recipe_or_config: Any, rewards: RewardsArg = None, **overrides: Any) -> Any:
+def _named_tools(tools: Any) -> dict[str, Any]:
+    """``tools`` (a tool, a list of them or a dict name -> tool) as name -> tool, each checked to be a tool."""
+    from pickaxe.envs.agents.tools import check_tool
+
+    if tools is None:
+        return {}
+    items = list(tools.values()) if isinstance(tools, Mapping) else [tools] if callable(tools) else list(tools)
+    out: dict[str, Any] = {}
+    for tool in items:
+        try:
+            name = check_tool(tool)
+        except ValueError as e:
+            raise ConfigError(f"tools: {e}") from None
+        if name in out:
+            raise ConfigError(f"tools: two tools are named {name!r}; give each tool a distinct name")
+        out[name] = tool
+    return out
+
+
+def configure(recipe_or_config: Any, rewards: RewardsArg = None, tools: Any = None, **overrides: Any) -> Any:
     """The config :func:`train` would train: a recipe's name or a config (copied, not changed) with ``overrides``
     applied and checked as ``pickaxe train``'s flags are (an unknown key with the closest one, a wrong type, a value
     outside its range: one ``ConfigError`` line), and ``rewards`` recorded (see :func:`train`). Torch-free; the
@@ -184,8 +204,15 @@ def configure(recipe_or_config: Any, rewards: RewardsArg = None, **overrides: An
         )
     flat = _flatten(overrides)
     named = _named_rewards(rewards)
-    if named and base.KIND != "llm":
-        raise ConfigError("rewards= is for LLM runs (a classic run's reward is its env's)")
+    own_tools = _named_tools(tools)
+    if (named or own_tools) and base.KIND != "llm":
+        raise ConfigError(f"{'rewards' if named else 'tools'}= is for LLM runs (a classic run's env is its own)")
+    if own_tools:
+        from pickaxe.supplied import object_record
+
+        flat["agent.python_tools"] = tuple(object_record(n, t, "tool") for n, t in own_tools.items())
+        if "agent.tools" not in flat:  # the recipe's tools and these
+            flat["agent.tools"] = (*[t for t in base.agent.tools if t not in own_tools], *own_tools)
     if named:
         from pickaxe.envs.text.rewards import python_reward_record
 
@@ -213,6 +240,7 @@ def train(
     overwrite: bool = False,
     progress: bool = False,
     rewards: RewardsArg = None,
+    tools: Any = None,
     track: tuple[str, ...] = (),
     **overrides: Any,
 ) -> TrainedRun:
@@ -224,31 +252,43 @@ def train(
     ``rewards`` (LLM runs): Python reward functions ``fn(prompt, completion, metadata) -> float`` (or objects with
     ``batch(prompts, completions, metadatas)``), a dict name -> function or a list named by ``__name__``; they are the
     training reward (weight 1 each) unless ``data.reward`` or ``data.gold`` names them (``"exact+0.5*score"``).
-    ``config.json`` records each as NAME=MODULE:QUALNAME: :func:`resume` in another process passes them again. A
+    ``tools`` (LLM agent runs): the user's own tools (see ``pickaxe.envs.agents.tools.Tool``: ``name``,
+    ``description``, a JSON-schema ``parameters`` and ``__call__(arguments) -> ToolResult``), a list or a dict, added
+    to ``agent.tools`` unless it is given. ``config.json`` records each Python object as NAME=MODULE:QUALNAME:
+    :func:`resume` in another process passes them again. A
     folder that already holds a run is refused unless ``overwrite`` (which moves it aside); ``progress`` shows the
     live view; ``track`` also sends metrics to ``wandb`` / ``mlflow``.
     """
-    cfg = configure(recipe_or_config, rewards, **overrides)
-    from pickaxe.envs.text.rewards import supplied_rewards
+    cfg = configure(recipe_or_config, rewards, tools, **overrides)
     from pickaxe.train.build import train as train_run
 
-    with supplied_rewards(_named_rewards(rewards)):
+    with _supplying(rewards, tools):
         result, run = train_run(cfg, run_dir=run_dir, progress=progress, track=tuple(track), overwrite=overwrite)
     return TrainedRun.read(run.path, result.history)
 
 
-def resume(run_dir: str | Path, *, progress: bool = False, rewards: RewardsArg = None) -> TrainedRun:
-    """Continue the run in ``run_dir`` from its newest good checkpoint to its original budget (``pickaxe resume``),
-    bit for bit as if it had never stopped, and return it. ``rewards``: the Python rewards the run was trained with
-    (by the names it recorded), unless their modules are importable; a missing one is one ``ConfigError`` line
-    naming it, before anything is built."""
-    cfg = run_config(run_dir)
-    from pickaxe.envs.text.rewards import python_rewards, supplied_rewards
+@contextmanager
+def _supplying(rewards: RewardsArg, tools: Any) -> Iterator[None]:
+    """The Python rewards and tools passed to :func:`train` or :func:`resume`, found by name while a run builds."""
+    from pickaxe.supplied import supplied
 
-    named = _named_rewards(rewards)
-    with supplied_rewards(named):
-        if cfg.KIND == "llm":
-            python_rewards(cfg.data.python_rewards)  # each one passed again or importable
+    with supplied("reward", _named_rewards(rewards)), supplied("tool", _named_tools(tools)):
+        yield
+
+
+def resume(run_dir: str | Path, *, progress: bool = False, rewards: RewardsArg = None, tools: Any = None) -> TrainedRun:
+    """Continue the run in ``run_dir`` from its newest good checkpoint to its original budget (``pickaxe resume``),
+    bit for bit as if it had never stopped, and return it. ``rewards`` and ``tools``: the Python rewards and tools
+    the run was trained with (by the names it recorded), unless their modules are importable; a missing one is one
+    ``ConfigError`` line naming it, before anything is built."""
+    cfg = run_config(run_dir)
+    with _supplying(rewards, tools):
+        if cfg.KIND == "llm":  # each one passed again or importable, before the run folder is touched
+            from pickaxe.envs.agents.tools import python_tools
+            from pickaxe.envs.text.rewards import python_rewards
+
+            python_rewards(cfg.data.python_rewards)
+            python_tools(cfg.agent.python_tools)
         from pickaxe.train.build import resume as resume_run
 
         result, run = resume_run(run_dir, progress=progress)

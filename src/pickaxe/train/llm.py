@@ -29,7 +29,7 @@ from pickaxe.algos.llm_ppo import LLMPPO
 from pickaxe.algos.sft import SFT
 from pickaxe.envs.agents.sandbox import SandboxLimits
 from pickaxe.envs.agents.tool_env import DEMOS, ToolEnv
-from pickaxe.envs.agents.tools import make_tools
+from pickaxe.envs.agents.tools import make_tools, python_tools
 from pickaxe.envs.text.example import Example
 from pickaxe.envs.text.prompt_env import PromptEnv, load_examples
 from pickaxe.envs.text.rewards import parse_reward_spec, python_rewards
@@ -303,11 +303,12 @@ def build_env(
 
 def build_tool_env(cfg: LLMTrainConfig, prompts: PromptEnv) -> ToolEnv:
     """The ``ToolEnv`` of ``cfg.agent`` around ``prompts``: its tools (the python one sandboxed with the
-    ``agent.python_*`` limits), turn and token limits, per-episode reward weights and demonstrations."""
+    ``agent.python_*`` limits; the user's own by name, ``agent.python_tools``), turn and token limits, per-episode
+    reward weights and demonstrations."""
     a = cfg.agent
     limits = SandboxLimits(cpu_s=a.python_cpu_s, memory_mb=a.python_memory_mb, wall_s=a.python_wall_s,
                            output_chars=a.output_chars)  # fmt: skip
-    tools = make_tools(a.tools, a.corpus, limits, a.tool_workers)
+    tools = make_tools(a.tools, a.corpus, limits, a.tool_workers, python_tools(a.python_tools))
     demo = DEMOS.get(a.demo)
     return ToolEnv(prompts, tools, system_prompt=a.system_prompt, max_turns=a.max_turns, max_tokens=a.max_tokens,
                    format_weight=a.format_weight, turn_cost=a.turn_cost, demo=demo,

@@ -14,6 +14,7 @@ from pickaxe.eval.alarms import AlarmConfig
 from pickaxe.eval.selection import SelectConfig
 from pickaxe.models.shapes import Shape, get_shape
 from pickaxe.models.tokenizer import CHAR_VOCAB
+from pickaxe.supplied import check_records, record_names
 from pickaxe.train.config import DistConfig, RunConfig, TrainerConfig, device_field
 
 
@@ -138,14 +139,11 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         validate(self)
-        for record in self.python_rewards:
-            name, eq, path = record.partition("=")
-            if not (name and eq and ":" in path):
-                raise ConfigError(f"data.python_rewards: {record!r} is not NAME=MODULE:QUALNAME")
+        check_records(self.python_rewards, "data.python_rewards")
 
     def python_reward_names(self) -> list[str]:
         """The names ``reward`` and ``gold`` may use for the Python rewards (``python_rewards``)."""
-        return [record.partition("=")[0] for record in self.python_rewards]
+        return record_names(self.python_rewards)
 
 
 @dataclass
@@ -306,9 +304,14 @@ class AgentConfig:
     demo: Literal["none", "calculator", "python"] = "none"
     """Demonstrations for the SFT warm start on an arithmetic task: call the calculator on the prompt's expression
     (calculator) or print it with the python tool (python), then say the result."""
+    python_tools: tuple[str, ...] = ()
+    """The user's own tools passed as Python objects (``pickaxe.train(..., tools=[MyTool()])``), which ``tools``
+    names: recorded as NAME=MODULE:QUALNAME, since config.json cannot hold them; a resume in another process passes
+    them again, or imports them by that path (a class is instantiated with no arguments)."""
 
     def __post_init__(self) -> None:
         validate(self)
+        check_records(self.python_tools, "agent.python_tools")
 
     @property
     def enabled(self) -> bool:
@@ -432,9 +435,11 @@ class LLMTrainConfig(RunConfig):
         a = self.agent
         if not a.enabled:
             return
-        unknown = [t for t in a.tools if t not in AGENT_TOOLS]
+        own = record_names(a.python_tools)
+        unknown = [t for t in a.tools if t not in AGENT_TOOLS and t not in own]
         if unknown:
-            raise ConfigError(f"--agent.tools: unknown tool {unknown[0]!r}; choose from {', '.join(AGENT_TOOLS)}")
+            choices = ", ".join([*AGENT_TOOLS, *own])
+            raise ConfigError(f"--agent.tools: unknown tool {unknown[0]!r}; choose from {choices} (or pass your own)")
         if len(set(a.tools)) != len(a.tools):
             raise ConfigError("--agent.tools names a tool twice; name each once")
         if not isinstance(self.algo, GRPOConfig | LLMPPOConfig):

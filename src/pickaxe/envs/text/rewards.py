@@ -17,13 +17,13 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from pickaxe.errors import ConfigError, PickaxeError
+from pickaxe.supplied import object_record, resolve, supplied
 
 RewardFn = Callable[[str, str, dict[str, Any]], float]
 """``(prompt, completion, metadata) -> reward``."""
@@ -438,56 +438,23 @@ def _as_spec_reward(obj: Any, ref: str) -> Reward:
 
 # ---------------------------------------------------------------------------------------------- Python rewards
 
-_SUPPLIED: ContextVar[dict[str, Reward] | None] = ContextVar("pickaxe_python_rewards", default=None)
-_REWARD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
-
-
-class MissingRewardError(ConfigError):
-    """A run names a Python reward (``data.python_rewards``) that was not passed again and cannot be imported."""
-
 
 def python_reward_record(name: str, fn: Reward) -> str:
-    """How a run's ``config.json`` remembers a reward passed as a Python object (a function cannot be stored):
-    ``NAME=MODULE:QUALNAME`` of the function, or of the class of a callable or batched object."""
-    if not isinstance(name, str) or _REWARD_NAME.fullmatch(name) is None or name in REWARDS:
-        raise ConfigError(
-            f"reward name {name!r} cannot name a Python reward: use letters, digits, '_', '.' or '-' (starting with a "
-            f"letter), not a built-in ({', '.join(REWARDS)}); e.g. rewards={{'my_score': fn}}"
-        )
+    """How a run's ``config.json`` remembers a reward passed as a Python object (``data.python_rewards``):
+    ``NAME=MODULE:QUALNAME`` (:func:`pickaxe.supplied.object_record`); not a built-in's name."""
+    if name in REWARDS:
+        raise ConfigError(f"reward name {name!r} is a built-in reward's; name yours otherwise, rewards={{'mine': fn}}")
     as_reward(fn)  # a TypeError for an object that is no reward
-    owner = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else type(fn)
-    return f"{name}={getattr(owner, '__module__', '?')}:{getattr(owner, '__qualname__', type(fn).__name__)}"
+    return object_record(name, fn, "reward")
 
 
-@contextmanager
-def supplied_rewards(rewards: Mapping[str, Reward]) -> Iterator[None]:
+def supplied_rewards(rewards: Mapping[str, Reward]) -> AbstractContextManager[None]:
     """Within the block, the runs built here score ``data.python_rewards`` with these objects (name -> reward):
     what ``pickaxe.train(..., rewards=...)`` and ``pickaxe.resume(..., rewards=...)`` wrap a run in."""
-    token = _SUPPLIED.set({**(_SUPPLIED.get() or {}), **rewards})
-    try:
-        yield
-    finally:
-        _SUPPLIED.reset(token)
+    return supplied("reward", rewards)
 
 
 def python_rewards(records: Sequence[str]) -> dict[str, Reward]:
-    """Each ``NAME=MODULE:QUALNAME`` record (``data.python_rewards``) resolved: the object passed for NAME in a
-    :func:`supplied_rewards` block, else the one imported by that path when it can be (not ``__main__``, not a
-    lambda or a function defined inside another); else a one-line :class:`MissingRewardError` naming the fix."""
-    supplied = _SUPPLIED.get() or {}
-    out: dict[str, Reward] = {}
-    for record in records:
-        name, _, path = record.partition("=")
-        if name in supplied:
-            out[name] = supplied[name]
-            continue
-        module, _, qualname = path.partition(":")
-        if module and module != "__main__" and qualname and "<" not in qualname:
-            out[name] = _resolve(path, path, {})[1]
-            continue
-        raise MissingRewardError(
-            f"this run's reward {name!r} is the Python function {path} passed to pickaxe.train, which config.json "
-            f"cannot hold; pass it again: pickaxe.resume(RUN_DIR, rewards={{{name!r}: {qualname.split('.')[-1]}}}) "
-            "(or define it in an importable module)"
-        )
-    return out
+    """Each ``NAME=MODULE:QUALNAME`` record of ``data.python_rewards`` resolved (:func:`pickaxe.supplied.resolve`:
+    passed again, or imported by that path as a reward spec's ``MODULE:ATTR`` is)."""
+    return resolve("reward", records, lambda path: _resolve(path, path, {})[1], "rewards")
