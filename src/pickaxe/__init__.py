@@ -32,11 +32,11 @@ _LAZY = {
     "TrainerConfig": "pickaxe.train.config",
     "seed_everything": "pickaxe.utils",
 }
-_SUBMODULES = ("algos", "data", "envs", "eval", "exp", "models", "recipes", "rollout", "runs", "train")
+_SUBMODULES = ("api", "algos", "data", "envs", "eval", "exp", "models", "recipes", "rollout", "runs", "train")
 __all__ = [*_LAZY, *_SUBMODULES]
 
 if TYPE_CHECKING:
-    from pickaxe import algos, data, envs, eval, exp, models, recipes, rollout, runs, train  # noqa: F401
+    from pickaxe import algos, api, data, envs, eval, exp, models, recipes, rollout, runs, train  # noqa: F401
     from pickaxe.api import TrainedRun, load, resume  # noqa: F401
     from pickaxe.data.batch import Batch  # noqa: F401
     from pickaxe.rollout.collector import Collector  # noqa: F401
