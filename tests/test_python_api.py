@@ -5,7 +5,10 @@ local model) trains, resumes exactly and exports."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -123,8 +126,6 @@ def test_load_refuses_a_bad_folder_or_checkpoint_in_one_line(classic_runs: dict[
         with pytest.raises(PickaxeError, match=message) as info:
             px.load(folder, checkpoint or "best")
         assert "\n" not in str(info.value)
-    import shutil
-
     damaged = tmp_path / "damaged"
     shutil.copytree(good, damaged)
     weights = damaged / "model.safetensors"
@@ -158,8 +159,6 @@ def test_train_checks_overrides_as_the_command_line_does(tmp_path: Path) -> None
 
 
 def test_import_pickaxe_stays_torch_free_and_train_is_callable() -> None:
-    import subprocess
-
     code = "import sys, pickaxe as px; px.load; px.resume; assert callable(px.train); assert 'torch' not in sys.modules"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -253,9 +252,17 @@ def test_the_python_llm_path_trains_resumes_exactly_exports_and_loads(tmp_path: 
         trainer.fit(total_steps=16)
         trainer.close()
         run.close()
+    status = (tmp_path / "cut" / "status.json").read_bytes()
     with pytest.raises(MissingObjectError, match=r"reward 'lively' is the Python object .*lively passed to") as e:
         px.resume(tmp_path / "cut", rewards={"digits": digit_share})  # digit_share alone would import by its path
     assert "rewards={'lively': lively}" in str(e.value)
+    here = str(Path(__file__).parent)  # digit_share imports by its path, as from a user's package
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])}
+    cli = subprocess.run([sys.executable, "-m", "pickaxe.cli", "resume", str(tmp_path / "cut")],
+                         capture_output=True, text=True, env=env)  # fmt: skip
+    assert cli.returncode == 2 and "reward 'lively' is the Python object" in cli.stderr, cli.stderr
+    assert len(cli.stderr.strip().splitlines()) == 1
+    assert (tmp_path / "cut" / "status.json").read_bytes() == status  # refused before anything was built
     resumed = px.resume(tmp_path / "cut", rewards={"lively": lively})
     assert resumed.steps == 32 and resumed.final == full.final
     a, b = (load_file(str(tmp_path / n / "model.safetensors")) for n in ("full", "cut"))

@@ -281,14 +281,8 @@ def resume(run_dir: str | Path, *, progress: bool = False, rewards: RewardsArg =
     bit for bit as if it had never stopped, and return it. ``rewards`` and ``tools``: the Python rewards and tools
     the run was trained with (by the names it recorded), unless their modules are importable; a missing one is one
     ``ConfigError`` line naming it, before anything is built."""
-    cfg = run_config(run_dir)
+    run_config(run_dir)  # a missing or foreign folder: one line
     with _supplying(rewards, tools):
-        if cfg.KIND == "llm":  # each one passed again or importable, before the run folder is touched
-            from pickaxe.envs.agents.tools import python_tools
-            from pickaxe.envs.text.rewards import python_rewards
-
-            python_rewards(cfg.data.python_rewards)
-            python_tools(cfg.agent.python_tools)
         from pickaxe.train.build import resume as resume_run
 
         result, run = resume_run(run_dir, progress=progress)

@@ -71,12 +71,17 @@ def resolve(kind: str, records: Sequence[str], load: Callable[[str], Any], how: 
         module, _, qualname = path.partition(":")
         if (kind, name) in passed:
             out[name] = passed[(kind, name)]
-        elif module and module != "__main__" and qualname and "<" not in qualname:
-            out[name] = load(path)
-        else:
-            raise MissingObjectError(
-                f"this run's {kind} {name!r} is the Python object {path} passed to pickaxe.train, which config.json "
-                f"cannot hold; pass it again: pickaxe.resume(RUN_DIR, {how}={{{name!r}: {qualname.split('.')[-1]}}}) "
-                "(or define it in an importable module)"
-            )
+            continue
+        why = "which config.json cannot hold"
+        if module and module != "__main__" and qualname and "<" not in qualname:
+            try:
+                out[name] = load(path)
+                continue
+            except (ConfigError, ImportError, AttributeError) as e:
+                why = f"and importing it failed ({str(e).rstrip('.')})"
+        raise MissingObjectError(
+            f"this run's {kind} {name!r} is the Python object {path} passed to pickaxe.train, {why}; pass it "
+            f"again: pickaxe.resume(RUN_DIR, {how}={{{name!r}: {qualname.split('.')[-1]}}}) (or define it in an "
+            "importable module)"
+        )
     return out

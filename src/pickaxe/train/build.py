@@ -213,6 +213,9 @@ def resume(
     try:
         check_run_writable(run.path)  # a read-only run folder is one line before anything is built
         cfg = config_from_dict(run.config())
+        check_supplied = getattr(cfg, "check_supplied", None)
+        if check_supplied is not None:  # Python rewards and tools: passed again or importable, before any build
+            check_supplied()
         if learners is not None or shard is not None:
             _relearn(cfg, run, learners, shard)
     except PickaxeError:

@@ -387,12 +387,24 @@ class LLMTrainConfig(RunConfig):
                 "synthetic-rm run), or run every stage with `pickaxe pipeline rlhf-synthetic`"
             )
         self._check_agent()
+        self.check_supplied()
         needs_pairs = isinstance(self.algo, RewardModelConfig | DPOConfig)
         if needs_pairs and not self.preferences.path and not self.data.gold:
             raise ConfigError(
                 "this run needs preference pairs: set --preferences.path FILE, or --data.gold to label the policy's "
                 "own samples"
             )
+
+    def check_supplied(self) -> None:
+        """The Python rewards and tools the run names (``data.python_rewards``, ``agent.python_tools``) are passed
+        (``pickaxe.train`` / ``pickaxe.resume``) or importable: a ``MissingObjectError`` line naming one otherwise."""
+        if not (self.data.python_rewards or self.agent.python_tools):
+            return
+        from pickaxe.envs.agents.tools import python_tools
+        from pickaxe.envs.text.rewards import python_rewards
+
+        python_rewards(self.data.python_rewards)
+        python_tools(self.agent.python_tools)
 
     def _check_inputs(self, pending: Sequence[Path]) -> None:
         """Read every input before any model loads, with the code that reads it when the run starts: the
