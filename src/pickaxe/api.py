@@ -86,10 +86,10 @@ class TrainedRun:
     ``step``, ``metric``, ``mean``, ``low``, ``high``, ``reason``) and the ``history`` of this call's records."""
 
     path: Path
-    config: Any
-    steps: int
-    final: dict[str, Any] | None
-    best: dict[str, Any] | None
+    config: Any = field(repr=False)
+    steps: int = 0
+    final: dict[str, Any] | None = None
+    best: dict[str, Any] | None = None
     history: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     @property
