@@ -16,16 +16,27 @@ _LAZY = {
     "LLMPPO": "pickaxe.algos.llm_ppo",
     "PPO": "pickaxe.algos.ppo",
     "SFT": "pickaxe.algos.sft",
+    "DPOConfig": "pickaxe.algos.configs",
     "DQNConfig": "pickaxe.algos.configs",
     "GRPOConfig": "pickaxe.algos.configs",
+    "LLMPPOConfig": "pickaxe.algos.configs",
     "PPOConfig": "pickaxe.algos.configs",
+    "RewardModelConfig": "pickaxe.algos.configs",
     "SFTConfig": "pickaxe.algos.configs",
 }
 __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:
     from pickaxe.algos.base import Algorithm  # noqa: F401
-    from pickaxe.algos.configs import DQNConfig, GRPOConfig, PPOConfig, SFTConfig  # noqa: F401
+    from pickaxe.algos.configs import (  # noqa: F401
+        DPOConfig,
+        DQNConfig,
+        GRPOConfig,
+        LLMPPOConfig,
+        PPOConfig,
+        RewardModelConfig,
+        SFTConfig,
+    )
     from pickaxe.algos.dqn import DQN  # noqa: F401
     from pickaxe.algos.grpo import GRPO  # noqa: F401
     from pickaxe.algos.ppo import PPO  # noqa: F401

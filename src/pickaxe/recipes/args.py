@@ -261,8 +261,14 @@ def parse_train(recipe: str, args: list[str], command: str = "train") -> tuple[A
     """
     from pickaxe.recipes import get_recipe
 
-    cfg = get_recipe(recipe)
-    prog = f"pickaxe {command} {recipe}"
+    return parse_config(get_recipe(recipe), args, f"pickaxe {command} {recipe}")
+
+
+def parse_config(cfg: Any, args: list[str], prog: str) -> tuple[Any, RunOptions]:
+    """``cfg`` (a run config, not changed) with the flags in ``args`` applied, and the run options: what
+    :func:`parse_train` does to a recipe's config, and ``pickaxe.train`` to a config or recipe with overrides. ``prog``
+    names the command in messages."""
+    recipe = cfg.recipe
     args, kwargs = _pop_kwargs(list(args))
     args = merge_repeated(args, "--track")
     if not wants_help(args):

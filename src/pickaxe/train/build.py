@@ -213,6 +213,9 @@ def resume(
     try:
         check_run_writable(run.path)  # a read-only run folder is one line before anything is built
         cfg = config_from_dict(run.config())
+        check_supplied = getattr(cfg, "check_supplied", None)
+        if check_supplied is not None:  # Python rewards and tools: passed again or importable, before any build
+            check_supplied()
         if learners is not None or shard is not None:
             _relearn(cfg, run, learners, shard)
     except PickaxeError:
@@ -380,10 +383,16 @@ def run_evaluation_setup(cfg: TrainConfig) -> tuple[SeededVectorEnv, Algorithm, 
     from ``cfg`` (load a checkpoint's weights into its networks) and the device; the caller closes the envs."""
     set_torch_threads(cfg.torch_threads)
     device = resolve_device(cfg.device)
-    n = cfg.env.eval_envs or 1
-    envs = make(cfg.env.id, n, derive_seeds(cfg.seed)["eval_env"], evaluation=True, **cfg.env.kwargs)
+    envs = run_eval_envs(cfg)
     try:
         return envs, build_algorithm(cfg, envs), device
     except BaseException:
         envs.close()
         raise
+
+
+def run_eval_envs(cfg: TrainConfig) -> SeededVectorEnv:
+    """The run's own eval envs: its eval seed and env count (at least one), so they play the episodes its evaluations
+    played; the caller closes them."""
+    n = cfg.env.eval_envs or 1
+    return make(cfg.env.id, n, derive_seeds(cfg.seed)["eval_env"], evaluation=True, **cfg.env.kwargs)

@@ -37,12 +37,13 @@ def reward_terms(cfg: Any) -> list[str] | None:
     from pickaxe.envs.text.synthetic_preferences import GOLD_SCORES
 
     d = cfg.data
+    python = dict.fromkeys(d.python_reward_names(), len)
     named = {} if d.path else {"verify": len}  # a task's check is the name verify; only names are used here
     spec = d.reward or ("verify" if "verify" in named else "exact")
-    names = [name for name, _, _ in parse_reward_spec(spec, {**GOLD_SCORES, **named})]
+    names = [name for name, _, _ in parse_reward_spec(spec, {**GOLD_SCORES, **named, **python})]
     names += ["proxy"] if d.reward_model else []
     if d.gold:
-        gold = parse_reward_spec(d.gold, GOLD_SCORES)
+        gold = parse_reward_spec(d.gold, {**GOLD_SCORES, **python})
         names += ["gold"] if len(gold) == 1 else [name for name, _, _ in gold]
     return names
 

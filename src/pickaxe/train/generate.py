@@ -62,6 +62,20 @@ class RunPolicy:
         """How the arena and the playground name these weights (``final`` or ``step N``)."""
         return checkpoint_label(self.checkpoint)
 
+    def generate(
+        self,
+        prompts: str | Sequence[str],
+        max_new_tokens: int | None = None,
+        temperature: float = 0.0,
+        seed: int = 0,
+        logprobs: bool = False,
+    ) -> Any:
+        """Complete one prompt (a ``Generation``) or each of a list (a list of them): :func:`generate` with this
+        policy, greedy by default."""
+        if isinstance(prompts, str):
+            return generate(self, [prompts], max_new_tokens, temperature, seed, logprobs)[0]
+        return generate(self, prompts, max_new_tokens, temperature, seed, logprobs)
+
     @property
     def max_positions(self) -> int | None:
         """The longest prompt + completion the model takes (None: not recorded)."""

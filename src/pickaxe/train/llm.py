@@ -29,10 +29,10 @@ from pickaxe.algos.llm_ppo import LLMPPO
 from pickaxe.algos.sft import SFT
 from pickaxe.envs.agents.sandbox import SandboxLimits
 from pickaxe.envs.agents.tool_env import DEMOS, ToolEnv
-from pickaxe.envs.agents.tools import make_tools
+from pickaxe.envs.agents.tools import make_tools, python_tools
 from pickaxe.envs.text.example import Example
 from pickaxe.envs.text.prompt_env import PromptEnv, load_examples
-from pickaxe.envs.text.rewards import parse_reward_spec
+from pickaxe.envs.text.rewards import parse_reward_spec, python_rewards
 from pickaxe.envs.text.synthetic_preferences import GOLD_SCORES
 from pickaxe.envs.text.tasks import make_task
 from pickaxe.errors import ConfigError
@@ -274,12 +274,14 @@ def build_env(
     """The ``PromptEnv`` of ``cfg.data`` (a prompt file) or else ``cfg.task``.
 
     Rewards: ``data.reward`` (a spec, see :func:`~pickaxe.envs.text.rewards.parse_reward_spec`; a task's own check
-    is the name ``verify``), by default the file's exact match or the task's check. With ``data.reward_model`` the
-    reward model, named ``proxy``, is the training reward and the rest are logged only (weight 0); ``data.gold``
-    adds logged-only terms (one term is named ``gold``). The first reward stays the correctness check."""
+    is the name ``verify``, Python rewards (``data.python_rewards``) their names), by default the file's exact match
+    or the task's check. With ``data.reward_model`` the reward model, named ``proxy``, is the training reward and
+    the rest are logged only (weight 0); ``data.gold`` adds logged-only terms (one term is named ``gold``). The first
+    reward stays the correctness check."""
     d = cfg.data
     source: Any
     eval_examples = None
+    python = python_rewards(d.python_rewards)  # before the data: a missing one is the first error
     if d.path:
         source = load_examples(d.path, d.prompt_key, d.answer_key)
         eval_examples = load_examples(d.eval_path, d.prompt_key, d.answer_key) if d.eval_path else None
@@ -289,24 +291,25 @@ def build_env(
         source = make_task(t.name, t.digits, t.min_len, t.max_len, t.heldout_fraction)
         named = {"verify": source.verify}
     spec = d.reward or ("verify" if "verify" in named else "exact")
-    rewards: list[tuple[str, Any, float]] = parse_reward_spec(spec, named)
+    rewards: list[tuple[str, Any, float]] = parse_reward_spec(spec, {**named, **python})
     # without a tokenizer: a prompt stream (warm start, ptx); a learner other than rank 0 never scores a rollout
     if d.reward_model and tokenizer is not None and not _follows(cfg):
         proxy = load_reward_model(d.reward_model, tokenizer, device or torch.device("cpu"))
         rewards = [(name, fn, 0.0) for name, fn, _ in rewards] + [("proxy", proxy, d.reward_model_weight)]
     if d.gold:
-        gold = parse_reward_spec(d.gold, GOLD_SCORES)
+        gold = parse_reward_spec(d.gold, {**GOLD_SCORES, **python})
         rewards += [("gold" if len(gold) == 1 else name, fn, 0.0) for name, fn, _ in gold]
     return PromptEnv(source, rewards, eval_examples, seed=seed, eval_size=cfg.eval.prompts, eval_seed=eval_seed)
 
 
 def build_tool_env(cfg: LLMTrainConfig, prompts: PromptEnv) -> ToolEnv:
     """The ``ToolEnv`` of ``cfg.agent`` around ``prompts``: its tools (the python one sandboxed with the
-    ``agent.python_*`` limits), turn and token limits, per-episode reward weights and demonstrations."""
+    ``agent.python_*`` limits; the user's own by name, ``agent.python_tools``), turn and token limits, per-episode
+    reward weights and demonstrations."""
     a = cfg.agent
     limits = SandboxLimits(cpu_s=a.python_cpu_s, memory_mb=a.python_memory_mb, wall_s=a.python_wall_s,
                            output_chars=a.output_chars)  # fmt: skip
-    tools = make_tools(a.tools, a.corpus, limits, a.tool_workers)
+    tools = make_tools(a.tools, a.corpus, limits, a.tool_workers, python_tools(a.python_tools))
     demo = DEMOS.get(a.demo)
     return ToolEnv(prompts, tools, system_prompt=a.system_prompt, max_turns=a.max_turns, max_tokens=a.max_tokens,
                    format_weight=a.format_weight, turn_cost=a.turn_cost, demo=demo,

@@ -14,6 +14,7 @@ from pickaxe.eval.alarms import AlarmConfig
 from pickaxe.eval.selection import SelectConfig
 from pickaxe.models.shapes import Shape, get_shape
 from pickaxe.models.tokenizer import CHAR_VOCAB
+from pickaxe.supplied import check_records, record_names
 from pickaxe.train.config import DistConfig, RunConfig, TrainerConfig, device_field
 
 
@@ -130,9 +131,19 @@ class DataConfig:
     """Hidden gold score(s) as a reward spec (``sort-quality``, a built-in, or MODULE:ATTR), logged as ``gold``
     (training and evaluation) but never trained on: with a reward model as the proxy, gold falling while proxy rises
     is reward over-optimisation. Also labels generated preference pairs."""
+    python_rewards: tuple[str, ...] = ()
+    """Rewards passed as Python objects (``pickaxe.train(..., rewards={NAME: fn})``), which ``reward`` and ``gold``
+    name by NAME: recorded as NAME=MODULE:QUALNAME, since config.json cannot hold a function. A resume in another
+    process passes them again (``pickaxe.resume(RUN_DIR, rewards=...)``), or imports them by that path when the
+    module is importable (not a script's ``__main__``)."""
 
     def __post_init__(self) -> None:
         validate(self)
+        check_records(self.python_rewards, "data.python_rewards")
+
+    def python_reward_names(self) -> list[str]:
+        """The names ``reward`` and ``gold`` may use for the Python rewards (``python_rewards``)."""
+        return record_names(self.python_rewards)
 
 
 @dataclass
@@ -293,9 +304,14 @@ class AgentConfig:
     demo: Literal["none", "calculator", "python"] = "none"
     """Demonstrations for the SFT warm start on an arithmetic task: call the calculator on the prompt's expression
     (calculator) or print it with the python tool (python), then say the result."""
+    python_tools: tuple[str, ...] = ()
+    """The user's own tools passed as Python objects (``pickaxe.train(..., tools=[MyTool()])``), which ``tools``
+    names: recorded as NAME=MODULE:QUALNAME, since config.json cannot hold them; a resume in another process passes
+    them again, or imports them by that path (a class is instantiated with no arguments)."""
 
     def __post_init__(self) -> None:
         validate(self)
+        check_records(self.python_tools, "agent.python_tools")
 
     @property
     def enabled(self) -> bool:
@@ -354,7 +370,8 @@ class LLMTrainConfig(RunConfig):
         from pickaxe.envs.text.rewards import parse_reward_spec
         from pickaxe.envs.text.synthetic_preferences import GOLD_SCORES
 
-        stand_in = {"verify": len, **GOLD_SCORES}  # a task's check exists only once the task is built
+        # a task's check exists only once the task is built, Python rewards once they are passed: names only here
+        stand_in = {"verify": len, **GOLD_SCORES, **dict.fromkeys(self.data.python_reward_names(), len)}
         for key, spec in (("data.reward", self.data.reward), ("data.gold", self.data.gold)):
             if spec is not None:
                 try:
@@ -370,12 +387,24 @@ class LLMTrainConfig(RunConfig):
                 "synthetic-rm run), or run every stage with `pickaxe pipeline rlhf-synthetic`"
             )
         self._check_agent()
+        self.check_supplied()
         needs_pairs = isinstance(self.algo, RewardModelConfig | DPOConfig)
         if needs_pairs and not self.preferences.path and not self.data.gold:
             raise ConfigError(
                 "this run needs preference pairs: set --preferences.path FILE, or --data.gold to label the policy's "
                 "own samples"
             )
+
+    def check_supplied(self) -> None:
+        """The Python rewards and tools the run names (``data.python_rewards``, ``agent.python_tools``) are passed
+        (``pickaxe.train`` / ``pickaxe.resume``) or importable: a ``MissingObjectError`` line naming one otherwise."""
+        if not (self.data.python_rewards or self.agent.python_tools):
+            return
+        from pickaxe.envs.agents.tools import python_tools
+        from pickaxe.envs.text.rewards import python_rewards
+
+        python_rewards(self.data.python_rewards)
+        python_tools(self.agent.python_tools)
 
     def _check_inputs(self, pending: Sequence[Path]) -> None:
         """Read every input before any model loads, with the code that reads it when the run starts: the
@@ -418,9 +447,11 @@ class LLMTrainConfig(RunConfig):
         a = self.agent
         if not a.enabled:
             return
-        unknown = [t for t in a.tools if t not in AGENT_TOOLS]
+        own = record_names(a.python_tools)
+        unknown = [t for t in a.tools if t not in AGENT_TOOLS and t not in own]
         if unknown:
-            raise ConfigError(f"--agent.tools: unknown tool {unknown[0]!r}; choose from {', '.join(AGENT_TOOLS)}")
+            choices = ", ".join([*AGENT_TOOLS, *own])
+            raise ConfigError(f"--agent.tools: unknown tool {unknown[0]!r}; choose from {choices} (or pass your own)")
         if len(set(a.tools)) != len(a.tools):
             raise ConfigError("--agent.tools names a tool twice; name each once")
         if not isinstance(self.algo, GRPOConfig | LLMPPOConfig):

@@ -7,18 +7,21 @@ from __future__ import annotations
 import ast
 import decimal
 import difflib
+import importlib
 import json
 import math
 import operator
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Protocol
 
 from pickaxe.envs.agents.sandbox import Executor, ProcessSandbox, SandboxLimits
+from pickaxe.supplied import resolve, supplied
 
 TOOL_NAMES: tuple[str, ...] = ("calculator", "lookup", "python")
 
@@ -420,11 +423,16 @@ def make_tools(
     corpus: str | None = None,
     limits: SandboxLimits | None = None,
     max_workers: int = 8,
+    extra: Mapping[str, Tool] | None = None,
 ) -> ToolBox:
-    """A ToolBox from config names (``TOOL_NAMES``); ``lookup`` needs ``corpus`` (a .json / .jsonl path)."""
+    """A ToolBox from config names (``TOOL_NAMES``, or a name of ``extra``: the user's own tools, by name);
+    ``lookup`` needs ``corpus`` (a .json / .jsonl path)."""
     tools: list[Tool] = []
+    extra = extra or {}
     for name in names:
-        if name not in TOOL_NAMES:
+        if name in extra:
+            tools.append(extra[name])
+        elif name not in TOOL_NAMES:
             raise ValueError(f"unknown tool {name!r}; choose from {', '.join(TOOL_NAMES)}")
         if name == "calculator":
             tools.append(Calculator())
@@ -435,3 +443,44 @@ def make_tools(
         else:
             tools.append(PythonTool(limits=limits))
     return ToolBox(tools, max_workers=max_workers)
+
+
+# ---------------------------------------------------------------------------------------------------- user tools
+
+
+def check_tool(tool: Any) -> str:
+    """The name of a user-written tool, checked to be one (``name``, ``description``, a ``parameters`` object schema
+    and ``__call__``); a one-line ``ValueError`` naming what is missing otherwise."""
+    missing = [a for a in ("name", "description", "parameters") if not hasattr(tool, a)]
+    if missing or not callable(tool):
+        what = ", ".join(missing + ([] if callable(tool) else ["__call__"]))
+        raise ValueError(
+            f"{tool!r} is not a tool: it needs {what} (see pickaxe.envs.agents.tools.Tool: name, description, a JSON "
+            "schema `parameters` and __call__(arguments) -> ToolResult)"
+        )
+    if tool.name in TOOL_NAMES:
+        raise ValueError(f"tool name {tool.name!r} is a built-in tool's; name yours otherwise")
+    if not isinstance(tool.parameters, dict) or tool.parameters.get("type") != "object":
+        raise ValueError(
+            f"tool {tool.name!r}: parameters must be a JSON schema of an object ({{'type': 'object', ...}})"
+        )
+    return str(tool.name)
+
+
+def supplied_tools(tools: Mapping[str, Tool]) -> AbstractContextManager[None]:
+    """Within the block, runs built here find ``agent.python_tools`` among these (name -> tool)."""
+    return supplied("tool", tools)
+
+
+def python_tools(records: Sequence[str]) -> dict[str, Tool]:
+    """Each ``NAME=MODULE:QUALNAME`` record of ``agent.python_tools``: the tool passed again, or imported by that path
+    (a class is instantiated with no arguments)."""
+
+    def load(path: str) -> Tool:
+        module, _, qualname = path.partition(":")
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+        return obj() if isinstance(obj, type) else obj
+
+    return resolve("tool", records, load, "tools")

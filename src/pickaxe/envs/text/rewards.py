@@ -18,10 +18,12 @@ import os
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from pickaxe.errors import ConfigError, PickaxeError
+from pickaxe.supplied import object_record, resolve, supplied
 
 RewardFn = Callable[[str, str, dict[str, Any]], float]
 """``(prompt, completion, metadata) -> reward``."""
@@ -432,3 +434,27 @@ def _as_spec_reward(obj: Any, ref: str) -> Reward:
             "(call a factory in your module and name its result: score = make_reward(...))"
         ) from None
     return obj
+
+
+# ---------------------------------------------------------------------------------------------- Python rewards
+
+
+def python_reward_record(name: str, fn: Reward) -> str:
+    """How a run's ``config.json`` remembers a reward passed as a Python object (``data.python_rewards``):
+    ``NAME=MODULE:QUALNAME`` (:func:`pickaxe.supplied.object_record`); not a built-in's name."""
+    if name in REWARDS:
+        raise ConfigError(f"reward name {name!r} is a built-in reward's; name yours otherwise, rewards={{'mine': fn}}")
+    as_reward(fn)  # a TypeError for an object that is no reward
+    return object_record(name, fn, "reward")
+
+
+def supplied_rewards(rewards: Mapping[str, Reward]) -> AbstractContextManager[None]:
+    """Within the block, the runs built here score ``data.python_rewards`` with these objects (name -> reward):
+    what ``pickaxe.train(..., rewards=...)`` and ``pickaxe.resume(..., rewards=...)`` wrap a run in."""
+    return supplied("reward", rewards)
+
+
+def python_rewards(records: Sequence[str]) -> dict[str, Reward]:
+    """Each ``NAME=MODULE:QUALNAME`` record of ``data.python_rewards`` resolved (:func:`pickaxe.supplied.resolve`:
+    passed again, or imported by that path as a reward spec's ``MODULE:ATTR`` is)."""
+    return resolve("reward", records, lambda path: _resolve(path, path, {})[1], "rewards")
