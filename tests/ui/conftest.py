@@ -88,10 +88,12 @@ def write_run(
     state: str = "finished",
     total_steps: int = 4000,
     extra: list[dict[str, Any]] | None = None,
+    real_config: bool = False,
 ) -> Path:
     """A run folder as ``pickaxe train`` writes it: ``config.json`` (nested sections), ``metrics.jsonl`` (a training
     record and an eval record with its CI per eval step) and ``status.json``. ``evals`` maps step -> eval value;
-    ``extra`` records come first (e.g. an LLM run's "before training" evaluation)."""
+    ``extra`` records come first (e.g. an LLM run's "before training" evaluation). ``real_config`` writes the
+    recipe's full config (what ``pickaxe set`` and ``load_run_config`` read) instead of a sketch of it."""
     from pickaxe.runs.status import write_status
 
     path.mkdir(parents=True, exist_ok=True)
@@ -105,6 +107,11 @@ def write_run(
         "algo": {"lr": lr, "gamma": 0.99, "clip": 0.2},
         "trainer": {"total_steps": total_steps, "eval_every": 1000, "log_every": 500, "keep_last": 2},
     }
+    if real_config:
+        from pickaxe.recipes.args import parse_train
+
+        cfg, _ = parse_train(recipe, ["--seed", str(seed), "--algo.lr", str(lr)])
+        config = cfg.to_dict()
     (path / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     records: list[dict[str, Any]] = list(extra or [])
     for i, (step, value) in enumerate(sorted((evals or {}).items())):
