@@ -173,7 +173,9 @@ def list_queues(request: Request) -> dict[str, Any]:
             except PickaxeError:
                 exists = False
         out.append({"id": q.id, "kind": q.kind, "db": str(q.path), "exists": exists, "counts": counts})
-    return {"queues": out}
+    from pickaxe.recipes import RECIPES
+
+    return {"queues": out, "recipes": sorted(RECIPES)}
 
 
 @router.get("/api/queue")
