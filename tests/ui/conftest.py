@@ -1,11 +1,12 @@
 """Fixtures of the ``pickaxe ui`` tests: fake run folders shaped like real ones, the app served by uvicorn in a
 thread, and a Playwright page on Debian's Chromium (headless, nothing downloaded; the browser tests are skipped
-with one line when Chromium or Playwright is missing). Screenshots go to ``test-artifacts/screenshots/``.
+with one line when Chromium or Playwright is missing). Screenshots go to :data:`SCREENSHOTS`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -26,7 +27,12 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
+SCREENSHOTS = (
+    Path(os.environ.get("PICKAXE_TEST_ARTIFACTS") or Path(__file__).resolve().parents[2] / "test-artifacts")
+    / "screenshots"
+)
+"""Where the browser tests' screenshots go (a folder CI keeps): ``$PICKAXE_TEST_ARTIFACTS/screenshots``, by default
+``test-artifacts/screenshots`` at the repository's root (ignored by git)."""
 
 
 CHECKPOINT_EVAL: dict[str, Any] = {
@@ -123,6 +129,25 @@ def write_run(
     last = max(evals) if evals else 0
     write_status(path, state, step=last, total_steps=total_steps)
     return path
+
+
+def write_identical_arena(path: Path) -> Any:
+    """Arena ``same``: three checkpoints on five prompts; on prompts 0-3 all three answered alike, on prompt 4 only
+    ``a`` and ``b`` agree (so the one playable pairs are a-c and b-c of prompt 4)."""
+    from pickaxe.eval.arena import ArenaStore
+
+    store = ArenaStore(path)
+    store.add_arena("same", {})
+    rows = [(i, f"q{i}", lab, f"answer {i}") for i in range(4) for lab in ("a", "b", "c")]
+    rows += [(4, "q4", "a", "4"), (4, "q4", "b", "4"), (4, "q4", "c", "five")]
+    store.add_responses("same", rows)
+    return store
+
+
+@pytest.fixture
+def identical_arena() -> Callable[[Path], Any]:
+    """:func:`write_identical_arena`."""
+    return write_identical_arena
 
 
 @pytest.fixture
@@ -227,7 +252,7 @@ def page(browser: Any) -> Iterator[Any]:
 
 @pytest.fixture
 def screenshot() -> Callable[[Any, str], Path]:
-    """``screenshot(page, name)`` saves the whole page to ``test-artifacts/screenshots/<name>.png``."""
+    """``screenshot(page, name)`` saves the whole page to ``SCREENSHOTS/<name>.png``."""
 
     def save(pg: Any, name: str) -> Path:
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@ counted (store, API), and an arena where every pair is identical says so instead
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,18 +13,7 @@ from pickaxe.eval.arena import ArenaError, ArenaStore, read_arenas
 from pickaxe.ui.app import create_app
 
 
-def identical_arena(path: Path) -> ArenaStore:
-    """Arena ``same``: three checkpoints on five prompts; on prompts 0-3 all three answered alike, on prompt 4 only
-    ``a`` and ``b`` agree (so the one playable pairs are a-c and b-c of prompt 4)."""
-    store = ArenaStore(path)
-    store.add_arena("same", {})
-    rows = [(i, f"q{i}", lab, f"answer {i}") for i in range(4) for lab in ("a", "b", "c")]
-    rows += [(4, "q4", "a", "4"), (4, "q4", "b", "4"), (4, "q4", "c", "five")]
-    store.add_responses("same", rows)
-    return store
-
-
-def test_identical_answers_are_never_issued_and_are_counted(tmp_path: Path) -> None:
+def test_identical_answers_are_never_issued_and_are_counted(tmp_path: Path, identical_arena: Callable) -> None:
     store = identical_arena(tmp_path / "arena.sqlite")
     for _ in range(40):
         m = store.issue_match("same", "v")
@@ -42,7 +32,7 @@ def test_an_arena_of_identical_answers_only_says_so(tmp_path: Path) -> None:
     assert e.value.status == 409
 
 
-def test_api_counts_identical_pairs_and_serves_only_differing_ones(runs_root: Path) -> None:
+def test_api_counts_identical_pairs_and_serves_only_differing_ones(runs_root: Path, identical_arena: Callable) -> None:
     identical_arena(runs_root / "llm" / "arena.sqlite")
     client = TestClient(create_app(runs_root, queue_db=runs_root / "q.db"))
     (arena,) = client.get("/api/arena/arenas").json()["arenas"]
