@@ -10,6 +10,7 @@ const IDLE_POLL_MS = 5000;
 const S = {
   run: null, offset: 0, file: null, events: 0, seq: 0, timer: null, status: null, info: null,
   series: new Map(), // metric -> {x: [], y: []}
+  bands: new Map(), // metric -> {low: Map(step -> value), high: Map(step -> value)} from its _ci_low/_ci_high
   boxes: new Map(), // metric -> {box, drawn: number of points drawn}
   groups: new Map(), // group -> {details, grid, count}
 };
@@ -44,6 +45,7 @@ function matches(name, ts) {
 
 function resetMetrics() {
   S.series.clear();
+  S.bands.clear();
   S.boxes.clear();
   S.groups.clear();
   $("metrics").textContent = "";
@@ -56,6 +58,14 @@ function add(records) {
     if (typeof step !== "number") continue;
     for (const [k, v] of Object.entries(r)) {
       if (k === "step" || (typeof v !== "number" && v !== null)) continue;
+      const bound = /_ci_(low|high)$/.exec(k);
+      if (bound) { // a CI bound is the band of its metric's chart, not a chart of its own
+        const base = k.slice(0, -bound[0].length);
+        if (!S.bands.has(base)) S.bands.set(base, {low: new Map(), high: new Map()});
+        S.bands.get(base)[bound[1]].set(step, v);
+        touched.add(base);
+        continue;
+      }
       let s = S.series.get(k);
       if (!s) {
         s = {x: [], y: []};
@@ -76,6 +86,7 @@ function add(records) {
       touched.add(k);
     }
   }
+  for (const name of Array.from(touched)) if (!S.series.has(name)) touched.delete(name); // bounds without a mean
   return touched;
 }
 
@@ -120,10 +131,10 @@ function draw(name) {
   const s = S.series.get(name);
   if (!entry || !s || entry.drawn === s.x.length) return;
   const u = entry.box._uplot;
-  if (u && entry.drawn >= 0) {
+  const band = S.bands.get(name);
+  const pts = s.x.length < 60;
+  if (u && entry.drawn >= 0 && !band && (entry.drawn < 60) === pts) {
     u.setData([s.x.slice(), s.y.slice()]);
-    const pts = s.x.length < 60;
-    if (u.series[1].points.show !== pts) PX.chart(entry.box, spec(name, s));
   } else {
     PX.chart(entry.box, spec(name, s));
   }
@@ -132,7 +143,14 @@ function draw(name) {
 }
 
 function spec(name, s) {
-  return {title: name, fit: true, height: 190, series: [{label: name, x: s.x.slice(), y: s.y.slice(), color: "#2f6fdb"}]};
+  const line = {label: name, x: s.x.slice(), y: s.y.slice(), color: "#2f6fdb"};
+  const band = S.bands.get(name);
+  if (band) {
+    line.low = s.x.map((x) => (band.low.has(x) ? band.low.get(x) : null));
+    line.high = s.x.map((x) => (band.high.has(x) ? band.high.get(x) : null));
+    line.label = `${name} (band: 95% CI)`;
+  }
+  return {title: name, fit: true, height: 190, series: [line]};
 }
 
 function drawVisible() {
