@@ -12,7 +12,7 @@ import numpy as np
 
 from pickaxe.eval.stats import iqm, stratified_bootstrap_ci
 
-__all__ = ["CURVE_POINTS", "learning_curve", "write_curves"]
+__all__ = ["CURVE_POINTS", "curves_figure", "learning_curve", "write_curves"]
 
 CURVE_POINTS = 100
 """Most grid points of a learning curve (the union of the runs' steps is thinned to this many)."""
@@ -49,7 +49,9 @@ def learning_curve(
     return {k: np.array(v) for k, v in out.items()}
 
 
-def write_curves(groups: Sequence[Any], metric: str, path: Path, reps: int, alpha: float, seed: int) -> Path | None:
+def curves_figure(groups: Sequence[Any], metric: str, reps: int, alpha: float, seed: int) -> Any:
+    """The figure of ``curves.png``: each group's IQM curve with its bootstrap band, a marker on every point (a group
+    evaluated once has no line, only its point, with its CI as an error bar). None without matplotlib."""
     try:  # the Agg canvas directly: no pyplot, no global backend switch
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -62,7 +64,6 @@ def write_curves(groups: Sequence[Any], metric: str, path: Path, reps: int, alph
         c = learning_curve(g.runs, metric, reps=reps, alpha=alpha, seed=seed)
         if not len(c["step"]):
             continue
-        # a marker on every point: a group evaluated once has no line, only its point
         (line,) = ax.plot(c["step"], c["iqm"], marker="o", markersize=4, label=f"{g.label} (n={int(c['n'].max())})")
         ax.fill_between(c["step"], c["low"], c["high"], color=line.get_color(), alpha=0.2, linewidth=0)
         if len(c["step"]) == 1:  # a band of one point is invisible: its CI as an error bar
@@ -73,5 +74,13 @@ def write_curves(groups: Sequence[Any], metric: str, path: Path, reps: int, alph
     ax.set_title(f"IQM across seeds, {1 - alpha:.0%} bootstrap CI")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
+    return fig
+
+
+def write_curves(groups: Sequence[Any], metric: str, path: Path, reps: int, alpha: float, seed: int) -> Path | None:
+    """Write :func:`curves_figure` to ``path`` (PNG); None, writing nothing, without matplotlib."""
+    fig = curves_figure(groups, metric, reps, alpha, seed)
+    if fig is None:
+        return None
     fig.savefig(path, dpi=120)
     return path
