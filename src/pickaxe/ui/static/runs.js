@@ -63,9 +63,14 @@ function renderTable() {
     `${state.runs.length} runs` + (filter ? `, ${shown.length} shown` : "") + `, ${state.selected.size} selected`;
 }
 
-async function loadRuns() {
+let shownRuns = "";
+
+async function loadRuns(quiet) {
   try {
     const data = await PX.getJSON("/api/runs");
+    const text = JSON.stringify(data.runs);
+    if (quiet && text === shownRuns) return; // nothing moved: keep the page as it is
+    shownRuns = text;
     document.getElementById("root").textContent = data.root;
     state.runs = data.runs;
     const known = new Set(data.runs.map((r) => r.id));
@@ -198,6 +203,10 @@ function update() {
   pending = setTimeout(loadCompare, 150);
 }
 
+// while a run trains, its state, steps and evals move: refresh the table (the compare too) every 10 s
+setInterval(() => {
+  if (state.runs.some((r) => r.state === "running")) loadRuns(true);
+}, 10000);
 document.getElementById("filter").addEventListener("input", renderTable);
 document.getElementById("clear").addEventListener("click", () => {
   state.selected.clear();
