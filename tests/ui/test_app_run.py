@@ -140,3 +140,22 @@ def test_a_change_from_the_page_is_applied_and_replayed_on_resume(runs_root: Pat
     assert resumed.before(1000) == [] and resumed.take(1500) == [Override(1500, "algo.lr", 2e-4)]
     info = client.get("/api/run", params={"run": "live"}).json()
     assert info["overrides"] == [{"step": 1500, "key": "algo.lr", "value": 2e-4}] and info["pending"] == 0
+
+
+def test_a_run_whose_first_status_is_not_written_yet_is_warming_up(runs_root: Path) -> None:
+    """Between the folder's creation (config.json, the "started" event) and its first status.json a run reads as
+    loading, not crashed, while the process that started it lives; crashed once that process is gone."""
+    import socket
+
+    run = runs_root / "new"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"recipe": "cartpole-ppo", "kind": "classic"}))
+    started = {"time": 1.0, "message": "started", "step": 0, "pid": os.getpid(), "hostname": socket.gethostname()}
+    (run / "events.jsonl").write_text(json.dumps(started) + "\n")
+    client = TestClient(create_app(runs_root))
+    (listed,) = [r for r in client.get("/api/runs").json()["runs"] if r["id"] == "new"]
+    assert (listed["state"], listed["phase"]) == ("running", "loading")
+    status = client.get("/api/run", params={"run": "new"}).json()["status"]
+    assert (status["state"], status["phase"]) == ("running", "loading")
+    (run / "events.jsonl").write_text(json.dumps({**started, "pid": 2**22 + 12345}) + "\n")  # no such process
+    assert client.get("/api/run", params={"run": "new"}).json()["status"]["state"] == "crashed"

@@ -109,6 +109,8 @@ def live_status(run_dir: str | Path, status: dict[str, Any] | None = None) -> tu
         status = read_status(run_dir) or {}
     state = run_state(run_dir)
     phase = status.get("phase") if state == "running" and isinstance(status.get("phase"), str) else None
+    if state == "running" and not status:
+        phase = "loading"  # its folder is made, its first status not written yet
     return state, phase, status_wall_s(status, state)
 
 
