@@ -162,7 +162,8 @@ def serve(
     max_generations: int = DEFAULT_MAX_GENERATIONS,
 ) -> None:
     """Serve the app with uvicorn until Ctrl-C. A host other than loopback gets a one-line warning on stderr:
-    the app has no authentication, and its queue page can cancel jobs."""
+    the app has no authentication, its queue page can cancel and queue jobs and its run page can change a running
+    run."""
     import uvicorn
 
     app = create_app(
