@@ -160,12 +160,12 @@ def test_read_arenas_counts_without_creating_files(tmp_path: Path) -> None:
     store = _store(tmp_path)
     m = store.issue_match("t", "v1")
     store.record_vote(m.id, "v1", "left")
-    assert read_arenas(store.path) == [ArenaSummary("t", 3, 3, 1)]  # read through the open writer's WAL
+    assert read_arenas(store.path) == [ArenaSummary("t", 3, 3, 1, 0, 9)]  # read through the open writer's WAL
     store.close()
     del store
     gc.collect()
     assert [p.name for p in tmp_path.iterdir()] == ["arena.sqlite"]
-    assert read_arenas(tmp_path / "arena.sqlite") == [ArenaSummary("t", 3, 3, 1)]
+    assert read_arenas(tmp_path / "arena.sqlite") == [ArenaSummary("t", 3, 3, 1, 0, 9)]
     assert [p.name for p in tmp_path.iterdir()] == ["arena.sqlite"]  # no -wal/-shm made by the read
     (tmp_path / "junk.sqlite").write_bytes(b"junk" * 512)
     with pytest.raises(ArenaError, match="is not a readable arena file") as info:

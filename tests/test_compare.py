@@ -254,6 +254,23 @@ def test_learning_curve_interpolates_onto_a_common_grid(tmp_path: Path):
     assert np.all(curve["low"] <= curve["iqm"]) and np.all(curve["iqm"] <= curve["high"])
 
 
+def test_curves_png_marks_every_point_so_a_group_evaluated_once_shows(tmp_path: Path):
+    pytest.importorskip("matplotlib")
+    from pickaxe.exp.curves import curves_figure
+
+    make_run(tmp_path / "long", config(0.1, 0), [(1000, 1.0), (2000, 2.0), (3000, 3.0)])
+    for seed, value in ((0, 5.0), (1, 7.0)):  # both stopped at their first evaluation
+        make_run(tmp_path / f"once-{seed}", config(0.5, seed), [(1000, value)])
+    groups = group_runs(load_runs([tmp_path]))
+    fig = curves_figure(groups, "eval/return_mean", reps=200, alpha=0.05, seed=0)
+    (ax,) = fig.axes
+    lines = {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
+    once = next(line for label, line in lines.items() if label.startswith("algo.lr=0.5"))
+    assert list(once.get_xdata()) == [1000] and once.get_marker() == "o" and once.get_markersize() > 0
+    assert all(line.get_marker() == "o" for line in lines.values())
+    assert any(len(c.get_segments()) == 1 for c in ax.collections if hasattr(c, "get_segments"))  # its CI bar
+
+
 # ------------------------------------------------------------------------------------------------------ CLI
 
 

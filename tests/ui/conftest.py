@@ -1,11 +1,12 @@
 """Fixtures of the ``pickaxe ui`` tests: fake run folders shaped like real ones, the app served by uvicorn in a
 thread, and a Playwright page on Debian's Chromium (headless, nothing downloaded; the browser tests are skipped
-with one line when Chromium or Playwright is missing). Screenshots go to ``test-artifacts/screenshots/``.
+with one line when Chromium or Playwright is missing). Screenshots go to :data:`SCREENSHOTS`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -26,7 +27,12 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
+SCREENSHOTS = (
+    Path(os.environ.get("PICKAXE_TEST_ARTIFACTS") or Path(__file__).resolve().parents[2] / "test-artifacts")
+    / "screenshots"
+)
+"""Where the browser tests' screenshots go (a folder CI keeps): ``$PICKAXE_TEST_ARTIFACTS/screenshots``, by default
+``test-artifacts/screenshots`` at the repository's root (ignored by git)."""
 
 
 CHECKPOINT_EVAL: dict[str, Any] = {
@@ -88,10 +94,12 @@ def write_run(
     state: str = "finished",
     total_steps: int = 4000,
     extra: list[dict[str, Any]] | None = None,
+    real_config: bool = False,
 ) -> Path:
     """A run folder as ``pickaxe train`` writes it: ``config.json`` (nested sections), ``metrics.jsonl`` (a training
     record and an eval record with its CI per eval step) and ``status.json``. ``evals`` maps step -> eval value;
-    ``extra`` records come first (e.g. an LLM run's "before training" evaluation)."""
+    ``extra`` records come first (e.g. an LLM run's "before training" evaluation). ``real_config`` writes the
+    recipe's full config (what ``pickaxe set`` and ``load_run_config`` read) instead of a sketch of it."""
     from pickaxe.runs.status import write_status
 
     path.mkdir(parents=True, exist_ok=True)
@@ -105,6 +113,11 @@ def write_run(
         "algo": {"lr": lr, "gamma": 0.99, "clip": 0.2},
         "trainer": {"total_steps": total_steps, "eval_every": 1000, "log_every": 500, "keep_last": 2},
     }
+    if real_config:
+        from pickaxe.recipes.args import parse_train
+
+        cfg, _ = parse_train(recipe, ["--seed", str(seed), "--algo.lr", str(lr)])
+        config = cfg.to_dict()
     (path / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     records: list[dict[str, Any]] = list(extra or [])
     for i, (step, value) in enumerate(sorted((evals or {}).items())):
@@ -116,6 +129,25 @@ def write_run(
     last = max(evals) if evals else 0
     write_status(path, state, step=last, total_steps=total_steps)
     return path
+
+
+def write_identical_arena(path: Path) -> Any:
+    """Arena ``same``: three checkpoints on five prompts; on prompts 0-3 all three answered alike, on prompt 4 only
+    ``a`` and ``b`` agree (so the one playable pairs are a-c and b-c of prompt 4)."""
+    from pickaxe.eval.arena import ArenaStore
+
+    store = ArenaStore(path)
+    store.add_arena("same", {})
+    rows = [(i, f"q{i}", lab, f"answer {i}") for i in range(4) for lab in ("a", "b", "c")]
+    rows += [(4, "q4", "a", "4"), (4, "q4", "b", "4"), (4, "q4", "c", "five")]
+    store.add_responses("same", rows)
+    return store
+
+
+@pytest.fixture
+def identical_arena() -> Callable[[Path], Any]:
+    """:func:`write_identical_arena`."""
+    return write_identical_arena
 
 
 @pytest.fixture
@@ -220,7 +252,7 @@ def page(browser: Any) -> Iterator[Any]:
 
 @pytest.fixture
 def screenshot() -> Callable[[Any, str], Path]:
-    """``screenshot(page, name)`` saves the whole page to ``test-artifacts/screenshots/<name>.png``."""
+    """``screenshot(page, name)`` saves the whole page to ``SCREENSHOTS/<name>.png``."""
 
     def save(pg: Any, name: str) -> Path:
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)

@@ -178,7 +178,7 @@ def test_create_app_needs_a_folder(tmp_path: Path) -> None:
         create_app(tmp_path / "missing")
 
 
-@pytest.mark.parametrize("route", ["/", "/runs", "/queue", "/checkpoints"])
+@pytest.mark.parametrize("route", ["/", "/runs", "/run", "/queue", "/checkpoints"])
 def test_pages_reference_only_packaged_assets(client: TestClient, route: str) -> None:
     r = client.get(route)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")

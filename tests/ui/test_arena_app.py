@@ -46,6 +46,7 @@ def test_vote_round_trip_moves_the_leaderboard(client: TestClient, arena_root: P
     arenas = {a["id"]: a for a in client.get("/api/arena/arenas").json()["arenas"]}
     assert arenas["llm:demo"] | {"votes": 0} == {
         "id": "llm:demo", "name": "demo", "folder": "llm", "checkpoints": 3, "prompts": 4, "votes": 0,
+        "identical_pairs": 0, "pairs": 12,
     }  # fmt: skip
     before = client.get("/api/arena/leaderboard", params={"arena": "llm:demo"}).json()
     assert before["votes"] == 0 and {r["score"] for r in before["ratings"]} == {1000.0}

@@ -30,7 +30,7 @@ def test_runs_page_overlays_selected_runs(
     page.wait_for_selector("table.runs-table tbody tr")
     rows = page.locator("table.runs-table tbody tr")
     assert rows.count() == 5
-    assert page.locator(f'tr[data-run="{hostile}"] a').text_content() == hostile  # shown as text, not markup
+    assert page.locator(f'tr[data-run="{hostile}"] a.run-link').text_content() == hostile  # text, not markup
     assert page.evaluate("window.pwned") is None and page.locator("img").count() == 0
     for run in SWEEP:
         page.locator(f'input[data-run="{run}"]').check()
@@ -120,9 +120,15 @@ def test_checkpoints_page_shows_the_table_and_the_best(
     assert (
         page.locator(".best-summary").text_content().startswith("Best: step 64 by rule undominated on eval/reward/gold")
     )
-    charts = page.locator("#eval-charts .chart")
-    assert charts.count() == 2 and charts.nth(0).locator("canvas").count() >= 1
-    assert charts.nth(0).locator(".px-marker-key").text_content() == "alarm proxy_up_gold_down @ 128 · best @ 64"
+    # "which checkpoint?" first: the selected metric (gold) at the top, the other metrics below
+    key = page.locator("#key-charts .chart")
+    assert key.count() == 1 and key.nth(0).locator("canvas").count() >= 1
+    assert key.nth(0).locator(".px-chart-title").text_content() == "eval/reward/gold (checkpoints)"
+    assert key.nth(0).locator(".px-marker-key").text_content() == "alarm proxy_up_gold_down @ 128 · best @ 64"
+    assert page.locator("#eval-charts .chart").count() == 1
+    top = page.evaluate("(s) => document.querySelector(s).getBoundingClientRect().top", "#key-charts")
+    assert top < page.evaluate("document.querySelector('#evaluation').getBoundingClientRect().top")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280  # nothing wider than the window
     assert page.locator("table.alarms-table tbody tr").count() == 1
     assert page.locator("#training-charts .chart canvas").count() >= 1
     screenshot(page, "checkpoints")

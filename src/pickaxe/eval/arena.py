@@ -353,12 +353,26 @@ BUSY_TIMEOUT_S = 30.0
 
 
 class ArenaSummary(NamedTuple):
-    """One arena of a file as a listing shows it: its name and how many checkpoints, prompts and votes it has."""
+    """One arena of a file as a listing shows it: its name and how many checkpoints, prompts and votes it has, and
+    how many of its (prompt, pair of checkpoints) hold two identical answers (never issued as matches) of all
+    ``pairs``."""
 
     name: str
     checkpoints: int
     prompts: int
     votes: int
+    identical: int = 0
+    pairs: int = 0
+
+
+def _pair_counts(db: sqlite3.Connection, arena: str) -> tuple[int, int]:
+    """``(identical, pairs)`` of :meth:`ArenaStore.identical_pairs`, on an open connection."""
+    row = db.execute(
+        "SELECT COUNT(*), COALESCE(SUM(a.response = b.response), 0) FROM responses a JOIN responses b "
+        "ON a.arena = b.arena AND a.prompt_id = b.prompt_id AND a.label < b.label WHERE a.arena = ?",
+        (arena,),
+    ).fetchone()
+    return int(row[1]), int(row[0])
 
 
 def read_arenas(path: str | Path) -> list[ArenaSummary]:
@@ -384,13 +398,16 @@ def read_arenas(path: str | Path) -> list[ArenaSummary]:
                     "SELECT m.arena, COUNT(*) FROM votes v JOIN matches m ON m.id = v.match_id GROUP BY m.arena"
                 ).fetchall()
             )
+            pairs = {n: _pair_counts(db, n) for n in names}
         finally:
             db.close()
     except sqlite3.DatabaseError as e:  # not a database, a damaged one, or one without the arena tables
         raise ArenaError(
             f"{path} is not a readable arena file ({e}); prepare it again with `pickaxe arena`", 409
         ) from None
-    return [ArenaSummary(n, int(labels.get(n, 0)), int(prompts.get(n, 0)), int(votes.get(n, 0))) for n in names]
+    return [
+        ArenaSummary(n, int(labels.get(n, 0)), int(prompts.get(n, 0)), int(votes.get(n, 0)), *pairs[n]) for n in names
+    ]
 
 
 def label_order(label: str) -> tuple[int, int, str]:
@@ -528,28 +545,39 @@ class ArenaStore:
 
     # ---- matches and votes
     def issue_match(self, arena: str, voter: str) -> Match:
-        """A new match of ``arena`` for ``voter``: a random prompt with responses from at least two checkpoints, a
-        random pair of them, in random left/right order. Raises :class:`ArenaError` when the arena is unknown or
-        has no such prompt."""
+        """A new match of ``arena`` for ``voter``: a random prompt on which at least two checkpoints answered
+        differently, a random pair of its checkpoints whose answers differ, in random left/right order. Two identical
+        answers are never a match (a voter could only guess; :meth:`identical_pairs` counts what is skipped). Raises
+        :class:`ArenaError` when the arena is unknown or has no such prompt."""
         voter = check_voter(voter)
         rng = secrets.SystemRandom()
         with self._connect(durable=False) as db:  # an issued match lost to a power cut is simply never voted on
             rows = db.execute(
-                "SELECT prompt_id, label FROM responses WHERE arena = ? ORDER BY prompt_id, label", (arena,)
+                "SELECT prompt_id, label, response FROM responses WHERE arena = ? ORDER BY prompt_id, label", (arena,)
             ).fetchall()
-            by_prompt: dict[int, list[str]] = {}
-            for pid, label in rows:
-                by_prompt.setdefault(pid, []).append(label)
-            playable = [pid for pid, labels in by_prompt.items() if len(labels) >= 2]
+            by_prompt: dict[int, list[tuple[str, str]]] = {}
+            for pid, label, response in rows:
+                by_prompt.setdefault(pid, []).append((label, response))
+            playable = [pid for pid, answers in by_prompt.items() if len({r for _, r in answers}) >= 2]
             if not playable:
                 known = db.execute("SELECT 1 FROM arenas WHERE name = ?", (arena,)).fetchone()
                 if known is None:
                     raise ArenaError(f"no arena named {arena!r}", 404)
+                if any(len(answers) >= 2 for answers in by_prompt.values()):
+                    raise ArenaError(
+                        f"arena {arena!r} has no prompt on which two checkpoints answered differently: every pair "
+                        "of answers is identical, so there is nothing to vote on",
+                        409,
+                    )
                 raise ArenaError(
                     f"arena {arena!r} has no prompt answered by two checkpoints; prepare it with `pickaxe arena`", 409
                 )
             pid = rng.choice(playable)
-            left, right = rng.sample(by_prompt[pid], 2)
+            answers = by_prompt[pid]
+            pairs = [(a, b) for i, (a, ra) in enumerate(answers) for b, rb in answers[i + 1 :] if ra != rb]
+            left, right = rng.choice(pairs)
+            if rng.random() < 0.5:
+                left, right = right, left
             match_id = secrets.token_urlsafe(12)
             with self._write(db):
                 db.execute(
@@ -567,6 +595,12 @@ class ArenaStore:
                 "SELECT prompt FROM responses WHERE arena = ? AND prompt_id = ? LIMIT 1", (arena, pid)
             ).fetchone()[0]
         return Match(match_id, arena, prompt, texts[left], texts[right])
+
+    def identical_pairs(self, arena: str) -> tuple[int, int]:
+        """``(identical, pairs)``: how many of ``arena``'s (prompt, pair of checkpoints) have the same answer twice
+        (never issued as a match) out of all of them."""
+        with self._connect() as db:
+            return _pair_counts(db, arena)
 
     def record_vote(self, match_id: Any, voter: Any, choice: Any, arena: str | None = None) -> bool:
         """Record ``voter``'s ``choice`` on match ``match_id``; True when stored, False when this exact vote was

@@ -33,6 +33,7 @@ from pickaxe.eval.stats import (
     probability_of_improvement_ci,
     stratified_bootstrap_ci,
 )
+from pickaxe.exp.curves import learning_curve, write_curves
 
 __all__ = [
     "IGNORED_KEYS",
@@ -73,7 +74,6 @@ MIN_SEEDS = 4
 two-sided exact rank-test (Mann-Whitney) p-value of 0.1, while the bootstrap CI of P(A > B) collapses to
 [1, 1]; from 4 against 4 a complete separation reaches p = 0.029 < 0.05."""
 
-CURVE_POINTS = 100
 """At most this many steps on a group's learning-curve grid."""
 
 
@@ -476,7 +476,7 @@ def compare(
         out = Path(out_dir)
         try:
             out.mkdir(parents=True, exist_ok=True)
-            png = _write_curves(kept_groups, metric, out / "curves.png", reps, alpha, seed)
+            png = write_curves(kept_groups, metric, out / "curves.png", reps, alpha, seed)
             if png is None:
                 result.notes.append("curves.png skipped: matplotlib is not installed (pip install matplotlib)")
                 console.print(f"[yellow]{escape(result.notes[-1])}[/]")
@@ -640,63 +640,6 @@ def _write_csv(result: Comparison, path: Path) -> Path:
 
 def _write_json(result: Comparison, path: Path) -> Path:
     path.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
-    return path
-
-
-def learning_curve(
-    runs: Sequence[RunRecord], metric: str, reps: int = 2000, alpha: float = 0.05, seed: int = 0
-) -> dict[str, np.ndarray]:
-    """IQM across runs of ``metric`` against env step, with a bootstrap CI band.
-
-    Each run's values are linearly interpolated onto a common grid (the union of the runs' logged steps,
-    at most ``CURVE_POINTS`` points); a run counts at a grid step only within its own first..last logged
-    step (no extrapolation). Returns ``step``, ``iqm``, ``low``, ``high`` and ``n`` (runs covering each
-    step); steps no run covers are dropped.
-    """
-    series = [s for s in (r.series(metric) for r in runs) if len(s[0])]
-    if not series:
-        return {k: np.array([]) for k in ("step", "iqm", "low", "high", "n")}
-    grid = np.unique(np.concatenate([s for s, _ in series]))
-    if len(grid) > CURVE_POINTS:
-        grid = np.unique(np.linspace(grid[0], grid[-1], CURVE_POINTS).round().astype(np.int64))
-    values = np.full((len(series), len(grid)), np.nan)
-    for i, (s, v) in enumerate(series):
-        inside = (grid >= s[0]) & (grid <= s[-1])
-        values[i, inside] = np.interp(grid[inside], s, v)
-    out: dict[str, list[float]] = {k: [] for k in ("step", "iqm", "low", "high", "n")}
-    for j, step in enumerate(grid):
-        col = values[:, j][~np.isnan(values[:, j])]
-        if len(col) == 0:
-            continue
-        low, high = stratified_bootstrap_ci(col, iqm, reps=reps, alpha=alpha, seed=seed)
-        for k, x in zip(("step", "iqm", "low", "high", "n"), (step, iqm(col), low, high, len(col)), strict=True):
-            out[k].append(float(x))
-    return {k: np.array(v) for k, v in out.items()}
-
-
-def _write_curves(
-    groups: Sequence[RunGroup], metric: str, path: Path, reps: int, alpha: float, seed: int
-) -> Path | None:
-    try:  # the Agg canvas directly: no pyplot, no global backend switch
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        return None
-    fig = Figure(figsize=(8, 5), layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    for g in groups:
-        c = learning_curve(g.runs, metric, reps=reps, alpha=alpha, seed=seed)
-        if not len(c["step"]):
-            continue
-        (line,) = ax.plot(c["step"], c["iqm"], label=f"{g.label} (n={int(c['n'].max())})")
-        ax.fill_between(c["step"], c["low"], c["high"], color=line.get_color(), alpha=0.2, linewidth=0)
-    ax.set_xlabel("env steps")
-    ax.set_ylabel(metric)
-    ax.set_title(f"IQM across seeds, {1 - alpha:.0%} bootstrap CI")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
-    fig.savefig(path, dpi=120)
     return path
 
 

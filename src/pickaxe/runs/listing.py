@@ -16,7 +16,7 @@ from pickaxe.errors import PickaxeError
 from pickaxe.runs.status import read_status, run_state, status_wall_s
 from pickaxe.runs.tracking import read_metrics
 
-_SKIP_DIRS = {"checkpoints", "tensorboard", "control", "wandb", "mlruns", "engine_model", "__pycache__"}
+SKIP_DIRS = {"checkpoints", "tensorboard", "control", "wandb", "mlruns", "engine_model", "__pycache__"}
 """Folders inside a run or sweep that never hold runs of their own."""
 
 
@@ -62,7 +62,7 @@ def find_run_dirs(root: str | Path) -> list[Path]:
             found.append(Path(folder))
             dirs[:] = []  # a run's own subfolders hold no runs
             continue
-        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
     return sorted(found)
 
 
@@ -109,6 +109,8 @@ def live_status(run_dir: str | Path, status: dict[str, Any] | None = None) -> tu
         status = read_status(run_dir) or {}
     state = run_state(run_dir)
     phase = status.get("phase") if state == "running" and isinstance(status.get("phase"), str) else None
+    if state == "running" and not status:
+        phase = "loading"  # its folder is made, its first status not written yet
     return state, phase, status_wall_s(status, state)
 
 

@@ -98,12 +98,15 @@ def process_alive(pid: Any, create_time: Any = None, hostname: Any = None) -> bo
 def run_state(run_dir: str | Path) -> str:
     """The run's state: ``status.json``'s, with a "running" whose process is gone reported as "crashed".
 
-    A run without a (readable) ``status.json``, e.g. one written by an older pickaxe, is "finished" when it has
-    ``model.safetensors`` and "crashed" otherwise.
+    A run without a (readable) ``status.json`` is "running" while the process its ``events.jsonl`` says started it
+    is alive (the moment between the run folder's creation and its first status), else, e.g. one written by an
+    older pickaxe, "finished" when it has ``model.safetensors`` and "crashed" otherwise.
     """
     status = read_status(run_dir)
     if status is None:
-        return "finished" if (Path(run_dir) / "model.safetensors").is_file() else "crashed"
+        if (Path(run_dir) / "model.safetensors").is_file():
+            return "finished"
+        return "running" if starter_alive(run_dir) else "crashed"
     state = status["state"]
     if state not in STATES:
         return "crashed"
@@ -112,6 +115,25 @@ def run_state(run_dir: str | Path) -> str:
     ):
         return "crashed"
     return state
+
+
+def starter_alive(run_dir: str | Path) -> bool:
+    """Whether the process of the last ``started`` event in ``RUN_DIR/events.jsonl`` (its pid and host) is alive."""
+    started = None
+    try:
+        with open(Path(run_dir) / "events.jsonl", "rb") as f:
+            for line in f:
+                if b'"started"' not in line:
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(event, dict) and event.get("message") == "started":
+                    started = event
+    except OSError:
+        return False
+    return started is not None and process_alive(started.get("pid"), None, started.get("hostname"))
 
 
 def status_wall_s(status: dict[str, Any] | None, state: str | None = None) -> float | None:

@@ -25,9 +25,8 @@ from pickaxe.models.tokenizer import render_prompt
 from pickaxe.rollout.engines.base import SamplingParams
 from pickaxe.rollout.engines.hf import HFEngine
 from pickaxe.rollout.text_collector import completion_text
-from pickaxe.runs.checkpoint import CheckpointManager
-from pickaxe.runs.model import MODEL_FILE, checkpoint_choice, final_model_step
-from pickaxe.runs.policies import list_policies
+from pickaxe.runs.choices import NO_POLICY_ALGOS, available_checkpoints
+from pickaxe.runs.model import checkpoint_choice, final_model_step
 from pickaxe.runs.run import Run
 from pickaxe.train.build import config_from_dict
 from pickaxe.train.llm_config import LLMTrainConfig
@@ -41,9 +40,6 @@ __all__ = [
     "load_run_policy",
     "prepare_arena",
 ]
-
-NO_POLICY_ALGOS = ("rm", "bon")
-"""LLM run algorithms without a policy of their own: a reward model; best-of-n (it samples its start policy)."""
 
 
 @dataclass
@@ -116,18 +112,6 @@ def llm_run_config(run_dir: Path) -> LLMTrainConfig:
             "RLOO or DPO run"
         )
     return cfg
-
-
-def available_checkpoints(run_dir: str | Path) -> list[str | int]:
-    """The weights of an LLM run that :func:`load_run_policy` can load, oldest first: the env steps of the kept
-    policies (``RUN/policies/``) and checkpoints, then ``"final"`` when the run has its final model."""
-    run_dir = Path(run_dir)
-    steps = {info.step for info in CheckpointManager(run_dir).list()}
-    steps |= {info.step for info in list_policies(run_dir)}
-    out: list[str | int] = sorted(steps)
-    if (run_dir / MODEL_FILE).is_file():
-        out.append("final")
-    return out
 
 
 def load_run_policy(

@@ -1,4 +1,4 @@
-"""The ``pickaxe ui`` application: the JSON API and the pages of runs, queue, checkpoints, playground and arena.
+"""The ``pickaxe ui`` application: the JSON API and the pages of runs, a run, queue, checkpoints, playground and arena.
 
 ``create_app(runs_dir, queue_db)`` builds it; ``serve`` runs it with uvicorn on 127.0.0.1 unless another host is
 asked for. Every error the API returns is JSON ``{"detail": "<one line>"}``; every asset a page needs is under
@@ -33,7 +33,13 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 LISTEN_BACKLOG = 2048
 """Connections the server socket queues before accepting them (uvicorn's own default)."""
 
-PAGES = {"/": "runs.html", "/runs": "runs.html", "/queue": "queue.html", "/checkpoints": "checkpoints.html"}
+PAGES = {
+    "/": "runs.html",
+    "/runs": "runs.html",
+    "/run": "run.html",
+    "/queue": "queue.html",
+    "/checkpoints": "checkpoints.html",
+}
 """Page routes served by this module (the arena and playground routers serve their own)."""
 
 
@@ -58,7 +64,7 @@ def create_app(
 
     Raises ``PickaxeError`` when ``runs_dir`` is not a folder or ``max_generations`` is below 1.
     """
-    from pickaxe.ui import arena, checkpoints, playground, queue, runs
+    from pickaxe.ui import arena, checkpoints, playground, queue, run_view, runs
 
     root = Path(runs_dir).expanduser()
     if not root.is_dir():
@@ -98,7 +104,7 @@ def create_app(
 
     for route, name in PAGES.items():
         app.add_api_route(route, _page(name), methods=["GET"], include_in_schema=False)
-    for module in (runs, queue, checkpoints, arena, playground):
+    for module in (runs, run_view, queue, checkpoints, arena, playground):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
@@ -156,7 +162,8 @@ def serve(
     max_generations: int = DEFAULT_MAX_GENERATIONS,
 ) -> None:
     """Serve the app with uvicorn until Ctrl-C. A host other than loopback gets a one-line warning on stderr:
-    the app has no authentication, and its queue page can cancel jobs."""
+    the app has no authentication, its queue page can cancel and queue jobs and its run page can change a running
+    run."""
     import uvicorn
 
     app = create_app(

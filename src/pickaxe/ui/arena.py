@@ -15,8 +15,9 @@ API (every error is ``{"detail": "<one line>"}`` with a 4xx status, and stores n
 - ``POST /api/arena/vote`` ``{"arena", "match", "voter", "choice"}`` with choice ``left|right|tie|both_bad``:
   ``{"stored": true|false (a repeat of the same vote), "votes": N}`` (N: the votes of that arena; a match of
   another arena is refused with 409);
-- ``GET /api/arena/leaderboard?arena=ID``: Bradley–Terry ratings (Elo-like scale) with 95% bootstrap CIs and how
-  many more votes would separate the top two.
+- ``GET /api/arena/leaderboard?arena=ID``: Bradley–Terry ratings (Elo-like scale) with 95% bootstrap CIs, how
+  many more votes would separate the top two, and how many (prompt, pair) hold two identical answers
+  (``identical_pairs`` of ``pairs``): those are never issued as matches.
 """
 
 from __future__ import annotations
@@ -158,6 +159,8 @@ def list_arenas(request: Request) -> dict[str, Any]:
                     "checkpoints": a.checkpoints,
                     "prompts": a.prompts,
                     "votes": a.votes,
+                    "identical_pairs": a.identical,
+                    "pairs": a.pairs,
                 }
             )
     return {"arenas": out, "unreadable": unreadable}
@@ -218,9 +221,12 @@ def _board(store: ArenaStore, name: str) -> dict[str, Any]:
         votes = store.votes(name)
         ratings = store.leaderboard_of(name, votes, n_boot=BOOTSTRAP)
         sep = separation(votes, ratings)
+        identical, pairs = store.identical_pairs(name)
         result = {
             "arena": name,
             "votes": len(votes),
+            "identical_pairs": identical,
+            "pairs": pairs,
             "ratings": [_rating(r) for r in ratings],
             "separate": asdict(sep) if sep is not None else None,
             "scale": "Bradley-Terry strength on an Elo-like scale (400 points = 10:1 odds, mean 1000); "

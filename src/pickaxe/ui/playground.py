@@ -126,7 +126,7 @@ def _read_config(run: Path) -> dict[str, Any]:
 
 
 def _llm_runs(root: Path) -> list[dict[str, Any]]:
-    from pickaxe.train.generate import NO_POLICY_ALGOS, available_checkpoints
+    from pickaxe.runs.choices import NO_POLICY_ALGOS, available_checkpoints
 
     out = []
     for run in find_run_dirs(root):

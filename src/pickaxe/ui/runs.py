@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import JSONResponse
 
 from pickaxe.errors import PickaxeError
 from pickaxe.eval.stats import finite_number
@@ -165,9 +166,10 @@ def warm_cache(app: Any) -> int:
 
 
 @router.get("/api/runs")
-def list_runs(request: Request) -> dict[str, Any]:
+def list_runs(request: Request) -> JSONResponse:
     """Every run under the folder with the columns of ``pickaxe runs``; ``checkpoints`` says whether
-    ``eval/checkpoints.json`` exists."""
+    ``eval/checkpoints.json`` exists. Sent as plain JSON (every value is already a JSON number, string or null):
+    FastAPI's generic encoder took a third of the request's time at 1,000 runs."""
     root: Path = request.app.state.runs_dir
     try:
         dirs = find_run_dirs(root)
@@ -194,7 +196,7 @@ def list_runs(request: Request) -> dict[str, Any]:
                 "checkpoints": entry.key[-1] is not None,
             }
         )
-    return {"root": str(root), "runs": out}
+    return JSONResponse({"root": str(root), "runs": out})
 
 
 # ------------------------------------------------------------------------------------------------- compare

@@ -25,10 +25,12 @@
     const data = await PX.getJSON("/api/arena/arenas");
     const sel = $("arena");
     sel.textContent = "";
+    const chosen = sel.value;
     for (const a of data.arenas) {
-      sel.appendChild(PX.el("option", {value: a.id,
+      sel.appendChild(PX.el("option", {value: a.id, dataset: {votes: String(a.votes)},
         text: `${a.name} (${a.folder}: ${a.checkpoints} checkpoints, ${a.prompts} prompts, ${a.votes} votes)`}));
     }
+    if (chosen && data.arenas.some((a) => a.id === chosen)) sel.value = chosen;
     const skipped = data.unreadable || [];
     $("unreadable").hidden = !skipped.length;
     $("unreadable").textContent = skipped.length
@@ -60,20 +62,45 @@
     }
   }
 
+  const RETRIES = [500, 1500, 3000]; // ms before each new try of a vote that got no answer (a repeat is harmless)
+
+  async function sendVote(body) {
+    for (let i = 0; ; i++) {
+      try {
+        return await PX.postJSON("/api/arena/vote", body);
+      } catch (e) {
+        if (!e.unreachable || i >= RETRIES.length) throw e;
+        $("status").textContent = `vote not sent yet (server unreachable); trying again (${i + 1}/${RETRIES.length})`;
+        await new Promise((resolve) => setTimeout(resolve, RETRIES[i]));
+      }
+    }
+  }
+
   async function castVote(choice) {
     if (!current) return;
     PX.clearError();
     setVoting(false);
+    let r;
     try {
-      const r = await PX.postJSON("/api/arena/vote",
-        {arena: current.arena, match: current.match, voter: $("voter").value, choice});
-      $("status").textContent = `vote stored (${r.votes} vote${r.votes === 1 ? "" : "s"} in this arena)`;
-      current = null;
+      r = await sendVote({arena: current.arena, match: current.match, voter: $("voter").value, choice});
+    } catch (e) {
+      // the match stays on screen: voting again sends the same vote (the server stores it once)
+      $("status").textContent = "";
+      $("match").dataset.unsent = choice;
+      PX.showError(new Error(`your vote (${choice}) was NOT stored: ${e.message}. Vote again to retry.`));
+      setVoting(true);
+      return;
+    }
+    delete $("match").dataset.unsent;
+    $("status").textContent = `vote stored (${r.votes} vote${r.votes === 1 ? "" : "s"} in this arena)`;
+    $("status").dataset.votes = String(r.votes);
+    current = null;
+    try {
+      await loadArenas();
       await loadBoard();
       await nextMatch();
     } catch (e) {
       PX.showError(e);
-      setVoting(true);
     }
   }
 
@@ -105,6 +132,10 @@
     else text = `About ${s.more_votes} more votes between ${s.a} and ${s.b} would separate the top two ` +
       `(P(${s.a} beats ${s.b}) = ${PX.fmt(s.p, 3)} from ${s.votes} head-to-head votes).`;
     $("separate").textContent = text;
+    const same = b.identical_pairs || 0;
+    $("identical").textContent = same ? `${same} of ${b.pairs} prompt-and-pair combinations have two identical ` +
+      "answers; they are never shown as a match (nothing to choose between)." : "";
+    $("identical").dataset.count = String(same);
   }
 
   async function start() {

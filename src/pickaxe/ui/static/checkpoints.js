@@ -1,5 +1,6 @@
-// Checkpoints page: a run's checkpoint evaluation (eval/checkpoints.json) as a table and one chart per metric with
-// its CI band, alarms and the selected best marked; the run's training-time evaluations below.
+// Checkpoints page: "which checkpoint?" first: the selected best, the alarms and the gold / proxy / KL charts at the
+// top; then the checkpoint evaluation (eval/checkpoints.json) as a table that scrolls in its box and one chart per
+// other metric with its CI band, in a grid that fits the window; the run's training-time evaluations below.
 "use strict";
 
 const ALARM_COLOR = "#c4312b";
@@ -15,10 +16,14 @@ function chartBox(host) {
   return box;
 }
 
+// the curves that tell reward over-optimisation apart: held-out gold, the proxy reward, the KL to the reference
+const KEY = /gold|proxy|(^|[/_])kl([/_]|$)/i;
+
 function renderEvaluation(data) {
   const ev = data.evaluation;
   const section = document.getElementById("evaluation");
   section.hidden = !ev;
+  document.getElementById("best").textContent = "";
   if (!ev) return;
   const rows = ev.rows;
   const metrics = ev.metrics && ev.metrics.length ? ev.metrics :
@@ -69,10 +74,13 @@ function renderEvaluation(data) {
   charts.textContent = "";
   const markers = alarmMarkers(data.alarms);
   if (best) markers.push({x: best.step, label: "best", color: BEST_COLOR});
-  for (const m of metrics) {
-    const pick = (key) => rows.map((r) => ((r.metrics || {})[m] ? r.metrics[m][key] : null));
-    PX.chart(chartBox(charts), {title: m, width: 460, height: 260, markers,
-      series: [{label: m, x: rows.map((r) => r.step), y: pick("mean"), low: pick("low"), high: pick("high")}]});
+  const key = document.getElementById("key-charts");
+  for (const m of order(metrics, best ? best.metric : null)) {
+    const pick = (k) => rows.map((r) => ((r.metrics || {})[m] ? r.metrics[m][k] : null));
+    const top = KEY.test(m) || (best && m === best.metric);
+    PX.chart(chartBox(top ? key : charts), {title: `${m} (checkpoints)`, fit: true, height: 240, markers,
+      series: [{label: m, x: rows.map((r) => r.step), y: pick("mean"), low: pick("low"), high: pick("high"),
+        points: true}]});
   }
 }
 
@@ -106,9 +114,13 @@ function renderTraining(data) {
   charts.textContent = "";
   const markers = alarmMarkers(data.alarms);
   if (sel && typeof sel.step === "number") markers.push({x: sel.step, label: "selected", color: BEST_COLOR});
+  const key = document.getElementById("key-charts");
+  const evaluated = new Set(data.evaluation ? data.evaluation.metrics || [] : []);
   for (const m of names) {
     const c = data.training[m];
-    PX.chart(chartBox(charts), {title: m, width: 460, height: 240, markers,
+    // without a checkpoint evaluation of it, a gold / proxy / KL curve from training goes to the top
+    const top = (KEY.test(m) || (sel && m === sel.metric)) && !evaluated.has(m);
+    PX.chart(chartBox(top ? key : charts), {title: m, fit: true, height: 220, markers,
       series: [{label: m, x: c.step, y: c.mean, low: c.low, high: c.high}]});
   }
 }
@@ -130,6 +142,8 @@ async function show(run) {
         PX.el("code", {text: data.command}),
       ]));
     }
+    document.getElementById("key-charts").textContent = "";
+    document.getElementById("run-link").href = `/run?run=${encodeURIComponent(data.run)}`;
     renderEvaluation(data);
     renderAlarms(data.alarms);
     renderTraining(data);

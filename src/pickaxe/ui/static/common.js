@@ -5,6 +5,7 @@
 const PX = (() => {
   const NAV = [
     ["runs", "Runs", "/runs"],
+    ["run", "Run", "/run"],
     ["queue", "Queue", "/queue"],
     ["checkpoints", "Checkpoints", "/checkpoints"],
     ["playground", "Playground", "/playground"],
@@ -55,14 +56,28 @@ const PX = (() => {
     return err;
   }
 
+  /** fetch() that says "the server is unreachable" instead of the browser's "Failed to fetch" when the request
+   * never got an answer (the server stopped, the network is down); such errors have `unreachable` set. */
+  async function send(url, init) {
+    try {
+      return await fetch(url, init);
+    } catch (e) {
+      if (e && e.name === "AbortError") throw e;
+      const err = new Error(`cannot reach the pickaxe ui server at ${window.location.host}: is \`pickaxe ui\` ` +
+        "still running? (start it again, then reload this page)");
+      err.unreachable = true;
+      throw err;
+    }
+  }
+
   async function getJSON(url) {
-    const resp = await fetch(url, {headers: {Accept: "application/json"}});
+    const resp = await send(url, {headers: {Accept: "application/json"}});
     if (!resp.ok) throw await failure(resp);
     return resp.json();
   }
 
   async function postJSON(url, body) {
-    const resp = await fetch(url, {
+    const resp = await send(url, {
       method: "POST",
       headers: {"Content-Type": "application/json", Accept: "application/json"},
       body: JSON.stringify(body === undefined ? {} : body),
@@ -145,11 +160,14 @@ const PX = (() => {
 
   /**
    * A uPlot line chart in `container` (emptied first).
-   * spec: {title, xLabel, yLabel, width, height,
-   *        series: [{label, x: [...], y: [...], low?: [...], high?: [...], color?, width?, dash?}],
+   * spec: {title, xLabel, yLabel, width, height, fit?,
+   *        series: [{label, x: [...], y: [...], low?: [...], high?: [...], color?, width?, dash?, points?}],
    *        markers: [{x, label, color?}]}   // vertical lines (alarms, the selected best)
    * Each series may have its own x; they are joined on the union of x values (gaps spanned).
-   * A series with low/high gets a shaded CI band. Returns the uPlot instance (also container._uplot);
+   * A series with low/high gets a shaded CI band. Every point gets a marker when the series has few points or
+   * `points: true` (a series of one point has no line: its marker is what shows it). `fit: true` sizes the chart
+   * to its container's width and follows it when the window is resized. Returns the uPlot instance (also
+   * container._uplot);
    * container.dataset.series holds the number of lines drawn (bands not counted).
    */
   function chart(container, spec) {
@@ -171,8 +189,9 @@ const PX = (() => {
     spec.series.forEach((s, i) => {
       const c = s.color || color(i);
       data.push(col(s, "y"));
+      const showPoints = s.points === true || (s.points !== false && s.x.length < 60);
       series.push({label: s.label, stroke: c, width: s.width || 2, spanGaps: true, dash: s.dash,
-        points: {show: s.x.length < 30, size: 5}});
+        points: {show: showPoints, size: s.x.length === 1 ? 9 : 6, fill: c}});
       legend.push([s.label, c, s.width || 2]);
       const hasBand = s.low && s.high && s.low.some((v) => v !== null) && s.high.some((v) => v !== null);
       if (hasBand) {
@@ -217,8 +236,9 @@ const PX = (() => {
         markers.map((m) => `${m.label} @ ${fmt(m.x)}`).join(" · ")));
     }
     container.appendChild(box);
+    const fitWidth = () => Math.max(240, container.clientWidth - 18);
     const opts = {
-      width: spec.width || 640,
+      width: spec.fit ? fitWidth() : spec.width || 640,
       height: spec.height || 300,
       series,
       bands,
@@ -228,6 +248,17 @@ const PX = (() => {
       hooks: {draw: [drawMarkers]},
     };
     const u = new uPlot(opts, data, plotHost);
+    if (spec.fit && window.ResizeObserver) {
+      let last = container.clientWidth;
+      const watch = new ResizeObserver(() => {
+        if (!container.isConnected) { watch.disconnect(); return; }
+        if (container.clientWidth !== last) {
+          last = container.clientWidth;
+          u.setSize({width: fitWidth(), height: opts.height});
+        }
+      });
+      watch.observe(container);
+    }
     container._uplot = u;
     container.dataset.series = String(spec.series.length);
     return u;

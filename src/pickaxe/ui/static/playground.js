@@ -60,7 +60,10 @@
   async function go() {
     PX.clearError();
     $("go").disabled = true;
-    $("status").textContent = "generating…";
+    // the first answer of a checkpoint loads its model first (seconds to minutes on a CPU); later ones reuse it
+    $("status").textContent = "loading the model and generating… (the first answer of a checkpoint loads its " +
+      "model, which takes a while; the next ones are quick)";
+    $("status").dataset.busy = "1";
     $("side-a").hidden = true;
     $("side-b").hidden = true;
     try {
@@ -74,8 +77,22 @@
       PX.showError(e);
       $("status").textContent = "";
     } finally {
+      delete $("status").dataset.busy;
       $("go").disabled = false;
     }
+  }
+
+  function loading(on) {
+    for (const id of ["run", "ckpt-a", "ckpt-b", "go"]) $(id).disabled = on;
+    if (on) {
+      for (const id of ["run", "ckpt-a"]) {
+        $(id).textContent = "";
+        $(id).appendChild(PX.el("option", {value: "", text: "loading…"}));
+      }
+    }
+    $("status").textContent = on ? "loading the list of runs and checkpoints…" : "";
+    if (on) $("status").dataset.busy = "1";
+    else delete $("status").dataset.busy;
   }
 
   async function start() {
@@ -84,8 +101,11 @@
       if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) go();
     });
     $("run").addEventListener("change", fillCheckpoints);
+    loading(true);
     try {
       runs = (await PX.getJSON("/api/playground/runs")).runs;
+      loading(false);
+      $("run").textContent = "";
       for (const r of runs) {
         $("run").appendChild(PX.el("option", {value: r.run, text: `${r.run} (${r.recipe || r.algo || "llm"})`}));
       }
@@ -97,6 +117,8 @@
         $("go").disabled = true;
       }
     } catch (e) {
+      loading(false);
+      $("go").disabled = true;
       PX.showError(e);
     }
   }

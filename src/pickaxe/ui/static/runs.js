@@ -22,6 +22,9 @@ function evalText(run, value) {
 
 // "running (warm start)": what a running run is doing now (status.json's phase)
 function stateText(run) {
+  if (run.state === "running" && ["loading", "warm_start"].includes(run.phase)) {
+    return `warming up (${run.phase.replace("_", " ")})`;
+  }
   return run.phase ? `${run.state} (${run.phase.replace("_", " ")})` : run.state;
 }
 
@@ -36,15 +39,17 @@ function renderTable() {
         if (ev.target.checked) state.selected.add(r.id); else state.selected.delete(r.id);
         update();
       }})},
-    {label: "run", value: (r) => PX.el("a", {href: `/checkpoints?run=${encodeURIComponent(r.id)}`,
-      title: "checkpoints, alarms and the selected best", text: r.id})},
+    {label: "run", value: (r) => PX.el("a", {href: `/run?run=${encodeURIComponent(r.id)}`, className: "run-link",
+      title: "every metric, live; events, config and live changes", text: r.id})},
     {label: "recipe", value: (r) => r.recipe},
-    {label: "state", value: stateText, className: (r) => `state-${r.state}`},
+    {label: "state", value: stateText, className: (r) => (stateText(r).startsWith("warming") ? "state-warmup" : `state-${r.state}`)},
     {label: "env steps", num: true, value: (r) => `${PX.fmt(r.step)}/${PX.fmt(r.total_steps)}`},
     {label: "final eval", num: true, value: (r) => evalText(r, r.final_eval)},
     {label: "best eval", num: true, value: (r) => evalText(r, r.best_eval)},
     {label: "metric", value: (r) => r.metric},
     {label: "wall", num: true, value: (r) => PX.duration(r.wall_s)},
+    {label: "", value: (r) => PX.el("a", {href: `/checkpoints?run=${encodeURIComponent(r.id)}`,
+      className: "ckpt-link", title: "checkpoints, alarms and the selected best", text: "checkpoints"})},
   ];
   const host = document.getElementById("runs");
   host.textContent = "";
@@ -58,9 +63,14 @@ function renderTable() {
     `${state.runs.length} runs` + (filter ? `, ${shown.length} shown` : "") + `, ${state.selected.size} selected`;
 }
 
-async function loadRuns() {
+let shownRuns = "";
+
+async function loadRuns(quiet) {
   try {
     const data = await PX.getJSON("/api/runs");
+    const text = JSON.stringify(data.runs);
+    if (quiet && text === shownRuns) return; // nothing moved: keep the page as it is
+    shownRuns = text;
     document.getElementById("root").textContent = data.root;
     state.runs = data.runs;
     const known = new Set(data.runs.map((r) => r.id));
@@ -111,12 +121,12 @@ function renderCompare(data) {
     const grouped = data.groups.find((g) => g.label === r.group && g.curve);
     series.push({label: r.id + (r.seed !== null && r.seed !== undefined ? ` (seed ${r.seed})` : ""),
       x: r.step, y: r.value, color: grouped ? colorOf.get(r.group) : PX.color(data.groups.length + i++),
-      width: grouped ? 1 : 2, dash: grouped ? [4, 3] : undefined});
+      width: grouped ? 1 : 2, dash: grouped ? [4, 3] : undefined, points: true});
   }
   for (const g of data.groups) {
     if (!g.curve) continue;
     series.push({label: `${name(g.label)}: IQM of ${g.n_runs} seeds`, x: g.curve.step, y: g.curve.iqm,
-      low: g.curve.low, high: g.curve.high, color: colorOf.get(g.label), width: 3});
+      low: g.curve.low, high: g.curve.high, color: colorOf.get(g.label), width: 3, points: true});
   }
   const width = Math.max(480, Math.min(1100, document.querySelector("main").clientWidth - 40));
   PX.chart(document.getElementById("chart"), {title: data.metric, series, width, height: 360});
@@ -193,6 +203,10 @@ function update() {
   pending = setTimeout(loadCompare, 150);
 }
 
+// while a run trains, its state, steps and evals move: refresh the table (the compare too) every 10 s
+setInterval(() => {
+  if (state.runs.some((r) => r.state === "running")) loadRuns(true);
+}, 10000);
 document.getElementById("filter").addEventListener("input", renderTable);
 document.getElementById("clear").addEventListener("click", () => {
   state.selected.clear();
