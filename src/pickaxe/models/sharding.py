@@ -149,9 +149,10 @@ def _units(sharded: nn.Module) -> Iterator[list[tuple[str, torch.Tensor]]]:
     yield [(name, p) for name, p in sharded.named_parameters() if id(p) not in seen]
 
 
-def _gather_unit(params: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Full values of the DTensor ``params`` (one dtype) in ONE all-gather: every learner's shards, padded to the
-    chunk size, flattened into one buffer."""
+def _gather_unit(params: list[torch.Tensor]) -> list[torch.Tensor] | None:
+    """Full values of the DTensor ``params`` (one dtype) on rank 0, in ONE gather: every learner's shards, padded to
+    the chunk size, flattened into one buffer. The other learners send theirs and get None (half an all-gather's
+    traffic, and no whole copy of the unit on them)."""
     world = dist.get_world_size()
     shapes = [tuple(p.shape) for p in params]
     chunks = [(-(-s[0] // world) if s else 0) * math.prod(s[1:]) for s in shapes]
@@ -160,8 +161,11 @@ def _gather_unit(params: list[torch.Tensor]) -> list[torch.Tensor]:
         local = p.to_local().detach().reshape(-1)
         pieces.append(torch.nn.functional.pad(local, (0, chunk - local.numel())))
     mine = torch.cat(pieces).to(mesh_device(params[0]))  # an offloaded shard is on the host
+    if dist.get_rank() != 0:
+        dist.gather(mine, None, dst=0)
+        return None
     everyone = torch.empty(world * mine.numel(), dtype=mine.dtype, device=mine.device)
-    dist.all_gather_single(everyone, mine)
+    dist.gather(mine, list(everyone.view(world, -1)), dst=0)
     everyone = everyone.view(world, -1)
     out, offset = [], 0
     for shape, chunk in zip(shapes, chunks, strict=True):
@@ -173,10 +177,12 @@ def _gather_unit(params: list[torch.Tensor]) -> list[torch.Tensor]:
 
 @torch.no_grad()
 def gather_into(sharded: nn.Module, full: nn.Module | None, trainable_only: bool = False) -> int:
-    """Copy ``sharded``'s weights into ``full``, an unsharded twin with the same parameter names (None on learners
-    that keep none): a collective every learner calls. One unit of sharding (a decoder layer, then the root's
-    remaining parameters) is gathered at a time, one all-gather per unit and dtype, never the whole model.
+    """Copy ``sharded``'s weights into ``full``, rank 0's unsharded twin with the same parameter names (None on the
+    other learners): a collective every learner calls. One unit of sharding (a decoder layer, then the root's
+    remaining parameters) is gathered to rank 0 at a time, one gather per unit and dtype, never the whole model.
     ``trainable_only``: only parameters with ``requires_grad`` (LoRA's adapters). Returns the bytes gathered."""
+    if full is not None and dist.get_rank() != 0:
+        raise ValueError("gather_into gathers on rank 0: pass the unsharded twin there, None on the other learners")
     target = dict(full.named_parameters()) if full is not None else {}
     total = 0
     for unit in _units(sharded):
@@ -184,9 +190,9 @@ def gather_into(sharded: nn.Module, full: nn.Module | None, trainable_only: bool
         for dtype in sorted({p.dtype for _, p in unit}, key=str):
             same = [(n, p) for n, p in unit if p.dtype == dtype]
             values = _gather_unit([p for _, p in same])
-            for (name, _), value in zip(same, values, strict=True):
-                total += value.numel() * value.element_size()
-                if full is not None:
+            total += sum(p.numel() * p.element_size() for _, p in same)
+            if full is not None and values is not None:
+                for (name, _), value in zip(same, values, strict=True):
                     target[name].copy_(value)
     return total
 
