@@ -144,7 +144,8 @@ def test_dataset_and_flags_must_fit_the_run(
     assert "drop --data.dataset" in err
     err = _train_error(capsys, "cartpole-iql", "--run-dir", run_dir)
     assert "add --data.dataset DIR" in err
-    err = _train_error(capsys, "cartpole-cql", "--data.dataset", data, "--collector.steps", "1000", "--run-dir", run_dir)
+    steps = ["--collector.steps", "1000"]
+    err = _train_error(capsys, "cartpole-cql", "--data.dataset", data, *steps, "--run-dir", run_dir)
     assert "multiple of algo.batch_size" in err
     assert not Path(run_dir).exists()
 
@@ -168,10 +169,13 @@ def test_sampler_stream_is_exact_across_save_and_load(source: dict[str, Path]) -
     b.load_state_dict(state)
     for x in after:
         y = b.collect()
-        assert all(torch.equal(x[k], y[k]) for k in x.keys())
+        assert all(torch.equal(x[k], y[k]) for k in x)
     seen = torch.cat([DatasetSampler(data, len(data), seed=1).collect()["reward"]])
     assert len(seen) == len(data)  # one epoch is one pass over every transition
     assert set(a.collect().keys()) == {"obs", "action", "reward", "terminated", "truncated", "next_obs"}
+    data.arrays["reward"] = data.arrays["reward"] + 1.0  # the same size, other data: a changed dataset
+    with pytest.raises(ValueError, match="the dataset changed since"):
+        DatasetSampler(data, 100, seed=5).load_state_dict(state)
 
 
 def test_killed_offline_run_resumes_exactly(source: dict[str, Path], tmp_path: Path) -> None:

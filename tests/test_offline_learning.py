@@ -36,14 +36,16 @@ def test_bc_matches_the_expert_dataset_return(cartpole: dict[str, Path]) -> None
     assert behaviour > 475  # the source run is an expert
     run = cartpole["root"] / "bc"
     args = ["--data.dataset", str(cartpole["expert"]), "--trainer.total-steps", "262144"]  # 1,024 gradient steps
-    assert main(["train", "cartpole-bc", *args, "--trainer.eval-every", "131072", "--run-dir", str(run), "--no-progress"]) == 0
+    args += ["--trainer.eval-every", "131072"]
+    assert main(["train", "cartpole-bc", *args, "--run-dir", str(run), "--no-progress"]) == 0
     last = _evals(run)[-1]
     assert last["eval/return_mean"] >= 0.95 * behaviour
     # the normalised score against the references collect stored: 100 at the expert reference's return
     ref_min, ref_max = data.metadata["ref_min_score"], data.metadata["ref_max_score"]
     expected = 100 * (last["eval/return_mean"] - ref_min) / (ref_max - ref_min)
     assert last["eval/normalized_score"] == pytest.approx(expected)
-    assert last["eval/normalized_score_ci_low"] <= last["eval/normalized_score"] <= last["eval/normalized_score_ci_high"]
+    low, high = last["eval/normalized_score_ci_low"], last["eval/normalized_score_ci_high"]
+    assert low <= last["eval/normalized_score"] <= high
 
 
 @pytest.mark.slow
@@ -51,7 +53,8 @@ def test_bc_matches_the_expert_dataset_return(cartpole: dict[str, Path]) -> None
 def test_cql_and_iql_beat_the_behaviour_policy_on_a_medium_dataset(cartpole: dict[str, Path], algo: str) -> None:
     medium = cartpole["root"] / "medium"
     if not medium.exists():
-        assert main(["collect", str(cartpole["run"]), "--episodes", "20", "--epsilon", "0.5", "--out", str(medium)]) == 0
+        flags = ["--episodes", "20", "--epsilon", "0.5"]
+        assert main(["collect", str(cartpole["run"]), *flags, "--out", str(medium)]) == 0
     behaviour = float(read(medium).episode_returns.mean())
     assert behaviour < 300  # half the actions random: a medium dataset
     run = cartpole["root"] / algo

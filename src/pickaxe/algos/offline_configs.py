@@ -72,6 +72,10 @@ class IQLConfig:
     fitted to ``r + gamma V(s')`` (never querying unseen actions) and the policy extracted by advantage-weighted
     regression; Box and Discrete actions."""
 
+    summary: ClassVar[str] = (
+        "Implicit Q-learning (Kostrikov 2021): V fits an upper expectile of Q, Q fits r + gamma V(s'), the policy is "
+        "advantage-weighted regression; Box and Discrete actions"
+    )
     offline: ClassVar[bool] = True
     mutable: ClassVar[tuple[str, ...]] = OFFLINE_MUTABLE
     """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""
@@ -103,6 +107,10 @@ class CQLConfig:
     down the values of actions the data does not take. Box actions: on SAC (CQL(H), the log-sum-exp estimated from
     uniform and policy samples); Discrete: on DQN."""
 
+    summary: ClassVar[str] = (
+        "Conservative Q-learning (Kumar 2020): the critic loss adds logsumexp_a Q(s, a) - Q(s, a_data); on SAC for Box "
+        "actions, on DQN for Discrete ones"
+    )
     offline: ClassVar[bool] = True
     mutable: ClassVar[tuple[str, ...]] = (*OFFLINE_MUTABLE, "cql_alpha")
     """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""

@@ -8,6 +8,7 @@ checkpoint, so a killed offline run resumes to the same batches: the permutation
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
@@ -36,6 +37,11 @@ class DatasetSampler:
         arrays = dict(transitions.arrays)
         action = arrays["action"]
         arrays["action"] = action.astype(np.float32 if np.issubdtype(action.dtype, np.floating) else np.int64)
+        digest = hashlib.sha256()
+        for k in KEYS:
+            digest.update(np.ascontiguousarray(arrays[k]).tobytes())
+        self.fingerprint = digest.hexdigest()
+        """sha256 of the transitions: a checkpoint of a run on other data is refused on resume."""
         self.data = {k: torch.as_tensor(np.ascontiguousarray(arrays[k])).to(self.device) for k in KEYS}
         self.rng = np.random.Generator(np.random.PCG64(seed))
         self.epoch = 0
@@ -73,13 +79,22 @@ class DatasetSampler:
 
     def state_dict(self) -> dict[str, Any]:
         """The epoch, the position in it and the RNG state its permutation was drawn from."""
-        return {"epoch": self.epoch, "pos": self.pos, "epoch_rng": self._epoch_rng, "size": self.size}
+        return {
+            "epoch": self.epoch,
+            "pos": self.pos,
+            "epoch_rng": self._epoch_rng,
+            "size": self.size,
+            "fingerprint": self.fingerprint,
+        }
 
     def load_state_dict(self, state: dict[str, Any], reseed: int | None = None) -> None:
-        """Restore ``state_dict()`` (``reseed`` is unused: the stream is exact). A state of another dataset size is
-        refused (``ValueError``), so the checkpoint fallback moves on."""
-        if int(state["size"]) != self.size:
-            raise ValueError(f"sampler state of a {state['size']}-transition dataset, this one has {self.size}")
+        """Restore ``state_dict()`` (``reseed`` is unused: the stream is exact). The state of a run on other data
+        (another size or sha256 of the transitions: the dataset changed since) is refused with ``ValueError``."""
+        if int(state["size"]) != self.size or state.get("fingerprint") != self.fingerprint:
+            raise ValueError(
+                f"the checkpoint's dataset ({state['size']} transitions, sha256 {str(state.get('fingerprint'))[:12]}) "
+                f"is not the one given now ({self.size}, {self.fingerprint[:12]}): the dataset changed since"
+            )
         self.rng.bit_generator.state = state["epoch_rng"]
         self._new_epoch()
         self.epoch, self.pos = int(state["epoch"]), int(state["pos"])

@@ -40,12 +40,12 @@ OFFLINE_RECIPES: dict[str, Recipe] = {
         Recipe(
             "cartpole-iql",
             "IQL (expectile value, advantage-weighted policy) on a CartPole-v1 dataset (--data.dataset DIR)",
-            lambda: _offline("cartpole-iql", IQLConfig(lr=1e-3), "CartPole-v1", 4_000),
+            lambda: _offline("cartpole-iql", IQLConfig(lr=1e-3), "CartPole-v1", 2_000),
         ),
         Recipe(
             "cartpole-cql",
             "Discrete CQL on DQN on a CartPole-v1 dataset (--data.dataset DIR)",
-            lambda: _offline("cartpole-cql", CQLConfig(lr=1e-3), "CartPole-v1", 4_000),
+            lambda: _offline("cartpole-cql", CQLConfig(lr=1e-3), "CartPole-v1", 2_000),
         ),
         Recipe(
             "pendulum-bc",
@@ -55,17 +55,17 @@ OFFLINE_RECIPES: dict[str, Recipe] = {
         Recipe(
             "pendulum-td3-bc",
             "TD3+BC on a Pendulum-v1 dataset (--data.dataset DIR)",
-            lambda: _offline("pendulum-td3-bc", TD3BCConfig(lr=1e-3), "Pendulum-v1", 6_000),
+            lambda: _offline("pendulum-td3-bc", TD3BCConfig(lr=1e-3), "Pendulum-v1", 2_000),
         ),
         Recipe(
             "pendulum-iql",
             "IQL on a Pendulum-v1 dataset (--data.dataset DIR)",
-            lambda: _offline("pendulum-iql", IQLConfig(lr=1e-3), "Pendulum-v1", 6_000),
+            lambda: _offline("pendulum-iql", IQLConfig(lr=1e-3), "Pendulum-v1", 2_000),
         ),
         Recipe(
             "pendulum-cql",
             "CQL(H) on SAC on a Pendulum-v1 dataset (--data.dataset DIR)",
-            lambda: _offline("pendulum-cql", CQLConfig(lr=1e-3), "Pendulum-v1", 6_000),
+            lambda: _offline("pendulum-cql", CQLConfig(lr=1e-3), "Pendulum-v1", 2_000),
         ),
     )
 }

@@ -122,6 +122,10 @@ class DataConfig:
         if isinstance(self.mix, str):
             self.mix = (self.mix,)
         validate(self)
+        # absolute, so that a resume, a sweep job or an eval from another folder reads the same files
+        if self.dataset is not None:
+            self.dataset = str(Path(self.dataset).absolute())
+        self.mix = tuple(str(Path(p).absolute()) for p in self.mix)
 
 
 @dataclass
