@@ -203,3 +203,50 @@ def test_write_refuses_a_folder_in_use(tmp_path: Path) -> None:
     ep = Episode(np.zeros((2, 1)), np.zeros(1), np.zeros(1), np.array([True]), np.array([False]))
     with pytest.raises(DatasetError, match="not empty"):
         write(tmp_path / "x", [ep], None, None, "t/x-v0", {})
+
+
+def test_box_episodes_round_trip_and_fit_checks(tmp_path: Path) -> None:
+    import gymnasium as gym
+
+    from pickaxe.envs.make import spaces_of
+    from pickaxe.offline.dataset import check_fits
+
+    obs_space, act_space = spaces_of("Pendulum-v1")
+    rng = np.random.default_rng(0)
+    episodes = [
+        Episode(
+            rng.normal(size=(t + 1, 3)).astype(np.float32),
+            rng.uniform(-2, 2, (t, 1)).astype(np.float32),
+            rng.normal(size=t),
+            np.zeros(t, bool),
+            np.eye(1, t, t - 1, dtype=bool)[0],  # truncated at the last step, as Pendulum's time limit
+        )
+        for t in (4, 7)
+    ]
+    out = write(tmp_path / "box", episodes, obs_space, act_space, "t/box-v0", {"ref_min_score": -1.0})
+    back = read(out)
+    np.testing.assert_array_equal(back.arrays["action"], np.concatenate([ep.action for ep in episodes]))
+    np.testing.assert_array_equal(back.arrays["next_obs"][3], episodes[0].obs[4])  # the true final observation
+    assert back.arrays["truncated"].sum() == 2 and not back.arrays["terminated"].any()
+    assert back.observation_space == obs_space and back.metadata["ref_min_score"] == -1.0
+    check_fits(out, obs_space, act_space, "Pendulum-v1")  # Pendulum's own spaces: fits
+    with pytest.raises(DatasetError, match="actions"):
+        check_fits(out, obs_space, gym.spaces.Box(-1.0, 1.0, (1,), np.float32), "X-v0")
+
+
+def test_collect_refuses_bad_requests_in_one_line(
+    source: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = [
+        (["collect", str(tmp_path), "--episodes", "2", "--out", str(tmp_path / "o")], "not a run directory"),
+        (["collect", str(source["run"]), "--episodes", "2", "--noise", "0.1", "--out", str(tmp_path / "o")], "Box"),
+        (["collect", str(source["run"]), "--episodes", "2", "--out", str(source["data"])], "not empty"),
+        (["collect", str(source["run"]), "--episodes", "2", "--checkpoint", "777", "--out", str(tmp_path / "o")],
+         "no checkpoint at env step 777"),
+        (["collect", str(source["run"]), "--episodes", "2"], "needs --out"),
+    ]  # fmt: skip
+    for argv, needle in cases:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "o").exists()
