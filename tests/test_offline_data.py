@@ -147,6 +147,8 @@ def test_dataset_and_flags_must_fit_the_run(
     steps = ["--collector.steps", "1000"]
     err = _train_error(capsys, "cartpole-cql", "--data.dataset", data, *steps, "--run-dir", run_dir)
     assert "multiple of algo.batch_size" in err
+    err = _train_error(capsys, "cartpole-bc", "--data.dataset", data, "--dist.learners", "2", "--run-dir", run_dir)
+    assert "in one process" in err
     assert not Path(run_dir).exists()
 
 
@@ -169,7 +171,7 @@ def test_sampler_stream_is_exact_across_save_and_load(source: dict[str, Path]) -
     b.load_state_dict(state)
     for x in after:
         y = b.collect()
-        assert all(torch.equal(x[k], y[k]) for k in x)
+        assert all(torch.equal(x[k], y[k]) for k in x.keys())  # noqa: SIM118 - a TensorDict iterates its rows
     seen = torch.cat([DatasetSampler(data, len(data), seed=1).collect()["reward"]])
     assert len(seen) == len(data)  # one epoch is one pass over every transition
     assert set(a.collect().keys()) == {"obs", "action", "reward", "terminated", "truncated", "next_obs"}

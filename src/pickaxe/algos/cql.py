@@ -99,7 +99,7 @@ class CQL(OfflineAlgorithm):
         with frozen(self.critic):
             actor_loss = sac_actor_loss(logp, self.critic(obs, a), alpha)
         total = critic_loss + cfg.cql_alpha * penalty.sum() + actor_loss
-        alpha_loss = temperature_loss(log_alpha, logp, self.target_entropy) if self.auto_alpha else torch.zeros(())
+        alpha_loss = temperature_loss(log_alpha, logp, self.target_entropy) if self.auto_alpha else obs.new_zeros(())
         total = total + alpha_loss
         stats = torch.stack([critic_loss, actor_loss, alpha_loss, penalty.mean(), alpha, q_data.mean()]).detach()
         return total, stats

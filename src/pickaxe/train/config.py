@@ -362,6 +362,10 @@ class TrainConfig(RunConfig):
                 f"{self.algo_name()} learns from a dataset: add --data.dataset DIR (`pickaxe collect RUN --episodes N "
                 "--out DIR` makes one from a run's policy)"
             )
+        if self.dist.learners > 1 or self.dist.placement != "colocated":
+            raise ConfigError(
+                f"{self.algo_name()} learns from a dataset in one process: drop --dist.learners and --dist.placement"
+            )
         steps, size = self.collector.steps, self.algo.batch_size
         if steps % size:
             raise ConfigError(
