@@ -4,6 +4,7 @@ logged against the dataset's references. Budgets are small; the longer checks ar
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,11 @@ def test_bc_matches_the_expert_dataset_return(cartpole: dict[str, Path]) -> None
     assert last["eval/normalized_score"] == pytest.approx(expected)
     low, high = last["eval/normalized_score_ci_low"], last["eval/normalized_score_ci_high"]
     assert low <= last["eval/normalized_score"] <= high
+    # pickaxe eval --checkpoints scores kept weights the same way, normalised score included
+    assert main(["eval", str(run), "--checkpoints", "final"]) == 0
+    report = json.loads((run / "eval" / "checkpoints.json").read_text())
+    final = report["rows"][-1]["metrics"]
+    assert final["eval/normalized_score"]["mean"] == pytest.approx(expected)
 
 
 @pytest.mark.slow
