@@ -99,12 +99,12 @@ class BC(OfflineAlgorithm):
     Gaussian with a tanh mean on Box, in the normalised box ``[-1, 1]^A``)."""
 
     prefix = "bc"
-    metric_names = ("loss/policy", "bc/accuracy_or_mse")
 
     def __init__(self, actor: nn.Module, action_space: gym.Space, config: BCConfig | None = None) -> None:
         self.config = cfg = config or BCConfig()
         self.policy = SACPolicy(actor, action_space)
         self.discrete = self.policy.discrete
+        self.metric_names = ("loss/policy", "bc/accuracy" if self.discrete else "bc/mean_sq_error")
         self.actor = actor
         self.learned = actor
         self.policy.to(next(actor.parameters()).device)
