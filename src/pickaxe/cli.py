@@ -37,6 +37,8 @@ commands:
                                        continue a run from its newest good checkpoint to its original budget
   eval RUN_DIR [--checkpoints all|best|latest|final|STEP...] [--episodes N] [--device D]
                                        score a run's model, or every kept checkpoint with 95% CIs, alarms, best
+  collect RUN_DIR --episodes N --out DIR [--checkpoint final|best|latest|STEP] [--epsilon E | --noise S]
+                                       a Minari dataset of a classic run's policy (offline RL: --data.dataset DIR)
   export RUN_DIR [--out DIR] [--checkpoint final|best|latest|STEP] [--overwrite] [--device D]
                                        an LLM run's policy as a transformers folder for the next stage
   set RUN_DIR KEY=VALUE ...            change a mutable hyper-parameter of a running run (e.g. algo.lr=1e-4)
@@ -60,6 +62,7 @@ COMMANDS = (
     "plan",
     "resume",
     "eval",
+    "collect",
     "export",
     "set",
     "runs",
@@ -101,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         "plan": _plan,
         "resume": _resume,
         "eval": _eval,
+        "collect": _collect,
         "export": _export,
         "set": _set,
         "runs": _runs,
@@ -460,6 +464,67 @@ def _eval(args: list[str]) -> int:
         "length_mean": float(np.mean(lengths)),
     }
     print(json.dumps(out))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- collect
+@dataclass
+class CollectArgs:
+    """Write a Minari dataset of episodes played by a kept policy of a classic run (expert: the policy as it is;
+    medium: an earlier step or --epsilon/--noise; random: --epsilon 1), with the policy's provenance and sha256 and
+    the random/expert references of normalised scores in its metadata. Train on it with --data.dataset DIR."""
+
+    run_dir: tyro.conf.Positional[str]
+    """The run folder."""
+    episodes: int = 100
+    """Episodes to write."""
+    out: str = ""
+    """The dataset folder to write (must not exist, or be empty)."""
+    checkpoint: str = "final"
+    """Which weights act: final, best, latest, or an env step (a checkpoint or a kept policy)."""
+    epsilon: float = 0.0
+    """Probability of a uniformly random action instead of the policy's, per step (1: the random dataset)."""
+    noise: float = 0.0
+    """Box actions: std of Gaussian noise added to the policy's actions, relative to the half-range."""
+    seed: int | None = None
+    """Seed of the episodes and the noise (default: the run's eval seed)."""
+    envs: int = 8
+    """Envs played side by side."""
+    ref_episodes: int = 10
+    """Episodes of the random and expert (the run's best kept policy) references."""
+    ref_min: float | None = None
+    """The random reference score, instead of measuring it."""
+    ref_max: float | None = None
+    """The expert reference score, instead of measuring it."""
+    device: str = "cpu"
+
+
+def _collect(args: list[str]) -> int:
+    _needs_run_dir(args, "collect")
+    opts = parse(CollectArgs, args, "pickaxe collect")
+    if not opts.out:
+        raise ConfigError("pickaxe collect needs --out DIR, the dataset folder to write")
+    if opts.epsilon and opts.noise:
+        raise ConfigError("--epsilon and --noise are alternatives: give one")
+    if opts.envs < 1 or opts.ref_episodes < 1:
+        raise ConfigError("--envs and --ref-episodes must be at least 1")
+    from pickaxe.train.collect import collect
+
+    summary = collect(
+        opts.run_dir,
+        opts.out,
+        opts.episodes,
+        checkpoint=opts.checkpoint,
+        epsilon=opts.epsilon,
+        noise=opts.noise,
+        seed=opts.seed,
+        envs=opts.envs,
+        ref_episodes=opts.ref_episodes,
+        ref_min=opts.ref_min,
+        ref_max=opts.ref_max,
+        device=opts.device,
+    )
+    print(json.dumps(summary))
     return 0
 
 

@@ -244,6 +244,20 @@ def _load(run_dir: Path, networks: dict[str, Any], ref: CheckpointRef, device: A
         load_model(run_dir, networks, device, checkpoint="final" if ref.source == "final" else ref.step)
 
 
+def _dataset_references(cfg: Any) -> tuple[float, float] | None:
+    """The random and expert references of an offline run's dataset (None: an online run, or none recorded)."""
+    dataset = getattr(getattr(cfg, "data", None), "dataset", None)
+    if dataset is None:
+        return None
+    from pickaxe.offline.dataset import DatasetError, read_metadata
+    from pickaxe.offline.scores import references
+
+    try:
+        return references(read_metadata(dataset))
+    except DatasetError:
+        return None
+
+
 class _Classic(_Checkpoints):
     kind = "classic"
 
@@ -252,6 +266,13 @@ class _Classic(_Checkpoints):
         self.episodes = episodes or cfg.trainer.eval_episodes
         self.settings = {"episodes": self.episodes, "device": cfg.device}
         self._built: tuple[Any, Any, Any] | None = None
+        self.refs = _dataset_references(cfg)
+
+    def _scores(self, returns: np.ndarray) -> np.ndarray | None:
+        """An offline run's normalised scores of ``returns`` (None without references)."""
+        from pickaxe.offline.scores import normalized_score
+
+        return None if self.refs is None else normalized_score(returns, *self.refs)
 
     def _build(self) -> tuple[Any, Any, Any]:
         if self._built is None:
@@ -277,9 +298,16 @@ class _Classic(_Checkpoints):
             "eval/return_mean": Estimate(float(r.mean()), *mean_ci(r), n),
             "eval/return_iqm": Estimate(iqm(r), *stratified_bootstrap_ci(r, iqm, BOOTSTRAP_REPS, seed=0), n),
             "eval/length_mean": Estimate(float(length.mean()), *mean_ci(length), n),
+            **(
+                {}
+                if (scores := self._scores(r)) is None
+                else {"eval/normalized_score": Estimate(float(scores.mean()), *mean_ci(scores), n)}
+            ),
         }
 
     def units(self, values: dict[str, np.ndarray], metric: str) -> np.ndarray | None:
+        if metric == "eval/normalized_score":
+            return self._scores(values["return"])
         return {"eval/return_mean": values["return"], "eval/length_mean": values["length"]}.get(metric)
 
     def close(self) -> None:

@@ -121,6 +121,42 @@ class SquashedGaussianActor(nn.Module):
         return torch.tanh(self(obs)[0])
 
 
+class GaussianActor(nn.Module):
+    """Behaviour cloning's and IQL's actor on Box actions: encoder, MLP to a tanh mean in ``[-1, 1]^A`` and a learned
+    state-independent log-std (clamped to ``[log_std_min, log_std_max]``); an unsquashed Gaussian, so the dataset's
+    actions on the bounds keep a finite likelihood. Samples are clipped to the box."""
+
+    def __init__(
+        self,
+        obs_space: gym.Space,
+        action_dim: int,
+        hidden: Sequence[int] = (256, 256),
+        activation: str = "relu",
+        log_std_min: float = -5.0,
+        log_std_max: float = 2.0,
+    ) -> None:
+        super().__init__()
+        self.encoder, features = encoder_for(obs_space)
+        self.net = mlp(features, hidden, action_dim, activation, out_gain=0.01)
+        self.log_std = nn.Parameter(torch.zeros(action_dim))
+        self.log_std_min, self.log_std_max = log_std_min, log_std_max
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mean [B, A], log_std [A])``."""
+        return torch.tanh(self.net(self.encoder(obs))), self.log_std.clamp(self.log_std_min, self.log_std_max)
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A sample clipped to ``[-1, 1]^A`` and the Gaussian log-density of the unclipped sample, ``[B]``."""
+        mean, log_std = self(obs)
+        eps = torch.randn_like(mean)
+        logp = (-0.5 * eps.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        return (mean + log_std.exp() * eps).clamp(-1.0, 1.0), logp
+
+    def mode(self, obs: torch.Tensor) -> torch.Tensor:
+        """The deterministic action: the mean."""
+        return self(obs)[0]
+
+
 class QEnsemble(nn.Module):
     """``n`` Q-networks evaluated as one batched network (one ``baddbmm`` per layer for all of them).
 

@@ -14,8 +14,12 @@ import numpy as np
 import torch
 
 from pickaxe.algos.base import Algorithm
+from pickaxe.algos.offline_configs import is_offline
 from pickaxe.envs.make import SeededVectorEnv, make
 from pickaxe.errors import ConfigError, PickaxeError
+from pickaxe.offline.dataset import check_fits, read_mixed
+from pickaxe.offline.sampler import DatasetSampler
+from pickaxe.offline.scores import references
 from pickaxe.rollout.collector import Collector
 from pickaxe.runs.checkpoint import has_checkpoint, no_checkpoint_error
 from pickaxe.runs.folder import check_run_writable, disk_error
@@ -23,10 +27,10 @@ from pickaxe.runs.model import SELECTION_FILE, load_model
 from pickaxe.runs.policies import acting_networks, prune_policies
 from pickaxe.runs.run import Run, default_run_dir
 from pickaxe.train.config import TrainConfig
-from pickaxe.train.evaluate import evaluate
+from pickaxe.train.evaluate import evaluate, mean_ci
 from pickaxe.train.llm_config import BestOfNConfig, LLMTrainConfig
 from pickaxe.train.runtime import settle_for_training
-from pickaxe.train.trainer import FitResult, Trainer
+from pickaxe.train.trainer import EnvEvaluator, FitResult, Trainer
 from pickaxe.utils import resolve_device, seed_everything, set_torch_threads
 
 
@@ -44,6 +48,10 @@ ALGORITHMS: dict[str, str] = {
     "sac": "pickaxe.algos.sac:build_sac",
     "td3": "pickaxe.algos.td3:build_td3",
     "ddpg": "pickaxe.algos.td3:build_ddpg",
+    "bc": "pickaxe.algos.offline:build_bc",
+    "td3-bc": "pickaxe.algos.td3_bc:build_td3_bc",
+    "iql": "pickaxe.algos.iql:build_iql",
+    "cql": "pickaxe.algos.cql:build_cql",
 }
 """Classic algorithm name (``TrainConfig.ALGOS``) -> ``module:function`` building it, imported on use. Each builder
 takes ``(algo config, envs, model config, device, seed)`` and sizes its networks from the envs' spaces; adding an
@@ -96,7 +104,10 @@ def make_train_envs(cfg: TrainConfig, seed: int, run: Run | None = None) -> Any:
 
 
 def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = False) -> Trainer:
-    """Seed everything, make envs, networks, algorithm, collector, and the Trainer that runs them."""
+    """Seed everything, make envs, networks, algorithm, collector, and the Trainer that runs them (an offline
+    algorithm: :func:`build_offline_trainer`)."""
+    if is_offline(cfg.algo):
+        return build_offline_trainer(cfg, run, progress)
     set_torch_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
     seeds = derive_seeds(cfg.seed)
@@ -118,6 +129,86 @@ def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = Fal
         config=cfg.trainer,
         progress=progress,
         torch_threads=cfg.torch_threads,
+        select=cfg.select,
+    )
+
+
+class OfflineEvaluator(EnvEvaluator):
+    """``EnvEvaluator`` plus, when the dataset records random and expert references, the D4RL-style normalised score
+    of every episode (``eval/normalized_score`` with its 95% CI)."""
+
+    def __init__(self, envs: Any, episodes: int, device: Any, refs: tuple[float, float] | None) -> None:
+        super().__init__(envs, episodes, device)
+        self.refs = refs
+
+    def samples(self, algo: Algorithm) -> dict[str, np.ndarray]:
+        """Per-episode ``return``, ``length`` and (with references) ``normalized_score``."""
+        from pickaxe.offline.scores import normalized_score
+
+        values = super().samples(algo)
+        if self.refs is not None:
+            values["normalized_score"] = normalized_score(values["return"], *self.refs)
+        return values
+
+    def __call__(self, algo: Algorithm) -> dict[str, float]:
+        """The env metrics and the normalised score."""
+        values = self.samples(algo)
+        returns, lengths = values["return"], values["length"]
+        low, high = mean_ci(returns)
+        out = {
+            "eval/return_mean": float(returns.mean()),
+            "eval/return_mean_ci_low": low,
+            "eval/return_mean_ci_high": high,
+            "eval/return_std": float(returns.std()),
+            "eval/length_mean": float(lengths.mean()),
+        }
+        if "normalized_score" in values:
+            scores = values["normalized_score"]
+            low, high = mean_ci(scores)
+            out.update(
+                {
+                    "eval/normalized_score": float(scores.mean()),
+                    "eval/normalized_score_ci_low": low,
+                    "eval/normalized_score_ci_high": high,
+                }
+            )
+        return out
+
+
+def build_offline_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = False) -> Trainer:
+    """An offline run: the datasets (``--data.dataset`` and ``--data.mix``, read whole and checked against the env's
+    spaces before anything trains) as a ``DatasetSampler`` in the collector's place, the algorithm sized from them,
+    and evaluation on the env (with the normalised score when the dataset records references)."""
+    set_torch_threads(cfg.torch_threads)
+    seed_everything(cfg.seed)
+    seeds = derive_seeds(cfg.seed)
+    device = resolve_device(cfg.device)
+    paths = [cfg.data.dataset, *cfg.data.mix]
+    transitions = read_mixed(paths)
+    e = cfg.env
+    eval_envs = make(e.id, max(e.eval_envs, 1), seeds["eval_env"], "sync", evaluation=True, **e.kwargs)
+    try:
+        for path in paths:
+            check_fits(path, eval_envs.single_observation_space, eval_envs.single_action_space, e.id)
+        sampler = DatasetSampler(transitions, cfg.collector.steps, seeds["buffer"], device)
+        algo = build_algorithm(cfg, sampler)
+    except BaseException:
+        eval_envs.close()
+        raise
+    evaluator = None
+    if e.eval_envs > 0:
+        evaluator = OfflineEvaluator(eval_envs, cfg.trainer.eval_episodes, device, references(transitions.metadata))
+    else:
+        eval_envs.close()
+    settle_for_training()
+    return Trainer(
+        algo,
+        sampler,  # type: ignore[arg-type]
+        run=run,
+        config=cfg.trainer,
+        progress=progress,
+        torch_threads=cfg.torch_threads,
+        evaluator=evaluator,
         select=cfg.select,
     )
 

@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Literal
 
 from pickaxe.algos.configs import A2CConfig, DQNConfig, PPOConfig, RecurrentPPOConfig
 from pickaxe.algos.control_configs import DDPGConfig, SACConfig, TD3Config
+from pickaxe.algos.offline_configs import BCConfig, CQLConfig, IQLConfig, TD3BCConfig, is_offline
 from pickaxe.config_keys import check_field, ranged, validate
 from pickaxe.errors import ConfigError
 from pickaxe.eval.selection import SelectConfig
@@ -110,6 +111,27 @@ class CollectorConfig:
 
     def __post_init__(self) -> None:
         validate(self)
+
+
+@dataclass
+class DataConfig:
+    """Offline runs (bc, td3-bc, iql, cql): the Minari dataset(s) they learn from instead of env steps."""
+
+    dataset: str | None = None
+    """A Minari dataset folder (``pickaxe collect RUN --out DIR`` writes one; one made with Minari works too). Its
+    spaces must be the env's (``--env.id``), which evaluates the policy."""
+    mix: tuple[str, ...] = ()
+    """More datasets whose transitions join --data.dataset's, sampled as one (e.g. medium-expert: --data.dataset
+    EXPERT --data.mix MEDIUM); the first dataset's random/expert references score the run."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.mix, str):
+            self.mix = (self.mix,)
+        validate(self)
+        # absolute, so that a resume, a sweep job or an eval from another folder reads the same files
+        if self.dataset is not None:
+            self.dataset = str(Path(self.dataset).absolute())
+        self.mix = tuple(str(Path(p).absolute()) for p in self.mix)
 
 
 @dataclass
@@ -278,6 +300,10 @@ class TrainConfig(RunConfig):
         "sac": SACConfig,
         "td3": TD3Config,
         "ddpg": DDPGConfig,
+        "bc": BCConfig,
+        "td3-bc": TD3BCConfig,
+        "iql": IQLConfig,
+        "cql": CQLConfig,
     }
 
     algo: Any = field(default_factory=PPOConfig)
@@ -289,6 +315,8 @@ class TrainConfig(RunConfig):
     select: SelectConfig = field(default_factory=SelectConfig)
     """The best-checkpoint rule (``RUN/selection.json``, ``pickaxe eval --checkpoints best``)."""
     dist: DistConfig = field(default_factory=DistConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    """Offline algorithms' datasets (``--data.dataset``)."""
     seed: int = ranged(0, ge=0, lt=2**63)
     device: str = device_field()
     """auto (CUDA when available), cpu, cuda, cuda:N or mps."""
@@ -311,6 +339,7 @@ class TrainConfig(RunConfig):
         from pickaxe.envs.make import check_env_spaces
 
         check_env_spaces(self.env.id, self.env.kwargs, self.algo_name())  # spaces a network and the algo can take
+        self.check_data()
         self.dist.check(llm=False)
         if self.dist.learners > 1 and isinstance(self.algo, DQNConfig):
             raise ConfigError(
@@ -322,6 +351,40 @@ class TrainConfig(RunConfig):
                 f"--dist.workers {self.dist.workers} is more than env.num_envs ({self.env.num_envs}): each worker "
                 f"steps at least one env; use --dist.workers {self.env.num_envs} or more envs"
             )
+
+    def check_data(self) -> None:
+        """Offline algorithms need ``--data.dataset``, whose files verify and whose spaces are the env's, and
+        ``collector.steps`` a multiple of ``algo.batch_size``; online ones take no dataset."""
+        d = self.data
+        if not is_offline(self.algo):
+            if d.dataset is not None or d.mix:
+                raise ConfigError(
+                    f"--data.dataset is for the offline algorithms (bc, td3-bc, iql, cql); {self.algo_name()} learns "
+                    "from the env: drop --data.dataset"
+                )
+            return
+        if d.dataset is None:
+            raise ConfigError(
+                f"{self.algo_name()} learns from a dataset: add --data.dataset DIR (`pickaxe collect RUN --episodes N "
+                "--out DIR` makes one from a run's policy)"
+            )
+        if self.dist.learners > 1 or self.dist.placement != "colocated":
+            raise ConfigError(
+                f"{self.algo_name()} learns from a dataset in one process: drop --dist.learners and --dist.placement"
+            )
+        steps, size = self.collector.steps, self.algo.batch_size
+        if steps % size:
+            raise ConfigError(
+                f"collector.steps ({steps}) must be a multiple of algo.batch_size ({size}): use --collector.steps "
+                f"{max(size, steps // size * size)} or {(steps // size + 1) * size}"
+            )
+        from pickaxe.envs.make import spaces_of
+        from pickaxe.offline.dataset import check_fits, verify
+
+        obs_space, action_space = spaces_of(self.env.id, self.env.kwargs)
+        for path in (d.dataset, *d.mix):
+            verify(path)
+            check_fits(path, obs_space, action_space, self.env.id)
 
 
 def _to_plain(obj: Any) -> Any:

@@ -48,11 +48,27 @@ def reward_terms(cfg: Any) -> list[str] | None:
     return names
 
 
+def offline_metrics(cfg: Any) -> set[str]:
+    """An offline run's extra eval metric: ``eval/normalized_score`` when its dataset records random and expert
+    references (read from the dataset's metadata; a dataset that cannot be read adds nothing here, its own check
+    reports it)."""
+    dataset = getattr(getattr(cfg, "data", None), "dataset", None)
+    if dataset is None:
+        return set()
+    from pickaxe.offline.dataset import DatasetError, read_metadata
+    from pickaxe.offline.scores import references
+
+    try:
+        return {"eval/normalized_score"} if references(read_metadata(dataset)) is not None else set()
+    except DatasetError:
+        return set()
+
+
 def eval_metric_names(cfg: Any) -> tuple[set[str], tuple[str, ...]]:
     """The ``eval/`` metrics the run of ``cfg`` logs at every evaluation: exact names, and prefixes any name under
     which is logged (an agent run's per-term metrics, whose names its tools decide)."""
     if cfg.KIND == "classic":
-        return set(CLASSIC), ()
+        return set(CLASSIC) | offline_metrics(cfg), ()
     algo, name = cfg.algo, cfg.algo_name()
     if name == "rm":
         return set(REWARD_MODEL), ()

@@ -1,0 +1,135 @@
+"""Offline RL on datasets made from pickaxe's own runs: every offline recipe on expert, medium and random datasets
+of CartPole-v1 and Pendulum-v1, over seeds; the figures of docs/offline.md.
+
+For each env: the source run (``cartpole-ppo`` / ``pendulum-sac``, seed 0, trained until it reaches its target),
+then three datasets of it with ``pickaxe collect``: expert (its final policy, deterministic), medium (CartPole:
+``--epsilon 0.5``; Pendulum: ``--noise 0.5``) and random (``--epsilon 1``). Each offline recipe (``cartpole-bc``,
+``cartpole-iql``, ``cartpole-cql``; ``pendulum-bc``, ``pendulum-td3-bc``, ``pendulum-iql``, ``pendulum-cql``) trains
+on each dataset with its recipe budget (2,000 gradient steps of 256 transitions) for each seed; recorded: the final
+evaluation (10 deterministic episodes) and its normalised score against the references ``collect`` stored.
+
+Usage::
+
+    python benchmarks/offline.py --out /tmp/offline-bench --seeds 3
+    python benchmarks/offline.py --envs cartpole --seeds 1      # a quick look
+
+The last line printed is one JSON object with every run's figures; a markdown table is printed before it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from pickaxe.cli import main
+from pickaxe.offline.dataset import read
+from pickaxe.runs.run import read_metrics
+
+ENVS: dict[str, dict[str, Any]] = {
+    "cartpole": {
+        "source": "cartpole-ppo",
+        "datasets": {
+            "expert": ["--episodes", "10"],
+            "medium": ["--episodes", "20", "--epsilon", "0.5"],
+            "random": ["--episodes", "100", "--epsilon", "1"],
+        },
+        "algos": ["bc", "iql", "cql"],
+    },
+    "pendulum": {
+        "source": "pendulum-sac",
+        "datasets": {
+            "expert": ["--episodes", "20"],
+            "medium": ["--episodes", "20", "--noise", "0.5"],
+            "random": ["--episodes", "20", "--epsilon", "1"],
+        },
+        "algos": ["bc", "td3-bc", "iql", "cql"],
+    },
+}
+
+
+def _check(code: int, what: str) -> None:
+    if code != 0:
+        raise SystemExit(f"{what} failed with exit status {code}")
+
+
+def run_env(name: str, out: Path, seeds: int) -> list[dict[str, Any]]:
+    """The source run, its datasets and every offline recipe on each; one record per offline run."""
+    spec = ENVS[name]
+    source = out / name / "source"
+    if not (source / "model.safetensors").exists():
+        _check(main(["train", spec["source"], "--run-dir", str(source), "--no-progress", "--overwrite"]), "source")
+    rows = []
+    for dataset, flags in spec["datasets"].items():
+        path = out / name / f"data-{dataset}"
+        if not path.exists():
+            _check(main(["collect", str(source), *flags, "--out", str(path)]), f"collect {dataset}")
+        data = read(path)
+        behaviour = float(data.episode_returns.mean())
+        for algo in spec["algos"]:
+            for seed in range(seeds):
+                run = out / name / f"{algo}-{dataset}-s{seed}"
+                start = time.perf_counter()
+                if not (run / "model.safetensors").exists():
+                    args = ["train", f"{name}-{algo}", "--data.dataset", str(path), "--seed", str(seed)]
+                    _check(main([*args, "--run-dir", str(run), "--no-progress", "--overwrite"]), str(run))
+                last = [r for r in read_metrics(run) if "eval/return_mean" in r][-1]
+                rows.append(
+                    {
+                        "env": name,
+                        "dataset": dataset,
+                        "algo": algo,
+                        "seed": seed,
+                        "behaviour_return": behaviour,
+                        "transitions": len(data),
+                        "eval_return": last["eval/return_mean"],
+                        "normalized_score": last.get("eval/normalized_score"),
+                        "wall_s": time.perf_counter() - start,
+                    }
+                )
+                print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """Markdown: per env, dataset and algorithm the median final return and normalised score with their range."""
+    lines = [
+        "| env | dataset (transitions, behaviour return) | algorithm | final return, median [min, max] | "
+        "normalised score, median [min, max] | seeds |",
+        "|---|---|---|---|---|---|",
+    ]
+    keys = sorted({(r["env"], r["dataset"], r["algo"]) for r in rows}, key=lambda k: (k[0], k[1], k[2]))
+    for env, dataset, algo in keys:
+        group = [r for r in rows if (r["env"], r["dataset"], r["algo"]) == (env, dataset, algo)]
+        ret = [r["eval_return"] for r in group]
+        score = [r["normalized_score"] for r in group if r["normalized_score"] is not None]
+        first = group[0]
+        what = f"{dataset} ({first['transitions']:,}, {first['behaviour_return']:.1f})"
+        score_text = f"{statistics.median(score):.1f} [{min(score):.1f}, {max(score):.1f}]" if score else "-"
+        lines.append(
+            f"| {env} | {what} | {algo} | {statistics.median(ret):.1f} [{min(ret):.1f}, {max(ret):.1f}] | "
+            f"{score_text} | {len(group)} |"
+        )
+    return "\n".join(lines)
+
+
+def cli() -> None:
+    """Parse the options, run, print the table and the JSON line."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="runs/offline-bench", help="folder of the runs and datasets (reused)")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--envs", default="cartpole,pendulum")
+    args = parser.parse_args()
+    out = Path(args.out)
+    rows: list[dict[str, Any]] = []
+    for name in args.envs.split(","):
+        rows += run_env(name, out, args.seeds)
+    print(table(rows))
+    print(json.dumps({"runs": rows}))
+
+
+if __name__ == "__main__":
+    cli()

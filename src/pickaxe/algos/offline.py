@@ -1,0 +1,146 @@
+"""What every offline algorithm shares (``OfflineAlgorithm``: a batch of dataset transitions cut into minibatches,
+one guarded gradient step each) and behaviour cloning (``BC``) on it.
+
+The batch comes from the dataset sampler (``pickaxe.offline.sampler``), never from a replay buffer: the dataset is
+the replay, so ``update`` only learns. Each algorithm's gradient step is one backward pass and one fused Adam step
+over all its networks (parameter groups with their own learning rates; each loss reaches only its own parameters),
+read once on the host by ``clip_and_step``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from pickaxe.algos.base import Algorithm, clip_and_step
+from pickaxe.algos.core import adam
+from pickaxe.algos.offline_configs import BCConfig
+from pickaxe.algos.offline_core import categorical_nll, gaussian_nll
+from pickaxe.algos.sac import SACPolicy
+from pickaxe.data.batch import Batch
+from pickaxe.models.continuous import ActionScale, CategoricalActor, GaussianActor, box_action_dim
+from pickaxe.models.mlp import single_spaces
+
+
+def split_minibatches(batch: Batch, batch_size: int) -> list[dict[str, torch.Tensor]]:
+    """``batch`` (1-D, or any shape: flattened) cut into consecutive minibatches of ``batch_size`` as plain tensors
+    (a last shorter one is kept)."""
+    flat = batch.reshape(-1)
+    keys = list(flat.keys())
+    parts = {k: flat[k].split(batch_size) for k in keys}
+    return [{k: parts[k][i] for k in keys} for i in range(len(parts[keys[0]]))]
+
+
+class OfflineAlgorithm(Algorithm):
+    """An algorithm that learns from dataset batches: subclasses set ``learned`` (every trained parameter, one
+    module), ``optimizer``, ``prefix`` and ``metric_names``, and define ``losses(mb) -> (total, stats)`` (``stats``:
+    one value per metric name) and, optionally, ``after_step`` (target updates) and ``set_learning_rates``."""
+
+    prefix = "offline"
+    metric_names: tuple[str, ...] = ()
+    learned: nn.Module
+    optimizer: torch.optim.Optimizer
+    num_updates = 0
+
+    def losses(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(loss to minimise, detached stats [len(metric_names)])`` of one minibatch."""
+        raise NotImplementedError
+
+    def after_step(self) -> None:
+        """After every gradient step (targets' Polyak updates)."""
+
+    def set_learning_rates(self) -> None:
+        """Read the learning rates afresh (``pickaxe set``); the default sets every group to ``config.lr``."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.config.lr
+
+    def update(self, batch: Batch) -> dict[str, float]:
+        """One gradient step per ``batch_size`` transitions of ``batch``; metrics are means over the steps."""
+        cfg = self.config
+        self.set_learning_rates()
+        max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else math.inf
+        sums, steps = np.zeros(len(self.metric_names) + 1), 0
+        for mb in split_minibatches(batch, cfg.batch_size):
+            total, stats = self.losses(mb)
+            self.optimizer.zero_grad(set_to_none=True)
+            total.backward()
+            sums += clip_and_step(self.learned, self.optimizer, max_norm, sums=stats, name=f"{self.prefix} loss")
+            self.after_step()
+            self.num_updates += 1
+            steps += 1
+        names = (f"{self.prefix}/grad_norm", *self.metric_names)
+        return {k: float(v) for k, v in zip(names, sums / max(steps, 1), strict=True)}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every network, the optimizer and the update counter."""
+        return {
+            **{name: net.state_dict() for name, net in self.networks().items()},
+            "learned": self.learned.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "num_updates": self.num_updates,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+        for name, net in self.networks().items():
+            net.load_state_dict(state[name])
+        self.learned.load_state_dict(state["learned"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.num_updates = int(state["num_updates"])
+
+
+class BC(OfflineAlgorithm):
+    """Behaviour cloning: the policy maximises the likelihood of the dataset's actions (categorical on Discrete,
+    Gaussian with a tanh mean on Box, in the normalised box ``[-1, 1]^A``)."""
+
+    prefix = "bc"
+
+    def __init__(self, actor: nn.Module, action_space: gym.Space, config: BCConfig | None = None) -> None:
+        self.config = cfg = config or BCConfig()
+        self.policy = SACPolicy(actor, action_space)
+        self.discrete = self.policy.discrete
+        self.metric_names = ("loss/policy", "bc/accuracy" if self.discrete else "bc/mean_sq_error")
+        self.actor = actor
+        self.learned = actor
+        self.policy.to(next(actor.parameters()).device)
+        self.optimizer = adam(list(actor.parameters()), lr=cfg.lr)
+
+    def losses(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Negative log-likelihood; the second stat is the greedy accuracy (Discrete) or the mean's squared error
+        (Box)."""
+        if self.discrete:
+            logprobs = self.actor(mb["obs"])
+            loss = categorical_nll(logprobs, mb["action"])
+            fit = (logprobs.argmax(-1) == mb["action"].long()).float().mean()
+        else:
+            assert self.policy.scale is not None
+            mean, log_std = self.actor(mb["obs"])
+            a = self.policy.scale.to_unit(mb["action"])
+            loss = gaussian_nll(mean, log_std, a)
+            fit = (mean - a).pow(2).mean()
+        return loss, torch.stack([loss, fit]).detach()
+
+    def networks(self) -> dict[str, nn.Module]:
+        """The actor (what acts)."""
+        return {"actor": self.actor}
+
+
+def actor_for(obs_space: gym.Space, action_space: gym.Space, model: Any) -> nn.Module:
+    """A likelihood policy for ``action_space``: ``CategoricalActor`` (Discrete) or ``GaussianActor`` (Box, bounded)."""
+    hidden, activation = tuple(model.hidden), model.activation
+    if isinstance(action_space, gym.spaces.Discrete):
+        return CategoricalActor(obs_space, int(action_space.n), hidden, activation)
+    dim = box_action_dim(action_space)
+    ActionScale(action_space)  # refuses unbounded Boxes before anything is built
+    return GaussianActor(obs_space, dim, hidden, activation)
+
+
+def build_bc(config: BCConfig, envs: Any, model: Any, device: torch.device, seed: int) -> BC:
+    """Behaviour cloning sized from ``envs``' spaces (or a dataset sampler's) with ``model``'s hidden sizes."""
+    obs_space, action_space = single_spaces(envs)
+    return BC(actor_for(obs_space, action_space, model).to(device), action_space, config)

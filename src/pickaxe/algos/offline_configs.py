@@ -1,0 +1,150 @@
+"""Configs of the offline algorithms: behaviour cloning, TD3+BC, IQL and CQL. Torch-free like every config.
+
+Offline runs learn from a dataset (``--data.dataset DIR``) instead of env steps: the Trainer's ``collector.steps``
+transitions per iteration come from the dataset sampler, and each algorithm cuts them into minibatches of
+``batch_size``, one gradient step each; ``trainer.total_steps`` counts transitions sampled, so a run takes
+``total_steps / batch_size`` gradient steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from pickaxe.config_keys import ranged, validate
+from pickaxe.errors import ConfigError
+
+OFFLINE_MUTABLE = ("lr", "critic_lr", "max_grad_norm")
+"""What every offline config lets ``pickaxe set`` change while a run trains."""
+
+
+@dataclass
+class BCConfig:
+    """Behaviour cloning: maximum likelihood of the dataset's actions (a categorical policy on Discrete actions, a
+    Gaussian with a tanh mean and a learned state-independent std on Box actions)."""
+
+    offline: ClassVar[bool] = True
+    mutable: ClassVar[tuple[str, ...]] = ("lr", "max_grad_norm")
+    """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""
+
+    lr: float = ranged(1e-3, gt=0, le=10)
+    batch_size: int = ranged(256, ge=1)
+    """Transitions per gradient step (``collector.steps`` must be a multiple)."""
+    max_grad_norm: float | None = ranged(None, gt=0)
+    """Clip the gradient norm (None: no clipping)."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+@dataclass
+class TD3BCConfig:
+    """TD3+BC (Fujimoto & Gu 2021): TD3 whose actor loss adds a behaviour-cloning term, ``-lambda Q(s, pi(s)) +
+    (pi(s) - a)^2`` with ``lambda = alpha / mean|Q|``; Box actions."""
+
+    offline: ClassVar[bool] = True
+    mutable: ClassVar[tuple[str, ...]] = OFFLINE_MUTABLE
+    """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""
+
+    lr: float = ranged(3e-4, gt=0, le=10)
+    """Learning rate of the actor."""
+    critic_lr: float | None = ranged(None, gt=0, le=10)
+    """Learning rate of the critics (None: ``lr``)."""
+    gamma: float = ranged(0.99, ge=0, le=1)
+    tau: float = ranged(0.005, gt=0, le=1)
+    """Polyak rate of the target actor and critics, applied at every actor update."""
+    batch_size: int = ranged(256, ge=1)
+    """Transitions per gradient step (``collector.steps`` must be a multiple)."""
+    policy_delay: int = ranged(2, ge=1, le=1_000)
+    target_noise: float = ranged(0.2, ge=0, le=10)
+    target_noise_clip: float = ranged(0.5, ge=0, le=10)
+    alpha: float = ranged(2.5, ge=0, le=1e6)
+    """Weight of the Q term against the behaviour-cloning term (the paper's 2.5; 0 is pure BC)."""
+    max_grad_norm: float | None = ranged(None, gt=0)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+@dataclass
+class IQLConfig:
+    """Implicit Q-learning (Kostrikov et al. 2021): a state value fitted to an upper expectile of the target Q, Q
+    fitted to ``r + gamma V(s')`` (never querying unseen actions) and the policy extracted by advantage-weighted
+    regression; Box and Discrete actions."""
+
+    summary: ClassVar[str] = (
+        "Implicit Q-learning (Kostrikov 2021): V fits an upper expectile of Q, Q fits r + gamma V(s'), the policy is "
+        "advantage-weighted regression; Box and Discrete actions"
+    )
+    offline: ClassVar[bool] = True
+    mutable: ClassVar[tuple[str, ...]] = OFFLINE_MUTABLE
+    """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""
+
+    lr: float = ranged(3e-4, gt=0, le=10)
+    """Learning rate of the policy and the value."""
+    critic_lr: float | None = ranged(None, gt=0, le=10)
+    """Learning rate of the Q critics (None: ``lr``)."""
+    gamma: float = ranged(0.99, ge=0, le=1)
+    tau: float = ranged(0.005, gt=0, le=1)
+    """Polyak rate of the target critics."""
+    batch_size: int = ranged(256, ge=1)
+    """Transitions per gradient step (``collector.steps`` must be a multiple)."""
+    expectile: float = ranged(0.7, gt=0, lt=1)
+    """The expectile of Q that V fits (0.5: the mean, i.e. SARSA; towards 1: the max over the data's actions)."""
+    beta: float = ranged(3.0, ge=0, le=1e4)
+    """Inverse temperature of the advantage weights ``exp(beta * A)`` (0: behaviour cloning)."""
+    max_weight: float = ranged(100.0, gt=0, le=1e9)
+    """Advantage weights are clipped to this."""
+    max_grad_norm: float | None = ranged(None, gt=0)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+@dataclass
+class CQLConfig:
+    """Conservative Q-learning (Kumar et al. 2020): a penalty ``logsumexp_a Q(s, a) - Q(s, a_data)`` that pushes
+    down the values of actions the data does not take. Box actions: on SAC (CQL(H), the log-sum-exp estimated from
+    uniform and policy samples); Discrete: on DQN."""
+
+    summary: ClassVar[str] = (
+        "Conservative Q-learning (Kumar 2020): the critic loss adds logsumexp_a Q(s, a) - Q(s, a_data); on SAC for Box "
+        "actions, on DQN for Discrete ones"
+    )
+    offline: ClassVar[bool] = True
+    mutable: ClassVar[tuple[str, ...]] = (*OFFLINE_MUTABLE, "cql_alpha")
+    """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""
+
+    lr: float = ranged(3e-4, gt=0, le=10)
+    """Learning rate of the actor and the temperature (Box), of the Q-network (Discrete)."""
+    critic_lr: float | None = ranged(None, gt=0, le=10)
+    """Learning rate of the critics on Box actions (None: ``lr``)."""
+    gamma: float = ranged(0.99, ge=0, le=1)
+    tau: float = ranged(0.005, gt=0, le=1)
+    """Polyak rate of the target critics (Q-network)."""
+    batch_size: int = ranged(256, ge=1)
+    """Transitions per gradient step (``collector.steps`` must be a multiple)."""
+    cql_alpha: float = ranged(1.0, ge=0, le=1e6)
+    """Weight of the conservative penalty (0: plain SAC / DQN on the dataset)."""
+    action_samples: int = ranged(10, ge=1, le=1_000)
+    """Box actions: uniform and policy samples per state for the log-sum-exp estimate."""
+    alpha: float | Literal["auto"] = "auto"
+    """Box actions: SAC's entropy temperature (``auto``: learned towards ``-|A|``)."""
+    alpha_init: float = ranged(1.0, gt=0, le=1e6)
+    log_std_min: float = ranged(-5.0, ge=-20, le=0)
+    log_std_max: float = ranged(2.0, ge=0, le=20)
+    max_grad_norm: float | None = ranged(None, gt=0)
+
+    def __post_init__(self) -> None:
+        validate(self)
+        if self.alpha != "auto" and not (isinstance(self.alpha, int | float) and 0 < self.alpha < 1e6):
+            raise ConfigError(f"algo.alpha must be 'auto' or a number > 0, got {self.alpha!r}")
+
+
+OFFLINE_CONFIGS = (BCConfig, TD3BCConfig, IQLConfig, CQLConfig)
+"""Every offline algorithm's config type (an ``offline`` class attribute marks each)."""
+
+
+def is_offline(algo: object) -> bool:
+    """Whether ``algo`` (a config) configures an offline algorithm, one that learns from ``--data.dataset``."""
+    return bool(getattr(type(algo), "offline", False))

@@ -1,0 +1,74 @@
+"""Pure loss functions of the offline algorithms (behaviour cloning, TD3+BC, IQL, CQL), each a function of tensors
+with a known answer on hand-computed cases (tests/test_offline_losses.py)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def gaussian_logprob(mean: torch.Tensor, log_std: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    """``log N(action; mean, exp(log_std)^2)`` summed over the last axis, ``[B]``."""
+    z = (action - mean) * torch.exp(-log_std)
+    return (-0.5 * z.pow(2) - log_std - _LOG_SQRT_2PI).sum(-1)
+
+
+def categorical_nll(logprobs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    """Behaviour cloning on Discrete actions: ``-mean log pi(a|s)``; ``logprobs``: ``[B, n]``, ``action``: ``[B]``."""
+    return -logprobs.gather(-1, action.long().reshape(-1, 1)).mean()
+
+
+def gaussian_nll(mean: torch.Tensor, log_std: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    """Behaviour cloning on Box actions: ``-mean log N(a; mean, std)`` (``[B, A]`` each; ``log_std`` broadcasts)."""
+    return -gaussian_logprob(mean, log_std, action).mean()
+
+
+def td3_bc_actor_loss(q: torch.Tensor, policy_action: torch.Tensor, data_action: torch.Tensor, alpha: float):
+    """TD3+BC's actor loss ``-lambda mean Q(s, pi(s)) + mean (pi(s) - a)^2`` with ``lambda = alpha / mean|Q|``
+    (the normaliser a constant: no gradient through it); ``q``: ``[B]``, actions ``[B, A]``. Returns ``(loss,
+    lambda)``."""
+    lam = alpha / q.abs().mean().detach().clamp_min(1e-8)
+    return -lam * q.mean() + (policy_action - data_action).pow(2).mean(), lam
+
+
+def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
+    """IQL's asymmetric square ``mean |tau - 1(diff < 0)| diff^2`` of ``diff = Q - V``: with ``tau`` > 0.5 positive
+    errors (V below Q) weigh more, so V fits an upper expectile of Q."""
+    weight = torch.where(diff < 0, 1.0 - expectile, expectile)
+    return (weight * diff.pow(2)).mean()
+
+
+def advantage_weights(advantage: torch.Tensor, beta: float, max_weight: float) -> torch.Tensor:
+    """IQL's policy-extraction weights ``min(exp(beta * A), max_weight)`` (constants to the policy loss)."""
+    return torch.exp(beta * advantage.detach()).clamp(max=max_weight)
+
+
+def weighted_nll(logprob: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Advantage-weighted regression: ``-mean w log pi(a|s)`` over the dataset's actions."""
+    return -(weights.detach() * logprob).mean()
+
+
+def cql_discrete_penalty(q_all: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    """CQL's penalty on Discrete actions, ``mean_s (logsumexp_a Q(s, a) - Q(s, a_data))``; ``q_all``: ``[B, n]``."""
+    q_data = q_all.gather(-1, action.long().reshape(-1, 1)).squeeze(-1)
+    return (torch.logsumexp(q_all, dim=-1) - q_data).mean()
+
+
+def cql_continuous_penalty(
+    q_random: torch.Tensor,
+    q_policy: torch.Tensor,
+    logp_policy: torch.Tensor,
+    q_data: torch.Tensor,
+    action_dim: int,
+) -> torch.Tensor:
+    """CQL(H)'s penalty on Box actions per critic, ``mean_s (logsumexp_a Q(s, a) - Q(s, a_data))``, the log-sum-exp
+    over actions estimated by importance sampling from ``N`` uniform samples in ``[-1, 1]^A`` (density ``2^-A``) and
+    ``M`` policy samples (densities ``exp(logp_policy)``): ``logsumexp([Q_rand + A log 2, Q_pi - logp_pi]) -
+    log(N + M)``. Shapes: ``q_random`` ``[C, N, B]``, ``q_policy`` and ``logp_policy`` ``[C, M, B]`` (logp broadcast
+    over critics), ``q_data`` ``[C, B]``. Returns ``[C]``: one penalty per critic."""
+    n = q_random.shape[1] + q_policy.shape[1]
+    stacked = torch.cat([q_random + action_dim * math.log(2.0), q_policy - logp_policy], dim=1)
+    return (torch.logsumexp(stacked, dim=1) - math.log(n) - q_data).mean(-1)

@@ -1,0 +1,71 @@
+"""Offline-RL recipes: behaviour cloning, TD3+BC, IQL and CQL on CartPole and Pendulum datasets (torch-free).
+
+Each needs ``--data.dataset DIR``: a dataset ``pickaxe collect`` made from one of pickaxe's own runs (expert: the
+run's final policy; medium: ``--epsilon``/``--noise`` or an earlier step; random: ``--epsilon 1``), or any Minari
+dataset of the same env. ``trainer.total_steps`` counts transitions sampled: ``total_steps / algo.batch_size``
+gradient steps. ``benchmarks/offline.py`` makes the datasets and measures these recipes over seeds (docs/offline.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pickaxe.algos.offline_configs import BCConfig, CQLConfig, IQLConfig, TD3BCConfig
+from pickaxe.recipes.recipe import Recipe
+from pickaxe.train.config import CollectorConfig, EnvConfig, ModelConfig, TrainConfig, TrainerConfig
+
+
+def _offline(recipe: str, algo: Any, env_id: str, gradient_steps: int, evals: int = 5) -> TrainConfig:
+    """An offline run on ``env_id``'s dataset: 8 gradient steps of 256 transitions per iteration, ``gradient_steps``
+    in all, ``evals`` evaluations of 10 episodes."""
+    total = gradient_steps * 256
+    return TrainConfig(
+        recipe=recipe,
+        algo=algo,
+        env=EnvConfig(id=env_id, num_envs=1, eval_envs=10),
+        model=ModelConfig(hidden=(64, 64), activation="relu"),
+        collector=CollectorConfig(steps=2048),
+        trainer=TrainerConfig(total_steps=total, eval_every=total // evals, eval_episodes=10),
+    )
+
+
+OFFLINE_RECIPES: dict[str, Recipe] = {
+    r.name: r
+    for r in (
+        Recipe(
+            "cartpole-bc",
+            "Behaviour cloning on a CartPole-v1 dataset (--data.dataset DIR; pickaxe collect makes one)",
+            lambda: _offline("cartpole-bc", BCConfig(lr=1e-3), "CartPole-v1", 2_000),
+        ),
+        Recipe(
+            "cartpole-iql",
+            "IQL (expectile value, advantage-weighted policy) on a CartPole-v1 dataset (--data.dataset DIR)",
+            lambda: _offline("cartpole-iql", IQLConfig(lr=1e-3), "CartPole-v1", 2_000),
+        ),
+        Recipe(
+            "cartpole-cql",
+            "Discrete CQL on DQN on a CartPole-v1 dataset (--data.dataset DIR)",
+            lambda: _offline("cartpole-cql", CQLConfig(lr=1e-3), "CartPole-v1", 2_000),
+        ),
+        Recipe(
+            "pendulum-bc",
+            "Behaviour cloning (Gaussian policy) on a Pendulum-v1 dataset (--data.dataset DIR)",
+            lambda: _offline("pendulum-bc", BCConfig(lr=1e-3), "Pendulum-v1", 2_000),
+        ),
+        Recipe(
+            "pendulum-td3-bc",
+            "TD3+BC on a Pendulum-v1 dataset (--data.dataset DIR)",
+            lambda: _offline("pendulum-td3-bc", TD3BCConfig(lr=1e-3), "Pendulum-v1", 2_000),
+        ),
+        Recipe(
+            "pendulum-iql",
+            "IQL on a Pendulum-v1 dataset (--data.dataset DIR)",
+            lambda: _offline("pendulum-iql", IQLConfig(lr=1e-3), "Pendulum-v1", 2_000),
+        ),
+        Recipe(
+            "pendulum-cql",
+            "CQL(H) on SAC on a Pendulum-v1 dataset (--data.dataset DIR)",
+            lambda: _offline("pendulum-cql", CQLConfig(lr=1e-3), "Pendulum-v1", 2_000),
+        ),
+    )
+}
