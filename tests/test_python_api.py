@@ -329,3 +329,24 @@ def test_own_tools_are_recorded_by_name_and_found_again() -> None:
         configure("calc-agent-grpo", tools=[len])
     with pytest.raises(ConfigError, match=r"unknown tool 'echoo'; choose from calculator, lookup, python, echo"):
         configure("calc-agent-grpo", tools=[Echo()], **{"agent.tools": ("echoo",)}).check_more()
+
+
+def test_a_recurrent_policy_acts_with_its_memory_and_reproduces_its_evaluation(tmp_path: Path) -> None:
+    """A recurrent policy loaded from its folder carries its LSTM state from ``act`` to ``act`` within an episode
+    (``play`` resets it between episodes) and gives the run's logged evaluation and the vectorised evaluation."""
+    overrides = {"trainer.total_steps": 1024, "trainer.eval_every": 512, "trainer.eval_episodes": 2}
+    run = px.train("memory-recurrent-ppo", tmp_path / "r", device="cpu", **{"env.eval_envs": 2}, **overrides)
+    logged = _evals(run.path)
+    final = px.load(run.path, "final")
+    assert final.evaluate().mean_return == logged[max(logged)]
+    from pickaxe.envs.make import make
+    from pickaxe.train.evaluate import evaluate
+
+    returns, _ = evaluate(final.module, make(final.config.env.id, 1, 7, evaluation=True), 1)
+    assert final.play(episodes=1, seed=7).returns.tolist() == returns.tolist()
+    obs = np.zeros(final.observation_space.shape, dtype=np.float32)
+    final.reset()
+    first = final.act(obs)
+    assert final._state is not None  # the memory after one step is kept for the next
+    final.reset()
+    assert final.act(obs) == first  # reset: the same first step again
