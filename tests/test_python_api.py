@@ -8,6 +8,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -350,3 +351,48 @@ def test_a_recurrent_policy_acts_with_its_memory_and_reproduces_its_evaluation(t
     assert final._state is not None  # the memory after one step is kept for the next
     final.reset()
     assert final.act(obs) == first  # reset: the same first step again
+
+
+PREFERENCE_RUN = """
+import sys
+sys.path.insert(0, {tests!r})
+import pickaxe as px
+from test_python_api import digit_share
+px.train({recipe!r}, {run!r}, rewards=[digit_share] if {reward} else None, **{overrides!r})
+"""
+
+
+@pytest.mark.parametrize("recipe", ["synthetic-dpo", "synthetic-rm"])
+def test_preference_runs_from_python_resume_exactly_and_export(tmp_path: Path, recipe: str) -> None:
+    """DPO and a reward model trained from Python on a user's preference file and local model (DPO evaluated with
+    a Python reward): SIGKILLed after an update and resumed with ``pickaxe.resume``, each ends with the metrics and
+    weights of the run that was never stopped, and exports."""
+    from safetensors.torch import load_file
+
+    from pickaxe.models.export import verify_export
+
+    model, _, heldout = _llm_inputs(tmp_path)
+    rng = random.Random(1)
+    with open(tmp_path / "pairs.jsonl", "w") as f:
+        for _ in range(64):
+            a, b = rng.randint(0, 9), rng.randint(0, 9)
+            wrong = str(a + b + rng.choice([-2, -1, 1, 2]))
+            f.write(json.dumps({"prompt": f"{a}+{b}=", "chosen": str(a + b), "rejected": wrong}) + "\n")
+    overrides = {"model.path": str(model), "warm_start.updates": 0, "data.gold": None, "device": "cpu",
+                 "preferences.path": str(tmp_path / "pairs.jsonl"), "trainer.total_steps": 96,
+                 "trainer.eval_every": 32, "collector.prompts": 16, "algo.lr": 1e-3}  # fmt: skip
+    dpo = recipe == "synthetic-dpo"
+    if dpo:
+        overrides.update({"data.path": str(heldout), "eval.prompts": 8, "eval.samples": 0})
+    full = px.train(recipe, tmp_path / "full", rewards=[digit_share] if dpo else None, **overrides)
+    script = PREFERENCE_RUN.format(tests=str(Path(__file__).parent), recipe=recipe, run=str(tmp_path / "cut"),
+                                   reward=dpo, overrides=overrides)  # fmt: skip
+    env = {**os.environ, "PICKAXE_FAULT": "iteration:2"}
+    killed = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    resumed = px.resume(tmp_path / "cut")  # digit_share is found again by its recorded path
+    assert resumed.steps == full.steps == 96 and resumed.final == full.final
+    assert read_metrics(tmp_path / "full", deterministic=True) == read_metrics(tmp_path / "cut", deterministic=True)
+    a, b = (load_file(str(tmp_path / n / "model.safetensors")) for n in ("full", "cut"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert verify_export(tmp_path / "cut" / "export", "export") is not None
