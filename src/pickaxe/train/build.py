@@ -44,6 +44,9 @@ ALGORITHMS: dict[str, str] = {
     "sac": "pickaxe.algos.sac:build_sac",
     "td3": "pickaxe.algos.td3:build_td3",
     "ddpg": "pickaxe.algos.td3:build_ddpg",
+    "reinforce": "pickaxe.algos.reinforce:build_reinforce",
+    "npg": "pickaxe.algos.trpo:build_npg",
+    "trpo": "pickaxe.algos.trpo:build_trpo",
 }
 """Classic algorithm name (``TrainConfig.ALGOS``) -> ``module:function`` building it, imported on use. Each builder
 takes ``(algo config, envs, model config, device, seed)`` and sizes its networks from the envs' spaces; adding an

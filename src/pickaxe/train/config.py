@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Literal
 
 from pickaxe.algos.configs import A2CConfig, DQNConfig, PPOConfig, RecurrentPPOConfig
 from pickaxe.algos.control_configs import DDPGConfig, SACConfig, TD3Config
+from pickaxe.algos.extra_configs import NPGConfig, ReinforceConfig, TRPOConfig
 from pickaxe.config_keys import check_field, ranged, validate
 from pickaxe.errors import ConfigError
 from pickaxe.eval.selection import SelectConfig
@@ -272,6 +273,9 @@ class TrainConfig(RunConfig):
         "sac": SACConfig,
         "td3": TD3Config,
         "ddpg": DDPGConfig,
+        "reinforce": ReinforceConfig,
+        "npg": NPGConfig,
+        "trpo": TRPOConfig,
     }
 
     algo: Any = field(default_factory=PPOConfig)

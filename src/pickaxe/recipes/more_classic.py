@@ -1,0 +1,60 @@
+"""Recipes of the rest of the classic algorithm list (REINFORCE, NPG, TRPO, REDQ, IQN, FQF, branching DQN);
+torch-free, like every config. ``pickaxe.recipes.classic`` lists them with the others."""
+
+from __future__ import annotations
+
+from pickaxe.algos.extra_configs import NPGConfig, ReinforceConfig, TRPOConfig
+from pickaxe.recipes.recipe import Recipe
+from pickaxe.train.config import CollectorConfig, EnvConfig, ModelConfig, TrainConfig, TrainerConfig
+
+
+def _cartpole_on_policy(recipe: str, algo: ReinforceConfig | NPGConfig, steps: int) -> TrainConfig:
+    """CartPole-v1 with 8 envs, tanh 64x64 networks, ``steps`` env steps per update, stopping at eval >= 475."""
+    return TrainConfig(
+        recipe=recipe,
+        algo=algo,
+        env=EnvConfig(id="CartPole-v1", num_envs=8, vectorization="auto"),
+        model=ModelConfig(hidden=(64, 64), activation="tanh"),
+        collector=CollectorConfig(steps=steps),
+        trainer=TrainerConfig(total_steps=100_000, eval_every=4_096, target_return=475.0),
+    )
+
+
+def _cartpole_reinforce() -> TrainConfig:
+    return _cartpole_on_policy(
+        "cartpole-reinforce", ReinforceConfig(lr=3e-3, gamma=0.99, baseline=True, normalize_obs=True), 1024
+    )
+
+
+def _cartpole_npg() -> TrainConfig:
+    return _cartpole_on_policy(
+        "cartpole-npg", NPGConfig(max_kl=0.01, gamma=0.99, gae_lambda=0.95, critic_lr=3e-3, normalize_obs=True), 1024
+    )
+
+
+def _cartpole_trpo() -> TrainConfig:
+    return _cartpole_on_policy(
+        "cartpole-trpo", TRPOConfig(max_kl=0.02, gamma=0.99, gae_lambda=0.95, critic_lr=3e-3, normalize_obs=True), 1024
+    )
+
+
+MORE_CLASSIC_RECIPES: dict[str, Recipe] = {
+    r.name: r
+    for r in (
+        Recipe(
+            "cartpole-reinforce",
+            "REINFORCE with a learned baseline on CartPole-v1; stops when solved (eval >= 475)",
+            _cartpole_reinforce,
+        ),
+        Recipe(
+            "cartpole-npg",
+            "Natural policy gradient (conjugate gradient, KL-sized step) on CartPole-v1; stops when solved (>= 475)",
+            _cartpole_npg,
+        ),
+        Recipe(
+            "cartpole-trpo",
+            "TRPO (natural gradient, line search on the KL bound) on CartPole-v1; stops when solved (eval >= 475)",
+            _cartpole_trpo,
+        ),
+    )
+}
