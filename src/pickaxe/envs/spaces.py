@@ -39,6 +39,7 @@ ACTION_SPACES: dict[str, tuple[str, ...]] = {
     "ddpg": ("Box",),
     "td3": ("Box",),
     "sac": ("Box", "Discrete"),
+    "redq": ("Box",),
 }
 """Algorithm name -> the action spaces it takes, where that is fewer than ``ACTOR_CRITIC_ACTIONS``."""
 _ALTERNATIVES = {"Discrete": "ppo or dqn", "Box": "ppo or sac", "MultiDiscrete": "ppo", "MultiBinary": "ppo"}

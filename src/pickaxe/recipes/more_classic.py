@@ -3,7 +3,12 @@ torch-free, like every config. ``pickaxe.recipes.classic`` lists them with the o
 
 from __future__ import annotations
 
-from pickaxe.algos.extra_configs import NPGConfig, ReinforceConfig, TRPOConfig
+from pickaxe.algos.extra_configs import (
+    NPGConfig,
+    REDQConfig,
+    ReinforceConfig,
+    TRPOConfig,
+)
 from pickaxe.recipes.recipe import Recipe
 from pickaxe.train.config import CollectorConfig, EnvConfig, ModelConfig, TrainConfig, TrainerConfig
 
@@ -38,6 +43,22 @@ def _cartpole_trpo() -> TrainConfig:
     )
 
 
+def _pendulum_redq() -> TrainConfig:
+    # pendulum-sac's setting (4 envs, 32-step collects, 64x64 relu nets, stop at -250) with REDQ's ensemble of 10
+    # critics, targets from a random pair of them, and twice pendulum-sac's gradient steps per env step.
+    return TrainConfig(
+        recipe="pendulum-redq",
+        algo=REDQConfig(
+            lr=3e-3, gamma=0.99, tau=0.02, buffer_size=100_000, batch_size=256, learning_starts=500,
+            gradient_steps=32, ensemble_size=10, subset_size=2, actor_delay=1,
+        ),
+        env=EnvConfig(id="Pendulum-v1", num_envs=4),
+        model=ModelConfig(hidden=(64, 64), activation="relu"),
+        collector=CollectorConfig(steps=32),
+        trainer=TrainerConfig(total_steps=20_000, eval_every=1_000, target_return=-250.0),
+    )  # fmt: skip
+
+
 MORE_CLASSIC_RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
@@ -55,6 +76,11 @@ MORE_CLASSIC_RECIPES: dict[str, Recipe] = {
             "cartpole-trpo",
             "TRPO (natural gradient, line search on the KL bound) on CartPole-v1; stops when solved (eval >= 475)",
             _cartpole_trpo,
+        ),
+        Recipe(
+            "pendulum-redq",
+            "REDQ (10 critics, min over a random pair) on Pendulum-v1; stops when solved (eval >= -250)",
+            _pendulum_redq,
         ),
     )
 }

@@ -12,7 +12,12 @@ from typing import Any, ClassVar, Literal
 
 from pickaxe.algos.configs import A2CConfig, DQNConfig, PPOConfig, RecurrentPPOConfig
 from pickaxe.algos.control_configs import DDPGConfig, SACConfig, TD3Config
-from pickaxe.algos.extra_configs import NPGConfig, ReinforceConfig, TRPOConfig
+from pickaxe.algos.extra_configs import (
+    NPGConfig,
+    REDQConfig,
+    ReinforceConfig,
+    TRPOConfig,
+)
 from pickaxe.config_keys import check_field, ranged, validate
 from pickaxe.errors import ConfigError
 from pickaxe.eval.selection import SelectConfig
@@ -276,6 +281,7 @@ class TrainConfig(RunConfig):
         "reinforce": ReinforceConfig,
         "npg": NPGConfig,
         "trpo": TRPOConfig,
+        "redq": REDQConfig,
     }
 
     algo: Any = field(default_factory=PPOConfig)
