@@ -40,6 +40,7 @@ ACTION_SPACES: dict[str, tuple[str, ...]] = {
     "td3": ("Box",),
     "sac": ("Box", "Discrete"),
     "redq": ("Box",),
+    "bdq": ("MultiDiscrete",),
 }
 """Algorithm name -> the action spaces it takes, where that is fewer than ``ACTOR_CRITIC_ACTIONS``."""
 _ALTERNATIVES = {"Discrete": "ppo or dqn", "Box": "ppo or sac", "MultiDiscrete": "ppo", "MultiBinary": "ppo"}

@@ -4,6 +4,7 @@ torch-free, like every config. ``pickaxe.recipes.classic`` lists them with the o
 from __future__ import annotations
 
 from pickaxe.algos.extra_configs import (
+    BranchingDQNConfig,
     NPGConfig,
     REDQConfig,
     ReinforceConfig,
@@ -59,6 +60,20 @@ def _pendulum_redq() -> TrainConfig:
     )  # fmt: skip
 
 
+def _pendulum_bdq() -> TrainConfig:
+    return TrainConfig(
+        recipe="pendulum-bdq",
+        algo=BranchingDQNConfig(
+            lr=1e-3, gamma=0.99, buffer_size=100_000, batch_size=128, learning_starts=1_000, gradient_steps=16,
+            target_update_every=100, eps_start=1.0, eps_end=0.05, eps_fraction=0.2,
+        ),
+        env=EnvConfig(id="pickaxe/Discretized-v0", num_envs=4, kwargs={"task": "Pendulum-v1", "bins": 11}),
+        model=ModelConfig(hidden=(64, 64), activation="relu"),
+        collector=CollectorConfig(steps=32),
+        trainer=TrainerConfig(total_steps=30_000, eval_every=2_000, target_return=-250.0),
+    )  # fmt: skip
+
+
 MORE_CLASSIC_RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
@@ -81,6 +96,11 @@ MORE_CLASSIC_RECIPES: dict[str, Recipe] = {
             "pendulum-redq",
             "REDQ (10 critics, min over a random pair) on Pendulum-v1; stops when solved (eval >= -250)",
             _pendulum_redq,
+        ),
+        Recipe(
+            "pendulum-bdq",
+            "Branching DQN on Pendulum-v1 with MultiDiscrete (binned) actions; stops when solved (eval >= -250)",
+            _pendulum_bdq,
         ),
     )
 }

@@ -48,6 +48,7 @@ ALGORITHMS: dict[str, str] = {
     "npg": "pickaxe.algos.trpo:build_npg",
     "trpo": "pickaxe.algos.trpo:build_trpo",
     "redq": "pickaxe.algos.redq:build_redq",
+    "bdq": "pickaxe.algos.bdq:build_bdq",
 }
 """Classic algorithm name (``TrainConfig.ALGOS``) -> ``module:function`` building it, imported on use. Each builder
 takes ``(algo config, envs, model config, device, seed)`` and sizes its networks from the envs' spaces; adding an

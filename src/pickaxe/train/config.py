@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal
 from pickaxe.algos.configs import A2CConfig, DQNConfig, PPOConfig, RecurrentPPOConfig
 from pickaxe.algos.control_configs import DDPGConfig, SACConfig, TD3Config
 from pickaxe.algos.extra_configs import (
+    BranchingDQNConfig,
     NPGConfig,
     REDQConfig,
     ReinforceConfig,
@@ -282,6 +283,7 @@ class TrainConfig(RunConfig):
         "npg": NPGConfig,
         "trpo": TRPOConfig,
         "redq": REDQConfig,
+        "bdq": BranchingDQNConfig,
     }
 
     algo: Any = field(default_factory=PPOConfig)
