@@ -40,6 +40,8 @@ ACTION_SPACES: dict[str, tuple[str, ...]] = {
     "td3": ("Box",),
     "sac": ("Box", "Discrete"),
     "redq": ("Box",),
+    "iqn": ("Discrete",),
+    "fqf": ("Discrete",),
     "bdq": ("MultiDiscrete",),
 }
 """Algorithm name -> the action spaces it takes, where that is fewer than ``ACTOR_CRITIC_ACTIONS``."""

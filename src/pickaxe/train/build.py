@@ -48,6 +48,8 @@ ALGORITHMS: dict[str, str] = {
     "npg": "pickaxe.algos.trpo:build_npg",
     "trpo": "pickaxe.algos.trpo:build_trpo",
     "redq": "pickaxe.algos.redq:build_redq",
+    "iqn": "pickaxe.algos.iqn:build_iqn",
+    "fqf": "pickaxe.algos.iqn:build_fqf",
     "bdq": "pickaxe.algos.bdq:build_bdq",
 }
 """Classic algorithm name (``TrainConfig.ALGOS``) -> ``module:function`` building it, imported on use. Each builder

@@ -14,6 +14,8 @@ from pickaxe.algos.configs import A2CConfig, DQNConfig, PPOConfig, RecurrentPPOC
 from pickaxe.algos.control_configs import DDPGConfig, SACConfig, TD3Config
 from pickaxe.algos.extra_configs import (
     BranchingDQNConfig,
+    FQFConfig,
+    IQNConfig,
     NPGConfig,
     REDQConfig,
     ReinforceConfig,
@@ -283,6 +285,8 @@ class TrainConfig(RunConfig):
         "npg": NPGConfig,
         "trpo": TRPOConfig,
         "redq": REDQConfig,
+        "iqn": IQNConfig,
+        "fqf": FQFConfig,
         "bdq": BranchingDQNConfig,
     }
 
