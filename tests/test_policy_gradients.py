@@ -239,10 +239,11 @@ def test_reinforce_without_baseline_learns_cartpole_a_little() -> None:
     assert build_trainer(cfg).fit().eval_return > 60
 
 
-def test_npg_resume_is_exact(tmp_path: Path) -> None:
+@pytest.mark.parametrize("recipe", ["cartpole-npg", "cartpole-reinforce"])
+def test_resume_is_exact(recipe: str, tmp_path: Path) -> None:
     from classic_runs import assert_classic_resume_is_exact
 
-    cfg = _cfg("cartpole-npg", 4096, eval_every=2048, target_return=None)
+    cfg = _cfg(recipe, 4096, eval_every=2048, target_return=None)
     cfg.algo = replace(cfg.algo, normalize_reward=True)
     assert_classic_resume_is_exact(cfg, tmp_path, cut=2048)
 

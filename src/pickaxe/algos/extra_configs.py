@@ -185,9 +185,10 @@ class IQNConfig:
 
 @dataclass
 class FQFConfig(IQNConfig):
-    """Fully parameterized Quantile Function (Yang 2019): IQN's quantile network evaluated at ``fractions`` fractions
-    that a fraction-proposal network chooses per state, trained to minimise the 1-Wasserstein error of the
-    resulting staircase; Q is the fraction-weighted sum of the quantiles."""
+    """Fully parameterized Quantile Function (Yang 2019): IQN's quantile network evaluated at N fractions that a
+    fraction-proposal layer chooses per state, trained to minimise the 1-Wasserstein error of the resulting staircase;
+    Q is the fraction-weighted sum of the quantiles. The proposals replace IQN's sampled fractions: ``taus``,
+    ``target_taus`` and ``act_taus`` are not used."""
 
     fractions: int = ranged(32, ge=2, le=10_000)
     """Fractions proposed per state (N); the online and target quantiles are taken at their midpoints."""
