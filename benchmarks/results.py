@@ -61,6 +61,13 @@ DEFAULT_BUDGETS: dict[str, int] = {  # pong-dqn learns from 20k steps; halfcheet
     "hopper-ppo": 40_960,
     "pong-dqn": 20_480,
     "breakout-ppo": 4_096,
+    "cartpole-reinforce": 100_000,
+    "cartpole-npg": 100_000,
+    "cartpole-trpo": 100_000,
+    "pendulum-redq": 20_000,
+    "cartpole-iqn": 61_440,  # ~2.5 ms per env step here (2026-12-03): 100k would be ~4 min a seed
+    "cartpole-fqf": 61_440,
+    "pendulum-bdq": 30_000,
 }
 
 # The budget the recipe is meant for, as docs/envs.md gives it (on a GPU for the Atari games and halfcheetah-sac).

@@ -43,6 +43,10 @@ ACTION_SPACES: dict[str, tuple[str, ...]] = {
     "td3-bc": ("Box",),
     "iql": ("Box", "Discrete"),
     "cql": ("Box", "Discrete"),
+    "redq": ("Box",),
+    "iqn": ("Discrete",),
+    "fqf": ("Discrete",),
+    "bdq": ("MultiDiscrete",),
 }
 """Algorithm name -> the action spaces it takes, where that is fewer than ``ACTOR_CRITIC_ACTIONS``."""
 _ALTERNATIVES = {"Discrete": "ppo or dqn", "Box": "ppo or sac", "MultiDiscrete": "ppo", "MultiBinary": "ppo"}

@@ -290,3 +290,7 @@ CLASSIC_RECIPES: dict[str, Recipe] = {
         ),
     )
 }
+
+from pickaxe.recipes.more_classic import MORE_CLASSIC_RECIPES  # noqa: E402 - REINFORCE, NPG, TRPO, REDQ, IQN, FQF, BDQ
+
+CLASSIC_RECIPES.update(MORE_CLASSIC_RECIPES)

@@ -52,6 +52,13 @@ ALGORITHMS: dict[str, str] = {
     "td3-bc": "pickaxe.algos.td3_bc:build_td3_bc",
     "iql": "pickaxe.algos.iql:build_iql",
     "cql": "pickaxe.algos.cql:build_cql",
+    "reinforce": "pickaxe.algos.reinforce:build_reinforce",
+    "npg": "pickaxe.algos.trpo:build_npg",
+    "trpo": "pickaxe.algos.trpo:build_trpo",
+    "redq": "pickaxe.algos.redq:build_redq",
+    "iqn": "pickaxe.algos.iqn:build_iqn",
+    "fqf": "pickaxe.algos.iqn:build_fqf",
+    "bdq": "pickaxe.algos.bdq:build_bdq",
 }
 """Classic algorithm name (``TrainConfig.ALGOS``) -> ``module:function`` building it, imported on use. Each builder
 takes ``(algo config, envs, model config, device, seed)`` and sizes its networks from the envs' spaces; adding an

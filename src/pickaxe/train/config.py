@@ -12,6 +12,15 @@ from typing import Any, ClassVar, Literal
 
 from pickaxe.algos.configs import A2CConfig, DQNConfig, PPOConfig, RecurrentPPOConfig
 from pickaxe.algos.control_configs import DDPGConfig, SACConfig, TD3Config
+from pickaxe.algos.extra_configs import (
+    BranchingDQNConfig,
+    FQFConfig,
+    IQNConfig,
+    NPGConfig,
+    REDQConfig,
+    ReinforceConfig,
+    TRPOConfig,
+)
 from pickaxe.algos.offline_configs import BCConfig, CQLConfig, IQLConfig, TD3BCConfig, is_offline
 from pickaxe.config_keys import check_field, ranged, validate
 from pickaxe.errors import ConfigError
@@ -304,6 +313,13 @@ class TrainConfig(RunConfig):
         "td3-bc": TD3BCConfig,
         "iql": IQLConfig,
         "cql": CQLConfig,
+        "reinforce": ReinforceConfig,
+        "npg": NPGConfig,
+        "trpo": TRPOConfig,
+        "redq": REDQConfig,
+        "iqn": IQNConfig,
+        "fqf": FQFConfig,
+        "bdq": BranchingDQNConfig,
     }
 
     algo: Any = field(default_factory=PPOConfig)
