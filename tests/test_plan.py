@@ -141,6 +141,19 @@ def test_a_background_checkpoint_counts_its_copy_of_the_state() -> None:
     assert copy.where == "host"  # on a GPU the copy is in host memory
 
 
+def test_an_offloaded_reward_model_is_counted_on_the_host_and_while_it_scores(tmp_path: Path) -> None:
+    cfg = _cfg(GRPOConfig(kl_coef=0.0))
+    cfg.data.reward_model = str(tmp_path / "not-written-yet")  # counted at the policy's shape
+    cfg.device = "cuda"
+    plain = plan_memory(cfg).ranks[0]
+    cfg.collector.offload_reward_model = True
+    moved = plan_memory(cfg).ranks[0]
+    rm = [t for t in moved.terms if t.name == "reward model"]
+    assert [(t.where, t.phase) for t in rm] == [("host", "resident"), ("device", "score")]
+    assert rm[0].bytes == rm[1].bytes == _term(plain, "reward model") > 0
+    assert moved.peak("device") < plain.peak("device")
+
+
 MEASURE = """
 import json, sys
 import torch

@@ -137,6 +137,25 @@ def test_batched_scoring_gives_the_one_by_one_values() -> None:
         assert total == pytest.approx(parts["rm"] + 2 * parts["shout"], abs=1e-6)  # len has weight 0
 
 
+def test_an_offloaded_reward_model_visits_the_device_only_while_it_scores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--collector.offload-reward-model``: the scorer keeps the model on the host, moves it to the device for each
+    batch and back after it (also when scoring fails), with the scores of a scorer that never moves it."""
+    plain = RewardModelScorer(_reward_model(), TOK, rows=3)
+    model = _reward_model()
+    moves: list[str] = []
+    to = model.to
+    monkeypatch.setattr(model, "to", lambda device: moves.append(str(device)) or to(device))
+    scorer = RewardModelScorer(model, TOK, rows=3, offload_to="cpu")
+    assert moves == ["cpu"]  # kept on the host from the start
+    prompts, completions = ["sort 132=", "sort 2=", "x"], ["123", "", "abc"]
+    assert scorer.batch(prompts, completions) == pytest.approx(plain.batch(prompts, completions), abs=0)
+    assert moves == ["cpu", "cpu", "cpu"]  # to the device ("cpu" here) for the batch, and back
+    monkeypatch.setattr(model, "score", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("out of memory")))
+    with pytest.raises(RuntimeError, match="out of memory"):
+        scorer.batch(prompts, completions)
+    assert moves[-1] == "cpu" and len(moves) == 5  # back on the host after a failed batch too
+
+
 def test_the_collector_scores_a_batch_at_once_and_logs_each_reward() -> None:
     scorer = RewardModelScorer(_reward_model(), TOK)
     seen: list[tuple[list[str], list[str]]] = []

@@ -267,10 +267,12 @@ def test_llm_ppo_run_killed_and_resumed_equals_the_uninterrupted_run(stages: Pat
     a, b = tmp_path / "a", tmp_path / "b"
     subprocess.run([*cmd, "train", "synthetic-ppo", *_ppo_args(stages), "--run-dir", str(a)], check=True,
                    capture_output=True)  # fmt: skip
-    # killed while writing its second checkpoint, then resumed to the end
+    # killed while writing its second checkpoint, then resumed to the end; its frozen models wait on the host
+    # between uses (on this CPU nothing moves: the numbers must not change either)
     env = {**os.environ, "PICKAXE_FAULT": "checkpoint-write:2"}
-    proc = subprocess.run([*cmd, "train", "synthetic-ppo", *_ppo_args(stages), "--run-dir", str(b)], env=env,
-                          capture_output=True)  # fmt: skip
+    offload = ["--collector.offload-reward-model", "--collector.offload-reference"]
+    proc = subprocess.run([*cmd, "train", "synthetic-ppo", *_ppo_args(stages), *offload, "--run-dir", str(b)],
+                          env=env, capture_output=True)  # fmt: skip
     assert proc.returncode == -signal.SIGKILL
     subprocess.run([*cmd, "resume", str(b), "--no-progress"], check=True, capture_output=True)
     ta, tb = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))

@@ -99,14 +99,18 @@ class RewardModelScorer:
     :class:`~pickaxe.envs.text.rewards.BatchReward`, so the ``TextCollector`` scores a whole batch in one call):
     ``batch(prompts, completions, metadatas)`` scores ``rows`` sequences per forward with one host read per call.
     Completions are encoded like training responses (:func:`encode_response`, EOS appended); the model scores in
-    eval mode. Metadata is not used."""
+    eval mode. Metadata is not used. With ``offload_to`` (a device) the model waits in host memory and visits that
+    device for each batch it scores (``--collector.offload-reward-model``)."""
 
     __name__ = "reward_model"
 
-    def __init__(self, model: RewardModel, tokenizer: Any, rows: int = 64) -> None:
+    def __init__(self, model: RewardModel, tokenizer: Any, rows: int = 64, offload_to: Any = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.rows = rows
+        self.offload_to = None if offload_to is None else torch.device(offload_to)
+        if self.offload_to is not None:  # kept on the host; it visits the device only while it scores
+            self.model.to("cpu")
 
     def __call__(self, prompt: str, completion: str, metadata: dict[str, Any] | None = None) -> float:
         """The reward model's score of one completion."""
@@ -127,11 +131,17 @@ class RewardModelScorer:
         prompt_ids = [list(self.tokenizer(p)["input_ids"]) for p in prompts]
         responses = [encode_response(self.tokenizer, c) for c in completions]
         data = pack(prompt_ids, responses, int(self.tokenizer.pad_token_id))
+        if self.offload_to is not None:
+            self.model.to(self.offload_to)
         device = next(self.model.parameters()).device
         was_training = self.model.training
         self.model.eval()
         try:
             scores = self.model.score(data["input_ids"].to(device), data["attention_mask"].to(device), self.rows)
+            return scores.cpu().tolist()
         finally:
             self.model.train(was_training)
-        return scores.cpu().tolist()
+            if self.offload_to is not None:
+                self.model.to("cpu")
+                if self.offload_to.type == "cuda":
+                    torch.cuda.empty_cache()

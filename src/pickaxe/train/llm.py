@@ -260,12 +260,15 @@ def frozen_reference(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model).eval().requires_grad_(False)
 
 
-def load_reward_model(path: str, tokenizer: Any, device: torch.device) -> RewardModelScorer:
+def load_reward_model(path: str, tokenizer: Any, device: torch.device, offload: bool = False) -> RewardModelScorer:
     """The reward model saved in folder ``path`` as a batched reward, with the folder's tokenizer when it has one
-    (else the policy's, which must then be the reward model's)."""
-    model = RewardModel.load(path, device)
+    (else the policy's, which must then be the reward model's); with ``offload`` loaded into host memory, visiting
+    ``device`` only while it scores."""
+    model = RewardModel.load(path, torch.device("cpu") if offload else device)
     has_tokenizer = any((Path(path) / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
-    return RewardModelScorer(model, load_tokenizer(path) if has_tokenizer else tokenizer)
+    return RewardModelScorer(
+        model, load_tokenizer(path) if has_tokenizer else tokenizer, offload_to=device if offload else None
+    )
 
 
 def build_env(
@@ -294,7 +297,8 @@ def build_env(
     rewards: list[tuple[str, Any, float]] = parse_reward_spec(spec, {**named, **python})
     # without a tokenizer: a prompt stream (warm start, ptx); a learner other than rank 0 never scores a rollout
     if d.reward_model and tokenizer is not None and not _follows(cfg):
-        proxy = load_reward_model(d.reward_model, tokenizer, device or torch.device("cpu"))
+        proxy = load_reward_model(d.reward_model, tokenizer, device or torch.device("cpu"),
+                                  offload=cfg.collector.offload_reward_model)  # fmt: skip
         rewards = [(name, fn, 0.0) for name, fn, _ in rewards] + [("proxy", proxy, d.reward_model_weight)]
     if d.gold:
         gold = parse_reward_spec(d.gold, {**GOLD_SCORES, **python})

@@ -215,6 +215,10 @@ class TextCollectorConfig:
     offload_reference: bool = False
     """Keep the frozen reference model (kl_coef > 0) in host memory and move it to the device only while it
     computes reference log-probs (frees its device memory between steps, for one copy each way per batch)."""
+    offload_reward_model: bool = False
+    """Keep the reward model (``data.reward_model``) in host memory and move it to the device only while it scores
+    a batch (frees its device memory between steps, for one copy each way per batch). On a CPU device nothing
+    moves."""
 
     def __post_init__(self) -> None:
         validate(self)

@@ -396,7 +396,9 @@ def plan_memory(cfg: LLMTrainConfig, prompt_tokens: int = 256, device_gib: float
                 whole = trained[0]
                 r.add(f"{whole.name}, unsharded", whole.weight_bytes, note="eval" if rm else "generation, eval")
             for f in frozen:
-                offloaded = f.name == "reference model" and cfg.collector.offload_reference
+                offloaded = (f.name == "reference model" and cfg.collector.offload_reference) or (
+                    f.name == "reward model" and cfg.collector.offload_reward_model
+                )
                 r.add(f.name, f.weight_bytes, "host" if offloaded else "device", note="frozen")
                 if offloaded:
                     r.add(f.name, f.weight_bytes, phase="score", note="while scoring")
