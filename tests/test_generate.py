@@ -2,9 +2,11 @@
 reported log-probs are the model's, sampling is seeded, and `pickaxe arena` stores every checkpoint's response
 once (reruns generate nothing) with one-line errors for bad input."""
 
+import copy
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -78,6 +80,45 @@ def test_sampling_is_seeded_and_length_is_bounded(run_dir: Path) -> None:
         generate(policy, ["9" * 200], max_new_tokens=5)
     with pytest.raises(ValueError, match="max_new_tokens"):
         generate(policy, ["1+1="], max_new_tokens=0)
+
+
+def test_a_vllm_runs_policy_generates_through_its_own_engine(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``pickaxe.load`` of a run trained with ``--engine.name vllm`` generates through a VLLMEngine built once from the
+    folder the run's engine loaded and given the loaded weights, reseeded per call (its wiring, with a fake engine
+    class here: vLLM runs only on a GPU); the playground's ``generate`` stays on HF."""
+    from pickaxe.rollout.engines import HFEngine, vllm
+
+    built: list[tuple] = []
+
+    class FakeVLLM:  # vLLM's interface, generating with HF from the weights it was given
+        def __init__(self, path: str, eos: int, seed: int, memory: float, dtype: str) -> None:
+            built.append((path, eos, seed))
+            self.seed, self.version, self.calls, self.model = seed, 0, 0, None
+
+        def load_weights(self, state: dict, version: int) -> None:
+            self.model = copy.deepcopy(policy.model)
+            self.model.load_state_dict(state)
+            self.version = version
+
+        def load_state_dict(self, state: dict) -> None:
+            self.calls, self.version = state["calls"], state["version"]
+
+        def generate(self, ids: list, params: Any) -> list:
+            tok = policy.tokenizer
+            return HFEngine(self.model, tok.eos_token_id, tok.pad_token_id, 64, self.seed).generate(ids, params)
+
+    monkeypatch.setattr(vllm, "VLLMEngine", FakeVLLM)
+    policy = load_run_policy(run_dir, 64)
+    prompts = ["12+34=", "7+8="]
+    hf = [g.token_ids for g in generate(policy, prompts, max_new_tokens=5, temperature=1.0, seed=3)]
+    policy.config.engine.name = "vllm"  # as a vLLM run's config says
+    out = [g.token_ids for g in policy.generate(prompts, max_new_tokens=5, temperature=1.0, seed=3)]
+    again = [g.token_ids for g in policy.generate(prompts, max_new_tokens=5, temperature=1.0, seed=3)]
+    assert built == [(str(run_dir / "engine_model"), policy.tokenizer.eos_token_id, 3)]  # built once
+    assert out == again == hf  # the loaded weights, sampled from the seed of each call
+    assert policy.engine.version == 64
+    assert [g.token_ids for g in generate(policy, prompts, max_new_tokens=5, temperature=1.0, seed=3)] == hf
+    assert len(built) == 1  # generate() without engine= (playground, arena) stays on HF
 
 
 def test_prepare_arena_stores_each_response_once(run_dir: Path, tmp_path: Path) -> None:

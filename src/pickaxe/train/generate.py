@@ -1,10 +1,9 @@
 """Generation from any checkpoint of an LLM run: what the playground of ``pickaxe ui`` and ``pickaxe arena`` use.
-
 :func:`load_run_policy` rebuilds a run's model from its ``config.json`` as training built it and loads the chosen
 weights, verified, through :func:`pickaxe.runs.model.load_model` (the final model, a kept checkpoint or a kept
-policy); :func:`generate` completes prompts with the HF engine (greedy by default) and returns the text, the token
-ids and, on request, each token's log-prob; :func:`prepare_arena` stores every checkpoint's response to every
-prompt in an :class:`~pickaxe.eval.arena.ArenaStore` ahead of time.
+policy); :func:`generate` completes prompts with the HF engine, or with a vLLM run's own engine (greedy by default)
+and returns the text, the token ids and, on request, each token's log-prob; :func:`prepare_arena` stores every
+checkpoint's response to every prompt in an :class:`~pickaxe.eval.arena.ArenaStore` ahead of time.
 """
 
 from __future__ import annotations
@@ -52,6 +51,9 @@ class RunPolicy:
     model: nn.Module
     tokenizer: Any
     config: LLMTrainConfig
+    engine: Any = None
+    """The run's own engine, built on the first :meth:`generate` that needs it (vLLM runs); None for HF runs,
+    which generate from ``model`` directly."""
 
     @property
     def label(self) -> str:
@@ -67,10 +69,30 @@ class RunPolicy:
         logprobs: bool = False,
     ) -> Any:
         """Complete one prompt (a ``Generation``) or each of a list (a list of them): :func:`generate` with this
-        policy, greedy by default."""
+        policy through the engine the run trained with (``engine.name``: HF, or vLLM loaded with these weights),
+        greedy by default."""
+        engine = self.config.engine.name
         if isinstance(prompts, str):
-            return generate(self, [prompts], max_new_tokens, temperature, seed, logprobs)[0]
-        return generate(self, prompts, max_new_tokens, temperature, seed, logprobs)
+            return generate(self, [prompts], max_new_tokens, temperature, seed, logprobs, engine)[0]
+        return generate(self, prompts, max_new_tokens, temperature, seed, logprobs, engine)
+
+    def run_engine(self, seed: int) -> Any:
+        """The run's vLLM engine (:class:`~pickaxe.rollout.engines.vllm.VLLMEngine`), built once from the folder the
+        run's engine loaded (``model.path``, or the ``engine_model`` it saved in the run folder) and loaded with this
+        policy's weights; each call starts its sampling afresh from ``seed``."""
+        if self.engine is None:
+            from pickaxe.rollout.engines import vllm as vllm_engines
+
+            cfg = self.config
+            path = cfg.model.path or str(self.run_dir / "engine_model")
+            self.engine = vllm_engines.VLLMEngine(
+                path, int(self.tokenizer.eos_token_id), seed, cfg.engine.gpu_memory_utilization, cfg.model.dtype
+            )
+            version = self.checkpoint if isinstance(self.checkpoint, int) else 0
+            self.engine.load_weights(self.model.state_dict(), version)
+        self.engine.seed = seed
+        self.engine.load_state_dict({"calls": 0, "version": self.engine.version})
+        return self.engine
 
     @property
     def max_positions(self) -> int | None:
@@ -137,11 +159,14 @@ def generate(
     temperature: float = 0.0,
     seed: int = 0,
     logprobs: bool = False,
+    engine: str = "hf",
 ) -> list[Generation]:
     """Complete each of ``prompts`` once with ``policy`` (rendered as training rendered them: the chat template
     when the tokenizer has one). ``max_new_tokens``: default the run's ``engine.max_new_tokens``; ``temperature``
-    0 is greedy; sampling is seeded by ``seed``, so the same call gives the same text. A prompt that is empty or
-    leaves no room for ``max_new_tokens`` within the model's positions raises a one-line ``ValueError``."""
+    0 is greedy; sampling is seeded by ``seed``, so the same call gives the same text. ``engine``: ``hf`` (what the
+    playground and the arena use, whatever the run trained with) or ``vllm`` (:meth:`RunPolicy.run_engine`). A prompt
+    that is empty or leaves no room for ``max_new_tokens`` within the model's positions raises a one-line
+    ``ValueError``."""
     if max_new_tokens is None:
         max_new_tokens = policy.config.engine.max_new_tokens
     if max_new_tokens < 1:
@@ -161,8 +186,11 @@ def generate(
             )
     if not ids:
         return []
-    engine = HFEngine(policy.model, tok.eos_token_id, tok.pad_token_id, max_batch=64, seed=seed)
-    completions = engine.generate(ids, SamplingParams(max_new_tokens, temperature=temperature))
+    if engine == "vllm":
+        runner: Any = policy.run_engine(seed)
+    else:
+        runner = HFEngine(policy.model, tok.eos_token_id, tok.pad_token_id, max_batch=64, seed=seed)
+    completions = runner.generate(ids, SamplingParams(max_new_tokens, temperature=temperature))
     out = []
     for prompt, c in zip(prompts, completions, strict=True):
         pieces = [tok.decode([t], skip_special_tokens=False) for t in c.token_ids]
