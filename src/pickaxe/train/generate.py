@@ -1,4 +1,5 @@
 """Generation from any checkpoint of an LLM run: what the playground of ``pickaxe ui`` and ``pickaxe arena`` use.
+
 :func:`load_run_policy` rebuilds a run's model from its ``config.json`` as training built it and loads the chosen
 weights, verified, through :func:`pickaxe.runs.model.load_model` (the final model, a kept checkpoint or a kept
 policy); :func:`generate` completes prompts with the HF engine, or with a vLLM run's own engine (greedy by default)
