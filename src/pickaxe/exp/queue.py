@@ -9,7 +9,8 @@ the storage and liveness names. Nothing under ``pickaxe.exp`` imports ``pickaxe.
 from __future__ import annotations
 
 from pickaxe.exp.processes import boot_id, group_alive, kill_group, process_alive, process_start
-from pickaxe.exp.queue_store import STATES, Attempt, Job, JobQueue, NoQueueError, Timing, default_db_path
+from pickaxe.exp.queue_jobs import STATES, Attempt, Job, Timing
+from pickaxe.exp.queue_store import JobQueue, NoQueueError, default_db_path
 
 __all__ = [
     "STATES",

@@ -29,29 +29,34 @@ dead one. Only a worker on another host is judged by its heartbeat (stale after 
 from __future__ import annotations
 
 import contextlib
-import difflib
 import json
 import os
 import shlex
-import signal
 import socket
 import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pickaxe.errors import PickaxeError
 from pickaxe.exp.processes import boot_id, kill_group, process_alive, process_start
+from pickaxe.exp.queue_jobs import (
+    Attempt,
+    Job,
+    Timing,
+    attempt_from_row,
+    check_states,
+    default_job_name,
+    exit_text,
+    train_run_dir,
+)
 
-__all__ = ["STATES", "Attempt", "Job", "JobQueue", "NoQueueError", "Timing", "default_db_path"]
+__all__ = ["JobQueue", "NoQueueError", "default_db_path"]
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0
 STALE_AFTER_S = 60.0
-STATES = ("queued", "running", "succeeded", "failed", "cancelled", "blocked")
 TERMINAL = frozenset({"succeeded", "failed", "cancelled", "blocked"})
 BAD_FOR_DEPENDENTS = ("failed", "cancelled", "blocked")
 HOST = socket.gethostname()
@@ -122,83 +127,6 @@ def default_db_path() -> Path:
     """``$PICKAXE_QUEUE`` if set, else ``~/.pickaxe/queue.db``."""
     env = os.environ.get("PICKAXE_QUEUE")
     return Path(env).expanduser() if env else Path.home() / ".pickaxe" / "queue.db"
-
-
-# ------------------------------------------------------------------------------------------------ records
-@dataclass
-class Job:
-    """One queued command and its current state (a snapshot; call ``JobQueue.get`` for a fresh one)."""
-
-    id: int
-    name: str
-    argv: list[str]
-    cwd: str
-    run_dir: str | None
-    priority: int
-    depends_on: tuple[int, ...]
-    cpus: int
-    gpus: int
-    state: str
-    reason: str | None
-    attempts: int
-    exit_status: int | None
-    cancel_requested: bool
-    worker_id: str | None
-    pid: int | None
-    gpu_ids: tuple[str, ...]
-    created: float
-    started: float | None
-    finished: float | None
-    log_path: str | None = None
-
-    @property
-    def wall_s(self) -> float | None:
-        """Seconds from the start of the latest attempt to the end of the job (or now while running)."""
-        if self.started is None or self.state in ("queued", "blocked"):
-            return None
-        return (self.finished if self.finished is not None else time.time()) - self.started
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of every field."""
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
-
-
-@dataclass
-class Attempt:
-    """One run of a job: the command actually run, its process, log, times and outcome."""
-
-    job_id: int
-    attempt: int
-    worker_id: str
-    argv: list[str] | None
-    log_path: str
-    pid: int | None
-    pid_start: int | None
-    started: float
-    ended: float | None
-    exit_status: int | None
-    outcome: str  # running, succeeded, failed, cancelled, lost (worker died), interrupted (worker stopped)
-
-    @property
-    def wall_s(self) -> float | None:
-        """Seconds the attempt's process ran, None while it runs."""
-        return None if self.ended is None else self.ended - self.started
-
-
-@dataclass
-class Timing:
-    """Where the wall time of a set of jobs went (for measuring the queue's own overhead).
-
-    ``job_s`` sums the wall time of every attempt's process; ``span_s`` runs from the earliest ``created``
-    to the last attempt's end; ``run_span_s`` from the first attempt's start to the last one's end.
-    """
-
-    jobs: int
-    attempts: int
-    job_s: float
-    span_s: float
-    run_span_s: float
-    per_job: dict[int, float] = field(default_factory=dict)
 
 
 # -------------------------------------------------------------------------------------------------- queue
@@ -359,7 +287,7 @@ class JobQueue:
 
     def list(self, states: Iterable[str] | str | None = None) -> list[Job]:
         """Jobs in id order, optionally only those in ``states``."""
-        wanted = _check_states([states] if isinstance(states, str) else states)
+        wanted = check_states([states] if isinstance(states, str) else states)
         with self._read() as c:
             if wanted is None:
                 rows = c.execute("SELECT * FROM jobs ORDER BY id").fetchall()
@@ -373,7 +301,7 @@ class JobQueue:
         with self._read() as c:
             self._row(c, job_id)
             rows = c.execute("SELECT * FROM attempts WHERE job_id = ? ORDER BY attempt", (int(job_id),)).fetchall()
-        return [_attempt(r) for r in rows]
+        return [attempt_from_row(r) for r in rows]
 
     def timing(self, job_ids: Iterable[int] | None = None) -> Timing:
         """Wall time spent inside the jobs' processes against the time the jobs took in all (see :class:`Timing`)."""
@@ -456,8 +384,8 @@ class JobQueue:
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise PickaxeError(f"priority must be an integer, got {priority!r}")
         deps = sorted({int(d) for d in depends_on})
-        name = name or _default_name(argv)
-        run_dir = run_dir or _train_run_dir(argv)
+        name = name or default_job_name(argv)
+        run_dir = run_dir or train_run_dir(argv)
         workdir = str(Path(cwd or os.getcwd()).resolve())
         run = str((Path(workdir) / Path(run_dir).expanduser()).resolve()) if run_dir else None
         with self._tx() as c:
@@ -678,7 +606,7 @@ class JobQueue:
             elif row["cancel_requested"]:
                 state, reason = "cancelled", "cancelled by user while running"
             else:
-                state, reason = "failed", _exit_text(exit_status)
+                state, reason = "failed", exit_text(exit_status)
             c.execute(
                 "UPDATE jobs SET state = ?, reason = ?, exit_status = ?, finished = ? WHERE id = ?",
                 (state, reason, int(exit_status), now, row["id"]),
@@ -768,65 +696,3 @@ def _alive(w: sqlite3.Row | None, stale_after: float) -> bool:
             return False  # the machine rebooted since
         return process_alive(w["pid"], w["pid_start"])
     return time.time() - w["heartbeat"] < stale_after
-
-
-def _attempt(r: sqlite3.Row) -> Attempt:
-    return Attempt(
-        job_id=r["job_id"],
-        attempt=r["attempt"],
-        worker_id=r["worker_id"],
-        argv=json.loads(r["argv"]) if r["argv"] else None,
-        log_path=r["log_path"],
-        pid=r["pid"],
-        pid_start=r["pid_start"],
-        started=r["started"],
-        ended=r["ended"],
-        exit_status=r["exit_status"],
-        outcome=r["outcome"],
-    )
-
-
-def _exit_text(status: int) -> str:
-    if status < 0:
-        try:
-            return f"killed by {signal.Signals(-status).name}"
-        except ValueError:
-            return f"killed by signal {-status}"
-    return f"exit status {status}"
-
-
-def _train_run_dir(argv: list[str]) -> str | None:
-    """The ``--run-dir`` of a ``pickaxe train`` command line, else None."""
-    is_pickaxe = os.path.basename(argv[0]) == "pickaxe" or "pickaxe.cli" in argv
-    if not is_pickaxe or "train" not in argv:
-        return None
-    for i, arg in enumerate(argv):
-        if arg == "--run-dir" and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith("--run-dir="):
-            return arg.split("=", 1)[1]
-    return None
-
-
-def _default_name(argv: list[str]) -> str:
-    words = [os.path.basename(argv[0]), *argv[1:]]
-    if len(argv) >= 3 and argv[1] == "-m":
-        words = [argv[2].rsplit(".", 1)[0] if argv[2].endswith(".cli") else argv[2], *argv[3:]]
-    text = shlex.join(words)
-    return text if len(text) <= 64 else text[:30] + "…" + text[-33:]  # the end (seed, run dir) stays visible
-
-
-def _check_states(states: Iterable[str] | None) -> list[str] | None:
-    if states is None:
-        return None
-    out = []
-    for s in states:
-        for part in str(s).split(","):
-            part = part.strip()
-            if part not in STATES:
-                close = difflib.get_close_matches(part, STATES, n=1, cutoff=0.0)
-                raise PickaxeError(
-                    f"unknown job state {part!r}; did you mean {close[0]!r}? (states: {', '.join(STATES)})"
-                )
-            out.append(part)
-    return out

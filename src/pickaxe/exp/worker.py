@@ -33,7 +33,8 @@ from typing import IO
 
 from pickaxe.errors import PickaxeError
 from pickaxe.exp.processes import ForkedProcess, fork_module, kill_group, preload_pickaxe, process_start
-from pickaxe.exp.queue_store import HOST, TERMINAL, Job, JobQueue
+from pickaxe.exp.queue_jobs import Job
+from pickaxe.exp.queue_store import HOST, TERMINAL, JobQueue
 from pickaxe.subprocesses import parent_death_signal
 
 __all__ = ["Worker", "detect_gpus", "resume_command", "run_jobs"]

@@ -24,7 +24,8 @@ from starlette.concurrency import run_in_threadpool
 
 from pickaxe.errors import PickaxeError
 from pickaxe.exp.pipeline import PIPELINE_FILE
-from pickaxe.exp.queue_store import Job, JobQueue, NoQueueError
+from pickaxe.exp.queue_jobs import Job
+from pickaxe.exp.queue_store import JobQueue, NoQueueError
 from pickaxe.exp.sweep import SWEEP_FILE
 from pickaxe.runs.listing import SKIP_DIRS
 from pickaxe.ui.body import json_body
