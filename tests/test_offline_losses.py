@@ -9,6 +9,9 @@ import torch
 
 from pickaxe.algos.offline_core import (
     advantage_weights,
+    bcq_allowed,
+    bcq_argmax,
+    bcq_imitation_loss,
     categorical_nll,
     cql_continuous_penalty,
     cql_discrete_penalty,
@@ -79,6 +82,21 @@ def test_cql_continuous_penalty_estimates_the_log_integral() -> None:
     assert value.tolist() == pytest.approx([3 * math.log(2.0)] * 2)
 
 
+def test_bcq_filters_unlikely_actions_out_of_the_argmax() -> None:
+    # probabilities relative to the max: row 0 [1, 0.5, 0.25], row 1 [0.1, 1, 0.5]
+    logprobs = torch.log(t([[0.4, 0.2, 0.1], [0.05, 0.5, 0.25]]))
+    q = t([[1.0, 5.0, 9.0], [7.0, 2.0, 3.0]])
+    assert bcq_allowed(logprobs, 0.3).tolist() == [[True, True, False], [False, True, True]]
+    assert bcq_argmax(q, logprobs, 0.3).tolist() == [1, 2]  # the best Q (9, 7) is filtered: the next allowed one
+    assert bcq_argmax(q, logprobs, 0.0).tolist() == [2, 0]  # no filter: DQN's argmax
+    assert bcq_argmax(q, logprobs, 1.0).tolist() == [0, 1]  # only the most probable action: behaviour cloning
+    assert bcq_argmax(q, logprobs, 0.6).tolist() == [0, 1]  # row 0 keeps only action 0, row 1 only action 1
+    # the head's loss: cross-entropy plus the penalty on the mean squared logit
+    logits = t([[0.0, math.log(3.0)]])  # probabilities 1/4, 3/4
+    expected = -math.log(0.75) + 0.1 * (math.log(3.0) ** 2) / 2
+    assert bcq_imitation_loss(logits, t([1]), penalty=0.1).item() == pytest.approx(expected)
+
+
 def test_normalized_score() -> None:
     assert normalized_score([20.0, 260.0, 500.0], random=20.0, expert=500.0).tolist() == pytest.approx([0, 50, 100])
     assert normalized_score(np.array([-1200.0]), random=-1200.0, expert=-200.0).tolist() == [0.0]
@@ -90,7 +108,16 @@ def test_normalized_score() -> None:
 
 @pytest.mark.parametrize(
     "name, discrete",
-    [("bc", True), ("bc", False), ("td3-bc", False), ("iql", True), ("iql", False), ("cql", True), ("cql", False)],
+    [
+        ("bc", True),
+        ("bc", False),
+        ("td3-bc", False),
+        ("iql", True),
+        ("iql", False),
+        ("cql", True),
+        ("cql", False),
+        ("bcq", True),
+    ],
 )
 def test_each_offline_algorithm_updates_and_its_state_round_trips(name: str, discrete: bool) -> None:
     import copy

@@ -1,4 +1,5 @@
-"""Offline-RL recipes: behaviour cloning, TD3+BC, IQL and CQL on CartPole and Pendulum datasets (torch-free).
+"""Offline-RL recipes: behaviour cloning, TD3+BC, IQL, CQL, discrete BCQ and CRR on CartPole and Pendulum datasets
+(torch-free).
 
 Each needs ``--data.dataset DIR``: a dataset ``pickaxe collect`` made from one of pickaxe's own runs (expert: the
 run's final policy; medium: ``--epsilon``/``--noise`` or an earlier step; random: ``--epsilon 1``), or any Minari
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pickaxe.algos.offline_configs import BCConfig, CQLConfig, IQLConfig, TD3BCConfig
+from pickaxe.algos.offline_configs import BCConfig, BCQConfig, CQLConfig, IQLConfig, TD3BCConfig
 from pickaxe.recipes.recipe import Recipe
 from pickaxe.train.config import CollectorConfig, EnvConfig, ModelConfig, TrainConfig, TrainerConfig
 
@@ -46,6 +47,11 @@ OFFLINE_RECIPES: dict[str, Recipe] = {
             "cartpole-cql",
             "Discrete CQL on DQN on a CartPole-v1 dataset (--data.dataset DIR)",
             lambda: _offline("cartpole-cql", CQLConfig(lr=1e-3), "CartPole-v1", 2_000),
+        ),
+        Recipe(
+            "cartpole-bcq",
+            "Discrete BCQ (DQN with a behaviour-cloning action filter) on a CartPole-v1 dataset (--data.dataset DIR)",
+            lambda: _offline("cartpole-bcq", BCQConfig(lr=1e-3), "CartPole-v1", 2_000),
         ),
         Recipe(
             "pendulum-bc",
