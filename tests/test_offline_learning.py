@@ -91,7 +91,7 @@ def _random_dataset(cartpole: dict[str, Path]) -> Path:
     return random
 
 
-@pytest.mark.parametrize("algo", ["bcq"])
+@pytest.mark.parametrize("algo", ["bcq", "crr"])
 def test_beats_the_behaviour_policy_on_a_random_dataset(cartpole: dict[str, Path], algo: str) -> None:
     random = _random_dataset(cartpole)
     behaviour = float(read(random).episode_returns.mean())

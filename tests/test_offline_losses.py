@@ -15,6 +15,8 @@ from pickaxe.algos.offline_core import (
     categorical_nll,
     cql_continuous_penalty,
     cql_discrete_penalty,
+    crr_advantage,
+    crr_weights,
     expectile_loss,
     gaussian_nll,
     td3_bc_actor_loss,
@@ -97,6 +99,24 @@ def test_bcq_filters_unlikely_actions_out_of_the_argmax() -> None:
     assert bcq_imitation_loss(logits, t([1]), penalty=0.1).item() == pytest.approx(expected)
 
 
+def test_crr_advantage_against_the_mean_or_max_and_its_weights() -> None:
+    q_data = t([2.0, 0.0])
+    q_other = t([[1.0, 3.0], [0.0, -2.0]])  # two actions of the policy at each state
+    assert crr_advantage(q_data, q_other, "mean").tolist() == pytest.approx([0.0, 1.0])  # V = 2, -1
+    assert crr_advantage(q_data, q_other, "max").tolist() == pytest.approx([-1.0, 0.0])  # V = 3, 0
+    probs = t([[0.25, 0.75], [0.5, 0.5]])  # a categorical policy's expectation: V = 2.5, -1
+    assert crr_advantage(q_data, q_other, "mean", probs).tolist() == pytest.approx([-0.5, 1.0])
+    assert crr_advantage(q_data, q_other, "max", probs).tolist() == pytest.approx([-1.0, 0.0])  # max ignores probs
+    a = t([-1.0, 0.0, math.log(2.0), 10.0])
+    assert crr_weights(a, "exp", beta=1.0, max_weight=20.0).tolist() == pytest.approx([math.exp(-1), 1.0, 2.0, 20.0])
+    assert crr_weights(a, "exp", beta=2.0, max_weight=1e9).tolist() == pytest.approx(
+        [math.exp(-0.5), 1.0, math.sqrt(2.0), math.exp(5.0)]
+    )
+    assert crr_weights(a, "binary", beta=1.0, max_weight=20.0).tolist() == [0.0, 0.0, 1.0, 1.0]  # 1[A > 0]
+    needs = t([1.0], requires_grad=True)
+    assert not crr_weights(crr_advantage(needs, t([[0.0]]), "mean"), "exp", 1.0, 20.0).requires_grad
+
+
 def test_normalized_score() -> None:
     assert normalized_score([20.0, 260.0, 500.0], random=20.0, expert=500.0).tolist() == pytest.approx([0, 50, 100])
     assert normalized_score(np.array([-1200.0]), random=-1200.0, expert=-200.0).tolist() == [0.0]
@@ -117,6 +137,8 @@ def test_normalized_score() -> None:
         ("cql", True),
         ("cql", False),
         ("bcq", True),
+        ("crr", True),
+        ("crr", False),
     ],
 )
 def test_each_offline_algorithm_updates_and_its_state_round_trips(name: str, discrete: bool) -> None:

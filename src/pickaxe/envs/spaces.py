@@ -44,6 +44,7 @@ ACTION_SPACES: dict[str, tuple[str, ...]] = {
     "iql": ("Box", "Discrete"),
     "cql": ("Box", "Discrete"),
     "bcq": ("Discrete",),
+    "crr": ("Box", "Discrete"),
 }
 """Algorithm name -> the action spaces it takes, where that is fewer than ``ACTOR_CRITIC_ACTIONS``."""
 _ALTERNATIVES = {"Discrete": "ppo or dqn", "Box": "ppo or sac", "MultiDiscrete": "ppo", "MultiBinary": "ppo"}

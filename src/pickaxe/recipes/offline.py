@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pickaxe.algos.offline_configs import BCConfig, BCQConfig, CQLConfig, IQLConfig, TD3BCConfig
+from pickaxe.algos.offline_configs import BCConfig, BCQConfig, CQLConfig, CRRConfig, IQLConfig, TD3BCConfig
 from pickaxe.recipes.recipe import Recipe
 from pickaxe.train.config import CollectorConfig, EnvConfig, ModelConfig, TrainConfig, TrainerConfig
 
@@ -54,6 +54,11 @@ OFFLINE_RECIPES: dict[str, Recipe] = {
             lambda: _offline("cartpole-bcq", BCQConfig(lr=1e-3), "CartPole-v1", 2_000),
         ),
         Recipe(
+            "cartpole-crr",
+            "CRR (critic-weighted behaviour cloning, exp weights) on a CartPole-v1 dataset (--data.dataset DIR)",
+            lambda: _offline("cartpole-crr", CRRConfig(lr=1e-3), "CartPole-v1", 2_000),
+        ),
+        Recipe(
             "pendulum-bc",
             "Behaviour cloning (Gaussian policy) on a Pendulum-v1 dataset (--data.dataset DIR)",
             lambda: _offline("pendulum-bc", BCConfig(lr=1e-3), "Pendulum-v1", 2_000),
@@ -72,6 +77,11 @@ OFFLINE_RECIPES: dict[str, Recipe] = {
             "pendulum-cql",
             "CQL(H) on SAC on a Pendulum-v1 dataset (--data.dataset DIR)",
             lambda: _offline("pendulum-cql", CQLConfig(lr=1e-3), "Pendulum-v1", 2_000),
+        ),
+        Recipe(
+            "pendulum-crr",
+            "CRR (exp weights, V from 4 policy samples) on a Pendulum-v1 dataset (--data.dataset DIR)",
+            lambda: _offline("pendulum-crr", CRRConfig(lr=1e-3), "Pendulum-v1", 2_000),
         ),
     )
 }

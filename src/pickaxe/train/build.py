@@ -53,6 +53,7 @@ ALGORITHMS: dict[str, str] = {
     "iql": "pickaxe.algos.iql:build_iql",
     "cql": "pickaxe.algos.cql:build_cql",
     "bcq": "pickaxe.algos.bcq:build_bcq",
+    "crr": "pickaxe.algos.crr:build_crr",
 }
 """Classic algorithm name (``TrainConfig.ALGOS``) -> ``module:function`` building it, imported on use. Each builder
 takes ``(algo config, envs, model config, device, seed)`` and sizes its networks from the envs' spaces; adding an

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Literal
 
 from pickaxe.algos.configs import A2CConfig, DQNConfig, PPOConfig, RecurrentPPOConfig
 from pickaxe.algos.control_configs import DDPGConfig, SACConfig, TD3Config
-from pickaxe.algos.offline_configs import BCConfig, BCQConfig, CQLConfig, IQLConfig, TD3BCConfig, is_offline
+from pickaxe.algos.offline_configs import BCConfig, BCQConfig, CQLConfig, CRRConfig, IQLConfig, TD3BCConfig, is_offline
 from pickaxe.config_keys import check_field, ranged, validate
 from pickaxe.errors import ConfigError
 from pickaxe.eval.selection import SelectConfig
@@ -115,7 +115,7 @@ class CollectorConfig:
 
 @dataclass
 class DataConfig:
-    """Offline runs (bc, td3-bc, iql, cql, bcq): the Minari dataset(s) they learn from instead of env steps."""
+    """Offline runs (bc, td3-bc, iql, cql, bcq, crr): the Minari dataset(s) they learn from instead of env steps."""
 
     dataset: str | None = None
     """A Minari dataset folder (``pickaxe collect RUN --out DIR`` writes one; one made with Minari works too). Its
@@ -305,6 +305,7 @@ class TrainConfig(RunConfig):
         "iql": IQLConfig,
         "cql": CQLConfig,
         "bcq": BCQConfig,
+        "crr": CRRConfig,
     }
 
     algo: Any = field(default_factory=PPOConfig)
@@ -360,7 +361,7 @@ class TrainConfig(RunConfig):
         if not is_offline(self.algo):
             if d.dataset is not None or d.mix:
                 raise ConfigError(
-                    "--data.dataset is for the offline algorithms (bc, td3-bc, iql, cql, bcq); "
+                    "--data.dataset is for the offline algorithms (bc, td3-bc, iql, cql, bcq, crr); "
                     f"{self.algo_name()} learns from the env: drop --data.dataset"
                 )
             return
