@@ -134,6 +134,29 @@ class DataConfig:
         self.mix = tuple(str(Path(p).absolute()) for p in self.mix)
 
 
+WARM_STARTS: dict[str, tuple[str, ...]] = {"td3": ("td3-bc",)}
+"""Online algorithm -> the offline algorithms whose runs ``--warm-start.run`` continues with it (the same networks
+under the same names, so every weight carries over: TD3+BC's actor, twin critics and targets are TD3's)."""
+
+
+@dataclass
+class OnlineStartConfig:
+    """Offline-to-online: an online run that starts from a finished offline run's final weights (every network,
+    critics and targets included), its replay buffer seeded with that run's dataset (``--data.dataset`` and
+    ``--data.mix`` of the offline run)."""
+
+    run: str | None = None
+    """The offline run's folder (it must have finished: ``model.safetensors``); see ``WARM_STARTS`` for which
+    algorithm continues which."""
+    seed_replay: bool = True
+    """Put the offline run's dataset in the replay buffer before the first env step."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+        if self.run is not None:  # absolute, as --data.dataset: a resume or a sweep job reads the same run
+            self.run = str(Path(self.run).absolute())
+
+
 @dataclass
 class DistConfig:
     """Where rollouts and learners run: in the learner's process (the default), or as Ray workers on this machine
@@ -319,6 +342,8 @@ class TrainConfig(RunConfig):
     dist: DistConfig = field(default_factory=DistConfig)
     data: DataConfig = field(default_factory=DataConfig)
     """Offline algorithms' datasets (``--data.dataset``)."""
+    warm_start: OnlineStartConfig = field(default_factory=OnlineStartConfig)
+    """Offline-to-online: continue an offline run online (``--warm-start.run DIR``)."""
     seed: int = ranged(0, ge=0, lt=2**63)
     device: str = device_field()
     """auto (CUDA when available), cpu, cuda, cuda:N or mps."""
@@ -342,6 +367,7 @@ class TrainConfig(RunConfig):
 
         check_env_spaces(self.env.id, self.env.kwargs, self.algo_name())  # spaces a network and the algo can take
         self.check_data()
+        self.check_warm_start()
         self.dist.check(llm=False)
         if self.dist.learners > 1 and isinstance(self.algo, DQNConfig):
             raise ConfigError(
@@ -353,6 +379,53 @@ class TrainConfig(RunConfig):
                 f"--dist.workers {self.dist.workers} is more than env.num_envs ({self.env.num_envs}): each worker "
                 f"steps at least one env; use --dist.workers {self.env.num_envs} or more envs"
             )
+
+    def check_warm_start(self) -> None:
+        """``--warm-start.run``: a finished run of an offline algorithm this one continues (``WARM_STARTS``), on the
+        same env with the same network sizes, whose dataset is recorded when the replay is to be seeded from it."""
+        import json
+
+        w, name = self.warm_start, self.algo_name()
+        if w.run is None:
+            return
+        sources = WARM_STARTS.get(name)
+        if not sources:
+            pairs = ", ".join(f"{', '.join(s)} -> {a}" for a, s in WARM_STARTS.items())
+            raise ConfigError(
+                f"--warm-start.run: {name} cannot continue an offline run (offline-to-online pairs: {pairs}); use one "
+                "of those algorithms' recipes or drop --warm-start.run"
+            )
+        run = Path(w.run)
+        try:
+            source = json.loads((run / "config.json").read_text())
+        except (OSError, ValueError) as e:
+            raise ConfigError(
+                f"--warm-start.run {run}: not a readable run folder ({type(e).__name__}); give the "
+                f"folder of a finished {' or '.join(sources)} run"
+            ) from None
+        if source.get("algo_name") not in sources:
+            raise ConfigError(
+                f"--warm-start.run {run} is a {source.get('algo_name')} run; {name} continues {' or '.join(sources)} "
+                "runs only"
+            )
+        if not (run / "model.safetensors").is_file():
+            raise ConfigError(f"--warm-start.run {run} has not finished (no model.safetensors): `pickaxe resume` it")
+        env_id = source.get("env", {}).get("id")
+        if env_id != self.env.id:
+            raise ConfigError(
+                f"--warm-start.run {run} trained on {env_id}, this run is on {self.env.id}: use --env.id {env_id}"
+            )
+        model = source.get("model", {})
+        if list(model.get("hidden", [])) != list(self.model.hidden) or model.get("activation") != self.model.activation:
+            hidden = ",".join(str(h) for h in model.get("hidden", []))
+            raise ConfigError(
+                f"--warm-start.run {run} has networks of --model.hidden {hidden} --model.activation "
+                f"{model.get('activation')}: give this run the same"
+            )
+        if getattr(self.algo, "twin", True) is not True:
+            raise ConfigError(f"--warm-start.run {run} has twin critics: drop --algo.twin false")
+        if w.seed_replay and not source.get("data", {}).get("dataset"):
+            raise ConfigError(f"--warm-start.run {run} records no dataset: add --warm-start.seed-replay false")
 
     def check_data(self) -> None:
         """Offline algorithms need ``--data.dataset``, whose files verify and whose spaces are the env's, and
