@@ -4,7 +4,8 @@ of CartPole-v1 and Pendulum-v1, over seeds; the figures of docs/offline.md.
 For each env: the source run (``cartpole-ppo`` / ``pendulum-sac``, seed 0, trained until it reaches its target),
 then three datasets of it with ``pickaxe collect``: expert (its final policy, deterministic), medium (CartPole:
 ``--epsilon 0.5``; Pendulum: ``--noise 0.5``) and random (``--epsilon 1``). Each offline recipe (``cartpole-bc``,
-``cartpole-iql``, ``cartpole-cql``; ``pendulum-bc``, ``pendulum-td3-bc``, ``pendulum-iql``, ``pendulum-cql``) trains
+``cartpole-iql``, ``cartpole-cql``, ``cartpole-bcq``, ``cartpole-crr``; ``pendulum-bc``, ``pendulum-td3-bc``,
+``pendulum-iql``, ``pendulum-cql``, ``pendulum-crr``) trains
 on each dataset with its recipe budget (2,000 gradient steps of 256 transitions) for each seed; recorded: the final
 evaluation (10 deterministic episodes) and its normalised score against the references ``collect`` stored.
 
@@ -12,6 +13,7 @@ Usage::
 
     python benchmarks/offline.py --out /tmp/offline-bench --seeds 3
     python benchmarks/offline.py --envs cartpole --seeds 1      # a quick look
+    python benchmarks/offline.py --algos bcq,crr --seeds 3       # some algorithms only
 
 The last line printed is one JSON object with every run's figures; a markdown table is printed before it.
 """
@@ -37,7 +39,7 @@ ENVS: dict[str, dict[str, Any]] = {
             "medium": ["--episodes", "20", "--epsilon", "0.5"],
             "random": ["--episodes", "100", "--epsilon", "1"],
         },
-        "algos": ["bc", "iql", "cql"],
+        "algos": ["bc", "iql", "cql", "bcq", "crr"],
     },
     "pendulum": {
         "source": "pendulum-sac",
@@ -46,7 +48,7 @@ ENVS: dict[str, dict[str, Any]] = {
             "medium": ["--episodes", "20", "--noise", "0.5"],
             "random": ["--episodes", "20", "--epsilon", "1"],
         },
-        "algos": ["bc", "td3-bc", "iql", "cql"],
+        "algos": ["bc", "td3-bc", "iql", "cql", "crr"],
     },
 }
 
@@ -56,8 +58,9 @@ def _check(code: int, what: str) -> None:
         raise SystemExit(f"{what} failed with exit status {code}")
 
 
-def run_env(name: str, out: Path, seeds: int) -> list[dict[str, Any]]:
-    """The source run, its datasets and every offline recipe on each; one record per offline run."""
+def run_env(name: str, out: Path, seeds: int, only: set[str] | None = None) -> list[dict[str, Any]]:
+    """The source run, its datasets and every offline recipe on each (those in ``only`` where given); one record per
+    offline run."""
     spec = ENVS[name]
     source = out / name / "source"
     if not (source / "model.safetensors").exists():
@@ -69,7 +72,7 @@ def run_env(name: str, out: Path, seeds: int) -> list[dict[str, Any]]:
             _check(main(["collect", str(source), *flags, "--out", str(path)]), f"collect {dataset}")
         data = read(path)
         behaviour = float(data.episode_returns.mean())
-        for algo in spec["algos"]:
+        for algo in [a for a in spec["algos"] if only is None or a in only]:
             for seed in range(seeds):
                 run = out / name / f"{algo}-{dataset}-s{seed}"
                 start = time.perf_counter()
@@ -122,11 +125,13 @@ def cli() -> None:
     parser.add_argument("--out", default="runs/offline-bench", help="folder of the runs and datasets (reused)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--envs", default="cartpole,pendulum")
+    parser.add_argument("--algos", default=None, help="comma-separated algorithms (default: every one of each env)")
     args = parser.parse_args()
+    only = set(args.algos.split(",")) if args.algos else None
     out = Path(args.out)
     rows: list[dict[str, Any]] = []
     for name in args.envs.split(","):
-        rows += run_env(name, out, args.seeds)
+        rows += run_env(name, out, args.seeds, only)
     print(table(rows))
     print(json.dumps({"runs": rows}))
 

@@ -80,3 +80,23 @@ def test_iql_beats_the_behaviour_policy_on_a_medium_pendulum_dataset(tmp_path: P
     args = ["--data.dataset", str(medium), "--seed", "1", "--run-dir", str(out), "--no-progress"]
     assert main(["train", "pendulum-iql", *args]) == 0
     assert _evals(out)[-1]["eval/return_mean"] > behaviour  # docs/offline.md: -234.6 against -297.3 (seed 1)
+
+
+def _random_dataset(cartpole: dict[str, Path]) -> Path:
+    """100 episodes of uniformly random actions (behaviour return about 22), made once per module."""
+    random = cartpole["root"] / "random"
+    if not random.exists():
+        flags = ["--episodes", "100", "--epsilon", "1"]
+        assert main(["collect", str(cartpole["run"]), *flags, "--out", str(random)]) == 0
+    return random
+
+
+@pytest.mark.parametrize("algo", ["bcq", "crr"])
+def test_beats_the_behaviour_policy_on_a_random_dataset(cartpole: dict[str, Path], algo: str) -> None:
+    random = _random_dataset(cartpole)
+    behaviour = float(read(random).episode_returns.mean())
+    assert behaviour < 40
+    run = cartpole["root"] / f"{algo}-random"
+    args = ["--data.dataset", str(random), "--trainer.eval-every", "256000", "--run-dir", str(run), "--no-progress"]
+    assert main(["train", f"cartpole-{algo}", *args]) == 0
+    assert _evals(run)[-1]["eval/return_mean_ci_low"] > 2 * behaviour

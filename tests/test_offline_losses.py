@@ -9,9 +9,14 @@ import torch
 
 from pickaxe.algos.offline_core import (
     advantage_weights,
+    bcq_allowed,
+    bcq_argmax,
+    bcq_imitation_loss,
     categorical_nll,
     cql_continuous_penalty,
     cql_discrete_penalty,
+    crr_advantage,
+    crr_weights,
     expectile_loss,
     gaussian_nll,
     td3_bc_actor_loss,
@@ -79,6 +84,39 @@ def test_cql_continuous_penalty_estimates_the_log_integral() -> None:
     assert value.tolist() == pytest.approx([3 * math.log(2.0)] * 2)
 
 
+def test_bcq_filters_unlikely_actions_out_of_the_argmax() -> None:
+    # probabilities relative to the max: row 0 [1, 0.5, 0.25], row 1 [0.1, 1, 0.5]
+    logprobs = torch.log(t([[0.4, 0.2, 0.1], [0.05, 0.5, 0.25]]))
+    q = t([[1.0, 5.0, 9.0], [7.0, 2.0, 3.0]])
+    assert bcq_allowed(logprobs, 0.3).tolist() == [[True, True, False], [False, True, True]]
+    assert bcq_argmax(q, logprobs, 0.3).tolist() == [1, 2]  # the best Q (9, 7) is filtered: the next allowed one
+    assert bcq_argmax(q, logprobs, 0.0).tolist() == [2, 0]  # no filter: DQN's argmax
+    assert bcq_argmax(q, logprobs, 1.0).tolist() == [0, 1]  # only the most probable action: behaviour cloning
+    assert bcq_argmax(q, logprobs, 0.6).tolist() == [0, 1]  # row 0 keeps only action 0, row 1 only action 1
+    # the head's loss: cross-entropy plus the penalty on the mean squared logit
+    logits = t([[0.0, math.log(3.0)]])  # probabilities 1/4, 3/4
+    expected = -math.log(0.75) + 0.1 * (math.log(3.0) ** 2) / 2
+    assert bcq_imitation_loss(logits, t([1]), penalty=0.1).item() == pytest.approx(expected)
+
+
+def test_crr_advantage_against_the_mean_or_max_and_its_weights() -> None:
+    q_data = t([2.0, 0.0])
+    q_other = t([[1.0, 3.0], [0.0, -2.0]])  # two actions of the policy at each state
+    assert crr_advantage(q_data, q_other, "mean").tolist() == pytest.approx([0.0, 1.0])  # V = 2, -1
+    assert crr_advantage(q_data, q_other, "max").tolist() == pytest.approx([-1.0, 0.0])  # V = 3, 0
+    probs = t([[0.25, 0.75], [0.5, 0.5]])  # a categorical policy's expectation: V = 2.5, -1
+    assert crr_advantage(q_data, q_other, "mean", probs).tolist() == pytest.approx([-0.5, 1.0])
+    assert crr_advantage(q_data, q_other, "max", probs).tolist() == pytest.approx([-1.0, 0.0])  # max ignores probs
+    a = t([-1.0, 0.0, math.log(2.0), 10.0])
+    assert crr_weights(a, "exp", beta=1.0, max_weight=20.0).tolist() == pytest.approx([math.exp(-1), 1.0, 2.0, 20.0])
+    assert crr_weights(a, "exp", beta=2.0, max_weight=1e9).tolist() == pytest.approx(
+        [math.exp(-0.5), 1.0, math.sqrt(2.0), math.exp(5.0)]
+    )
+    assert crr_weights(a, "binary", beta=1.0, max_weight=20.0).tolist() == [0.0, 0.0, 1.0, 1.0]  # 1[A > 0]
+    needs = t([1.0], requires_grad=True)
+    assert not crr_weights(crr_advantage(needs, t([[0.0]]), "mean"), "exp", 1.0, 20.0).requires_grad
+
+
 def test_normalized_score() -> None:
     assert normalized_score([20.0, 260.0, 500.0], random=20.0, expert=500.0).tolist() == pytest.approx([0, 50, 100])
     assert normalized_score(np.array([-1200.0]), random=-1200.0, expert=-200.0).tolist() == [0.0]
@@ -90,7 +128,18 @@ def test_normalized_score() -> None:
 
 @pytest.mark.parametrize(
     "name, discrete",
-    [("bc", True), ("bc", False), ("td3-bc", False), ("iql", True), ("iql", False), ("cql", True), ("cql", False)],
+    [
+        ("bc", True),
+        ("bc", False),
+        ("td3-bc", False),
+        ("iql", True),
+        ("iql", False),
+        ("cql", True),
+        ("cql", False),
+        ("bcq", True),
+        ("crr", True),
+        ("crr", False),
+    ],
 )
 def test_each_offline_algorithm_updates_and_its_state_round_trips(name: str, discrete: bool) -> None:
     import copy

@@ -1,4 +1,5 @@
-"""Configs of the offline algorithms: behaviour cloning, TD3+BC, IQL and CQL. Torch-free like every config.
+"""Configs of the offline algorithms: behaviour cloning, TD3+BC, IQL, CQL, discrete BCQ and CRR. Torch-free like
+every config.
 
 Offline runs learn from a dataset (``--data.dataset DIR``) instead of env steps: the Trainer's ``collector.steps``
 transitions per iteration come from the dataset sampler, and each algorithm cuts them into minibatches of
@@ -141,7 +142,80 @@ class CQLConfig:
             raise ConfigError(f"algo.alpha must be 'auto' or a number > 0, got {self.alpha!r}")
 
 
-OFFLINE_CONFIGS = (BCConfig, TD3BCConfig, IQLConfig, CQLConfig)
+@dataclass
+class BCQConfig:
+    """Discrete BCQ (Fujimoto et al. 2019, "Benchmarking batch deep RL algorithms"): a Q-network and a
+    behaviour-cloning head; actions whose cloned probability, relative to the most probable action's, is below
+    ``threshold`` are left out of the argmax, in the TD target and when acting. Discrete actions."""
+
+    summary: ClassVar[str] = (
+        "Discrete BCQ (Fujimoto 2019): DQN whose argmax (target and acting) skips actions the behaviour-cloning head "
+        "deems unlikely (probability / max probability < threshold); Discrete actions"
+    )
+    offline: ClassVar[bool] = True
+    mutable: ClassVar[tuple[str, ...]] = ("lr", "max_grad_norm", "threshold")
+    """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""
+
+    lr: float = ranged(3e-4, gt=0, le=10)
+    """Learning rate of the Q-network and the behaviour-cloning head."""
+    gamma: float = ranged(0.99, ge=0, le=1)
+    tau: float = ranged(0.005, gt=0, le=1)
+    """Polyak rate of the target Q-network."""
+    batch_size: int = ranged(256, ge=1)
+    """Transitions per gradient step (``collector.steps`` must be a multiple)."""
+    threshold: float = ranged(0.3, ge=0, le=1)
+    """Actions with ``pi_bc(a|s) / max_a' pi_bc(a'|s)`` below this are filtered out (0: DQN; 1: only the most
+    probable action, i.e. behaviour cloning)."""
+    imitation_penalty: float = ranged(0.01, ge=0, le=1e6)
+    """Weight of the squared logits of the behaviour-cloning head (the paper's regulariser)."""
+    max_grad_norm: float | None = ranged(None, gt=0)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+@dataclass
+class CRRConfig:
+    """Critic-regularised regression (Wang et al. 2020): a critic fitted by TD to ``r + gamma E_{a'~pi} Q'(s', a')``
+    and the policy by behaviour cloning weighted by ``f(A)``, ``A(s, a) = Q(s, a) - V(s)`` with ``V`` the mean or the
+    max of ``Q(s, .)`` over the policy's actions; ``f`` is ``exp(A / beta)`` (clipped) or ``1[A > 0]``. Box and
+    Discrete actions."""
+
+    summary: ClassVar[str] = (
+        "Critic-regularised regression (Wang 2020): behaviour cloning weighted by exp(A / beta) or 1[A > 0], the "
+        "advantage against the mean or max of Q over the policy's actions; Box and Discrete actions"
+    )
+    offline: ClassVar[bool] = True
+    mutable: ClassVar[tuple[str, ...]] = OFFLINE_MUTABLE
+    """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""
+
+    lr: float = ranged(3e-4, gt=0, le=10)
+    """Learning rate of the policy."""
+    critic_lr: float | None = ranged(None, gt=0, le=10)
+    """Learning rate of the critics (None: ``lr``)."""
+    gamma: float = ranged(0.99, ge=0, le=1)
+    tau: float = ranged(0.005, gt=0, le=1)
+    """Polyak rate of the target critics."""
+    batch_size: int = ranged(256, ge=1)
+    """Transitions per gradient step (``collector.steps`` must be a multiple)."""
+    weight: Literal["exp", "binary"] = "exp"
+    """``exp``: ``min(exp(A / beta), max_weight)``; ``binary``: ``1[A > 0]``."""
+    advantage: Literal["mean", "max"] = "mean"
+    """``V(s)``: the mean (``mean``) or the max (``max``) of ``Q(s, a)`` over the policy's actions (Discrete: all
+    actions, the mean weighted by the policy's probabilities; Box: ``action_samples`` sampled actions)."""
+    beta: float = ranged(1.0, gt=0, le=1e6)
+    """Temperature of the ``exp`` weights."""
+    max_weight: float = ranged(20.0, gt=0, le=1e9)
+    """``exp`` weights are clipped to this."""
+    action_samples: int = ranged(4, ge=1, le=1_000)
+    """Box actions: policy samples per state for ``V(s)``."""
+    max_grad_norm: float | None = ranged(None, gt=0)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+OFFLINE_CONFIGS = (BCConfig, TD3BCConfig, IQLConfig, CQLConfig, BCQConfig, CRRConfig)
 """Every offline algorithm's config type (an ``offline`` class attribute marks each)."""
 
 

@@ -1,5 +1,5 @@
-"""Pure loss functions of the offline algorithms (behaviour cloning, TD3+BC, IQL, CQL), each a function of tensors
-with a known answer on hand-computed cases (tests/test_offline_losses.py)."""
+"""Pure loss functions of the offline algorithms (behaviour cloning, TD3+BC, IQL, CQL, BCQ, CRR), each a function of
+tensors with a known answer on hand-computed cases (tests/test_offline_losses.py)."""
 
 from __future__ import annotations
 
@@ -72,3 +72,48 @@ def cql_continuous_penalty(
     n = q_random.shape[1] + q_policy.shape[1]
     stacked = torch.cat([q_random + action_dim * math.log(2.0), q_policy - logp_policy], dim=1)
     return (torch.logsumexp(stacked, dim=1) - math.log(n) - q_data).mean(-1)
+
+
+def bcq_allowed(logprobs: torch.Tensor, threshold: float) -> torch.Tensor:
+    """Discrete BCQ's action filter: ``pi(a|s) / max_a' pi(a'|s) >= threshold``, ``[B, n]`` booleans from the
+    behaviour-cloning head's log-probabilities ``[B, n]`` (the most probable action always passes)."""
+    ratio = torch.exp(logprobs - logprobs.max(dim=-1, keepdim=True).values)
+    return ratio >= threshold
+
+
+def bcq_argmax(q: torch.Tensor, logprobs: torch.Tensor, threshold: float) -> torch.Tensor:
+    """The action of highest ``q`` among those ``bcq_allowed`` lets through, ``[B]`` (``q``, ``logprobs``:
+    ``[B, n]``)."""
+    masked = torch.where(bcq_allowed(logprobs, threshold), q, torch.finfo(q.dtype).min)
+    return masked.argmax(dim=-1)
+
+
+def bcq_imitation_loss(logits: torch.Tensor, action: torch.Tensor, penalty: float) -> torch.Tensor:
+    """BCQ's behaviour-cloning head: cross-entropy of the dataset's actions plus ``penalty * mean logits^2``;
+    ``logits``: ``[B, n]`` (unnormalised), ``action``: ``[B]``."""
+    nll = categorical_nll(torch.log_softmax(logits, dim=-1), action)
+    return nll + penalty * logits.pow(2).mean()
+
+
+def crr_advantage(
+    q_data: torch.Tensor, q_other: torch.Tensor, mode: str, probs: torch.Tensor | None = None
+) -> torch.Tensor:
+    """CRR's advantage ``Q(s, a_data) - V(s)``, ``[B]``: ``V`` is the mean (``mode="mean"``; weighted by ``probs``
+    where given, e.g. a categorical policy's probabilities over all actions) or the max (``"max"``) of ``q_other``,
+    ``[B, K]``: the values of ``K`` actions of the policy at each state."""
+    if mode == "max":
+        v = q_other.max(dim=-1).values
+    elif probs is not None:
+        v = (probs * q_other).sum(-1)
+    else:
+        v = q_other.mean(-1)
+    return (q_data - v).detach()
+
+
+def crr_weights(advantage: torch.Tensor, kind: str, beta: float, max_weight: float) -> torch.Tensor:
+    """CRR's weights of the dataset's actions: ``min(exp(A / beta), max_weight)`` (``kind="exp"``) or ``1[A > 0]``
+    (``"binary"``); constants to the policy loss."""
+    a = advantage.detach()
+    if kind == "binary":
+        return (a > 0).to(a.dtype)
+    return torch.exp(a / beta).clamp(max=max_weight)

@@ -47,6 +47,8 @@ ACTION_SPACES: dict[str, tuple[str, ...]] = {
     "iqn": ("Discrete",),
     "fqf": ("Discrete",),
     "bdq": ("MultiDiscrete",),
+    "bcq": ("Discrete",),
+    "crr": ("Box", "Discrete"),
 }
 """Algorithm name -> the action spaces it takes, where that is fewer than ``ACTOR_CRITIC_ACTIONS``."""
 _ALTERNATIVES = {"Discrete": "ppo or dqn", "Box": "ppo or sac", "MultiDiscrete": "ppo", "MultiBinary": "ppo"}

@@ -1,4 +1,5 @@
-"""Offline-RL recipes: behaviour cloning, TD3+BC, IQL and CQL on CartPole and Pendulum datasets (torch-free).
+"""Offline-RL recipes: behaviour cloning, TD3+BC, IQL, CQL, discrete BCQ and CRR on CartPole and Pendulum datasets
+(torch-free).
 
 Each needs ``--data.dataset DIR``: a dataset ``pickaxe collect`` made from one of pickaxe's own runs (expert: the
 run's final policy; medium: ``--epsilon``/``--noise`` or an earlier step; random: ``--epsilon 1``), or any Minari
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pickaxe.algos.offline_configs import BCConfig, CQLConfig, IQLConfig, TD3BCConfig
+from pickaxe.algos.offline_configs import BCConfig, BCQConfig, CQLConfig, CRRConfig, IQLConfig, TD3BCConfig
 from pickaxe.recipes.recipe import Recipe
 from pickaxe.train.config import CollectorConfig, EnvConfig, ModelConfig, TrainConfig, TrainerConfig
 
@@ -48,6 +49,16 @@ OFFLINE_RECIPES: dict[str, Recipe] = {
             lambda: _offline("cartpole-cql", CQLConfig(lr=1e-3), "CartPole-v1", 2_000),
         ),
         Recipe(
+            "cartpole-bcq",
+            "Discrete BCQ (DQN with a behaviour-cloning action filter) on a CartPole-v1 dataset (--data.dataset DIR)",
+            lambda: _offline("cartpole-bcq", BCQConfig(lr=1e-3), "CartPole-v1", 2_000),
+        ),
+        Recipe(
+            "cartpole-crr",
+            "CRR (critic-weighted behaviour cloning, exp weights) on a CartPole-v1 dataset (--data.dataset DIR)",
+            lambda: _offline("cartpole-crr", CRRConfig(lr=1e-3), "CartPole-v1", 2_000),
+        ),
+        Recipe(
             "pendulum-bc",
             "Behaviour cloning (Gaussian policy) on a Pendulum-v1 dataset (--data.dataset DIR)",
             lambda: _offline("pendulum-bc", BCConfig(lr=1e-3), "Pendulum-v1", 2_000),
@@ -66,6 +77,11 @@ OFFLINE_RECIPES: dict[str, Recipe] = {
             "pendulum-cql",
             "CQL(H) on SAC on a Pendulum-v1 dataset (--data.dataset DIR)",
             lambda: _offline("pendulum-cql", CQLConfig(lr=1e-3), "Pendulum-v1", 2_000),
+        ),
+        Recipe(
+            "pendulum-crr",
+            "CRR (exp weights, V from 4 policy samples) on a Pendulum-v1 dataset (--data.dataset DIR)",
+            lambda: _offline("pendulum-crr", CRRConfig(lr=1e-3), "Pendulum-v1", 2_000),
         ),
     )
 }

@@ -59,6 +59,8 @@ ALGORITHMS: dict[str, str] = {
     "iqn": "pickaxe.algos.iqn:build_iqn",
     "fqf": "pickaxe.algos.iqn:build_fqf",
     "bdq": "pickaxe.algos.bdq:build_bdq",
+    "bcq": "pickaxe.algos.bcq:build_bcq",
+    "crr": "pickaxe.algos.crr:build_crr",
 }
 """Classic algorithm name (``TrainConfig.ALGOS``) -> ``module:function`` building it, imported on use. Each builder
 takes ``(algo config, envs, model config, device, seed)`` and sizes its networks from the envs' spaces; adding an
@@ -126,6 +128,10 @@ def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = Fal
         make(e.id, e.eval_envs, seeds["eval_env"], eval_vec, evaluation=True, **e.kwargs) if e.eval_envs > 0 else None
     )
     algo = build_algorithm(cfg, envs)
+    if cfg.warm_start.run is not None:
+        from pickaxe.train.online_start import start_from_offline
+
+        start_from_offline(algo, cfg.warm_start, envs, e.id, device, seeds["buffer"])
     collector = Collector(envs, algo.policy, steps=cfg.collector.steps, device=device)
     settle_for_training()  # as for LLM runs: keep the ~340k objects of imports and build out of full GC passes
     return Trainer(

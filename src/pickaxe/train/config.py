@@ -21,7 +21,7 @@ from pickaxe.algos.extra_configs import (
     ReinforceConfig,
     TRPOConfig,
 )
-from pickaxe.algos.offline_configs import BCConfig, CQLConfig, IQLConfig, TD3BCConfig, is_offline
+from pickaxe.algos.offline_configs import BCConfig, BCQConfig, CQLConfig, CRRConfig, IQLConfig, TD3BCConfig, is_offline
 from pickaxe.config_keys import check_field, ranged, validate
 from pickaxe.errors import ConfigError
 from pickaxe.eval.selection import SelectConfig
@@ -124,7 +124,7 @@ class CollectorConfig:
 
 @dataclass
 class DataConfig:
-    """Offline runs (bc, td3-bc, iql, cql): the Minari dataset(s) they learn from instead of env steps."""
+    """Offline runs (bc, td3-bc, iql, cql, bcq, crr): the Minari dataset(s) they learn from instead of env steps."""
 
     dataset: str | None = None
     """A Minari dataset folder (``pickaxe collect RUN --out DIR`` writes one; one made with Minari works too). Its
@@ -141,6 +141,29 @@ class DataConfig:
         if self.dataset is not None:
             self.dataset = str(Path(self.dataset).absolute())
         self.mix = tuple(str(Path(p).absolute()) for p in self.mix)
+
+
+WARM_STARTS: dict[str, tuple[str, ...]] = {"td3": ("td3-bc",)}
+"""Online algorithm -> the offline algorithms whose runs ``--warm-start.run`` continues with it (the same networks
+under the same names, so every weight carries over: TD3+BC's actor, twin critics and targets are TD3's)."""
+
+
+@dataclass
+class OnlineStartConfig:
+    """Offline-to-online: an online run that starts from a finished offline run's final weights (every network,
+    critics and targets included), its replay buffer seeded with that run's dataset (``--data.dataset`` and
+    ``--data.mix`` of the offline run)."""
+
+    run: str | None = None
+    """The offline run's folder (it must have finished: ``model.safetensors``); see ``WARM_STARTS`` for which
+    algorithm continues which."""
+    seed_replay: bool = True
+    """Put the offline run's dataset in the replay buffer before the first env step."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+        if self.run is not None:  # absolute, as --data.dataset: a resume or a sweep job reads the same run
+            self.run = str(Path(self.run).absolute())
 
 
 @dataclass
@@ -320,6 +343,8 @@ class TrainConfig(RunConfig):
         "iqn": IQNConfig,
         "fqf": FQFConfig,
         "bdq": BranchingDQNConfig,
+        "bcq": BCQConfig,
+        "crr": CRRConfig,
     }
 
     algo: Any = field(default_factory=PPOConfig)
@@ -333,6 +358,8 @@ class TrainConfig(RunConfig):
     dist: DistConfig = field(default_factory=DistConfig)
     data: DataConfig = field(default_factory=DataConfig)
     """Offline algorithms' datasets (``--data.dataset``)."""
+    warm_start: OnlineStartConfig = field(default_factory=OnlineStartConfig)
+    """Offline-to-online: continue an offline run online (``--warm-start.run DIR``)."""
     seed: int = ranged(0, ge=0, lt=2**63)
     device: str = device_field()
     """auto (CUDA when available), cpu, cuda, cuda:N or mps."""
@@ -356,6 +383,7 @@ class TrainConfig(RunConfig):
 
         check_env_spaces(self.env.id, self.env.kwargs, self.algo_name())  # spaces a network and the algo can take
         self.check_data()
+        self.check_warm_start()
         self.dist.check(llm=False)
         if self.dist.learners > 1 and isinstance(self.algo, DQNConfig):
             raise ConfigError(
@@ -368,6 +396,53 @@ class TrainConfig(RunConfig):
                 f"steps at least one env; use --dist.workers {self.env.num_envs} or more envs"
             )
 
+    def check_warm_start(self) -> None:
+        """``--warm-start.run``: a finished run of an offline algorithm this one continues (``WARM_STARTS``), on the
+        same env with the same network sizes, whose dataset is recorded when the replay is to be seeded from it."""
+        import json
+
+        w, name = self.warm_start, self.algo_name()
+        if w.run is None:
+            return
+        sources = WARM_STARTS.get(name)
+        if not sources:
+            pairs = ", ".join(f"{', '.join(s)} -> {a}" for a, s in WARM_STARTS.items())
+            raise ConfigError(
+                f"--warm-start.run: {name} cannot continue an offline run (offline-to-online pairs: {pairs}); use one "
+                "of those algorithms' recipes or drop --warm-start.run"
+            )
+        run = Path(w.run)
+        try:
+            source = json.loads((run / "config.json").read_text())
+        except (OSError, ValueError) as e:
+            raise ConfigError(
+                f"--warm-start.run {run}: not a readable run folder ({type(e).__name__}); give the "
+                f"folder of a finished {' or '.join(sources)} run"
+            ) from None
+        if source.get("algo_name") not in sources:
+            raise ConfigError(
+                f"--warm-start.run {run} is a {source.get('algo_name')} run; {name} continues {' or '.join(sources)} "
+                "runs only"
+            )
+        if not (run / "model.safetensors").is_file():
+            raise ConfigError(f"--warm-start.run {run} has not finished (no model.safetensors): `pickaxe resume` it")
+        env_id = source.get("env", {}).get("id")
+        if env_id != self.env.id:
+            raise ConfigError(
+                f"--warm-start.run {run} trained on {env_id}, this run is on {self.env.id}: use --env.id {env_id}"
+            )
+        model = source.get("model", {})
+        if list(model.get("hidden", [])) != list(self.model.hidden) or model.get("activation") != self.model.activation:
+            hidden = ",".join(str(h) for h in model.get("hidden", []))
+            raise ConfigError(
+                f"--warm-start.run {run} has networks of --model.hidden {hidden} --model.activation "
+                f"{model.get('activation')}: give this run the same"
+            )
+        if getattr(self.algo, "twin", True) is not True:
+            raise ConfigError(f"--warm-start.run {run} has twin critics: drop --algo.twin false")
+        if w.seed_replay and not source.get("data", {}).get("dataset"):
+            raise ConfigError(f"--warm-start.run {run} records no dataset: add --warm-start.seed-replay false")
+
     def check_data(self) -> None:
         """Offline algorithms need ``--data.dataset``, whose files verify and whose spaces are the env's, and
         ``collector.steps`` a multiple of ``algo.batch_size``; online ones take no dataset."""
@@ -375,8 +450,8 @@ class TrainConfig(RunConfig):
         if not is_offline(self.algo):
             if d.dataset is not None or d.mix:
                 raise ConfigError(
-                    f"--data.dataset is for the offline algorithms (bc, td3-bc, iql, cql); {self.algo_name()} learns "
-                    "from the env: drop --data.dataset"
+                    "--data.dataset is for the offline algorithms (bc, td3-bc, iql, cql, bcq, crr); "
+                    f"{self.algo_name()} learns from the env: drop --data.dataset"
                 )
             return
         if d.dataset is None:
