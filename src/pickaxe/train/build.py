@@ -52,6 +52,7 @@ ALGORITHMS: dict[str, str] = {
     "td3-bc": "pickaxe.algos.td3_bc:build_td3_bc",
     "iql": "pickaxe.algos.iql:build_iql",
     "cql": "pickaxe.algos.cql:build_cql",
+    "ppo-explore": "pickaxe.algos.explore:build_ppo_explore",
 }
 """Classic algorithm name (``TrainConfig.ALGOS``) -> ``module:function`` building it, imported on use. Each builder
 takes ``(algo config, envs, model config, device, seed)`` and sizes its networks from the envs' spaces; adding an

@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Literal
 
 from pickaxe.algos.configs import A2CConfig, DQNConfig, PPOConfig, RecurrentPPOConfig
 from pickaxe.algos.control_configs import DDPGConfig, SACConfig, TD3Config
+from pickaxe.algos.explore_configs import ExplorePPOConfig
 from pickaxe.algos.offline_configs import BCConfig, CQLConfig, IQLConfig, TD3BCConfig, is_offline
 from pickaxe.config_keys import check_field, ranged, validate
 from pickaxe.errors import ConfigError
@@ -304,6 +305,7 @@ class TrainConfig(RunConfig):
         "td3-bc": TD3BCConfig,
         "iql": IQLConfig,
         "cql": CQLConfig,
+        "ppo-explore": ExplorePPOConfig,
     }
 
     algo: Any = field(default_factory=PPOConfig)
