@@ -18,7 +18,7 @@ class ExplorePPOConfig(PPOConfig):
     network; intrinsic and extrinsic value heads with their own discounts) or ICM (inverse and forward models in a
     learned feature space). Discrete or Box actions."""
 
-    mutable: ClassVar[tuple[str, ...]] = PPOConfig.mutable + ("int_coef", "ext_coef", "icm_eta")
+    mutable: ClassVar[tuple[str, ...]] = (*PPOConfig.mutable, "int_coef", "ext_coef", "icm_eta")
     """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""
 
     intrinsic: Intrinsic = "rnd"
