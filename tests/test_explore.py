@@ -17,7 +17,7 @@ import torch
 from tensordict import TensorDict
 
 from pickaxe.algos.configs import PPOConfig
-from pickaxe.algos.explore import ICM, RND, ExplorePPO, build_ppo_explore
+from pickaxe.algos.explore import ICM, RND, ExplorePPO, build_explorer, build_ppo_explore
 from pickaxe.algos.explore_configs import ExplorePPOConfig
 from pickaxe.algos.explore_core import (
     combined_advantage,
@@ -31,6 +31,7 @@ from pickaxe.algos.explore_core import (
     running_discounted_returns,
 )
 from pickaxe.algos.ppo import build_ppo
+from pickaxe.errors import ConfigError
 from pickaxe.models.normalize import RunningMeanStd
 from pickaxe.recipes import get_recipe
 from pickaxe.train.config import ModelConfig
@@ -165,6 +166,35 @@ def test_state_dict_round_trip_gives_the_same_next_update(intrinsic: str) -> Non
     sa, sb = algo.state_dict(), other.state_dict()
     for key in ("policy", "explorer"):
         assert all(torch.equal(sa[key][k], sb[key][k]) for k in sa[key])
+
+
+def test_icm_takes_box_actions_and_refuses_multidiscrete_in_one_line() -> None:
+    torch.set_num_threads(1)
+    envs = gym.make_vec("Pendulum-v1", 2, vectorization_mode="sync")
+    cfg = ExplorePPOConfig(intrinsic="icm", epochs=1, minibatch_size=16, icm_eta=1.0)
+    algo = build_ppo_explore(cfg, envs, ModelConfig(hidden=(8,)), torch.device("cpu"), 0)
+    g = torch.Generator().manual_seed(0)
+    T, N = 8, 2
+    batch = TensorDict(
+        {
+            "obs": torch.randn(T, N, 3, generator=g),
+            "action": torch.randn(T, N, 1, generator=g),
+            "reward": torch.zeros(T, N),
+            "terminated": torch.zeros(T, N, dtype=torch.bool),
+            "truncated": torch.zeros(T, N, dtype=torch.bool),
+            "next_obs": torch.randn(T, N, 3, generator=g),
+            "logprob": torch.zeros(T, N),
+            "value": torch.zeros(T, N),
+        },
+        batch_size=[T, N],
+    )
+    metrics = algo.update(batch)
+    assert metrics["explore/intrinsic_reward"] > 0 and math.isfinite(metrics["loss/icm_inverse"])
+
+    md = gym.make_vec("CartPole-v1", 1, vectorization_mode="sync")
+    md.single_action_space = gym.spaces.MultiDiscrete([2, 3])
+    with pytest.raises(ConfigError, match=r"--algo\.intrinsic icm needs Discrete or 1-D Box actions"):
+        build_explorer(cfg, md)
 
 
 def _small_run(intrinsic: str):
