@@ -41,8 +41,9 @@ class ExplorePPOConfig(PPOConfig):
     rnd_update_proportion: float = ranged(1.0, gt=0, le=1)
     """RND: the fraction of each minibatch's rows the predictor learns from (the paper's 0.25 with 128 envs; keeps the
     bonus from vanishing too fast when many envs collect)."""
-    icm_eta: float = ranged(0.01, ge=0)
-    """ICM: the intrinsic reward is ``icm_eta * 0.5 * ||phi_hat(s') - phi(s')||^2``, added to the env's reward."""
+    icm_eta: float = ranged(1.0, ge=0)
+    """ICM: the intrinsic reward is ``icm_eta * 0.5 * ||phi_hat(s') - phi(s')||^2``, added to the env's reward (on
+    MountainCar-v0 against its -1 per step, 0.01 was too small to matter: docs/exploration.md)."""
     icm_beta: float = ranged(0.2, ge=0, le=1)
     """ICM: module loss = (1 - icm_beta) * inverse loss + icm_beta * forward loss (the paper's 0.2)."""
     icm_coef: float = ranged(1.0, ge=0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pickaxe.algos.explore_configs import ExplorePPOConfig
 from pickaxe.recipes.recipe import Recipe
 from pickaxe.train.config import CollectorConfig, EnvConfig, ModelConfig, TrainConfig, TrainerConfig
@@ -23,6 +25,14 @@ def _mountaincar_rnd() -> TrainConfig:
     )  # fmt: skip
 
 
+def _mountaincar_icm() -> TrainConfig:
+    # mountaincar-rnd's settings with ICM's bonus (eta 1: 0.01 is too small beside the -1 per step)
+    cfg = _mountaincar_rnd()
+    cfg.recipe = "mountaincar-icm"
+    cfg.algo = replace(cfg.algo, intrinsic="icm", icm_eta=1.0)
+    return cfg
+
+
 EXPLORE_RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
@@ -30,6 +40,11 @@ EXPLORE_RECIPES: dict[str, Recipe] = {
             "mountaincar-rnd",
             "PPO with RND intrinsic rewards on MountainCar-v0 (sparse reward); stops at an eval return >= -150",
             _mountaincar_rnd,
+        ),
+        Recipe(
+            "mountaincar-icm",
+            "PPO with ICM intrinsic rewards on MountainCar-v0 (sparse reward); stops at an eval return >= -150",
+            _mountaincar_icm,
         ),
     )
 }
