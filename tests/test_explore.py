@@ -1,6 +1,6 @@
 """PPO with exploration bonuses (RND, ICM): known answers of the intrinsic rewards, their normalisation and the
 combined advantage; the bonus falls on states seen again and again; ``--algo.intrinsic none`` is PPO's numbers;
-exact resume; bad options are one line."""
+exact resume; bad options are one line; RND and ICM reach MountainCar-v0's flag where plain PPO does not."""
 
 from __future__ import annotations
 
