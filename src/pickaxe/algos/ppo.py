@@ -96,7 +96,7 @@ class PPO(Algorithm):
         """GAE on the ``[T, N]`` rollout (bootstrapping from V(next_obs) unless terminated), then PPO epochs."""
         cfg = self.config
         self._scale_rewards(batch)
-        data = compute_targets(self.policy, self.rollout, batch)
+        data = self._targets(batch)
         lr = self._scheduled(cfg.lr, cfg.lr_schedule)
         clip = self._scheduled(cfg.clip, cfg.clip_schedule)
         for group in self.optimizer.param_groups:
@@ -121,6 +121,14 @@ class PPO(Algorithm):
         metrics["ppo/gradient_steps"] = float(len(history))
         self._update_obs_stats(batch)
         return metrics
+
+    def _targets(self, batch: Batch) -> Batch:
+        """Advantages and returns of the ``[T, N]`` rollout, stored in ``self.rollout``; the flattened batch."""
+        return compute_targets(self.policy, self.rollout, batch)
+
+    def _trained(self) -> nn.Module:
+        """Every module the optimizer steps (its gradients clipped together): the policy."""
+        return self.policy
 
     def _scale_rewards(self, batch: Batch) -> None:
         """With ``normalize_reward``: replace the rollout's rewards by their scaled values, in place."""
@@ -154,7 +162,13 @@ class PPO(Algorithm):
         loss.backward()
         sums = torch.stack([v.float().reshape(()) for v in stats.values()])
         values = clip_and_step(
-            self.policy, self.optimizer, self.config.max_grad_norm, loss, name=self.loss_name, sums=sums, reduce=True
+            self._trained(),
+            self.optimizer,
+            self.config.max_grad_norm,
+            loss,
+            name=self.loss_name,
+            sums=sums,
+            reduce=True,
         )
         return {**dict(zip(stats, values[2:], strict=True)), "grad_norm": values[0]}
 

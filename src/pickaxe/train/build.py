@@ -61,6 +61,7 @@ ALGORITHMS: dict[str, str] = {
     "bdq": "pickaxe.algos.bdq:build_bdq",
     "bcq": "pickaxe.algos.bcq:build_bcq",
     "crr": "pickaxe.algos.crr:build_crr",
+    "ppo-explore": "pickaxe.algos.explore:build_ppo_explore",
 }
 """Classic algorithm name (``TrainConfig.ALGOS``) -> ``module:function`` building it, imported on use. Each builder
 takes ``(algo config, envs, model config, device, seed)`` and sizes its networks from the envs' spaces; adding an

@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Literal
 
 from pickaxe.algos.configs import A2CConfig, DQNConfig, PPOConfig, RecurrentPPOConfig
 from pickaxe.algos.control_configs import DDPGConfig, SACConfig, TD3Config
+from pickaxe.algos.explore_configs import ExplorePPOConfig
 from pickaxe.algos.extra_configs import (
     BranchingDQNConfig,
     FQFConfig,
@@ -345,6 +346,7 @@ class TrainConfig(RunConfig):
         "bdq": BranchingDQNConfig,
         "bcq": BCQConfig,
         "crr": CRRConfig,
+        "ppo-explore": ExplorePPOConfig,
     }
 
     algo: Any = field(default_factory=PPOConfig)
