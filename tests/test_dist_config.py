@@ -189,7 +189,11 @@ def test_learners_other_than_rank_0_do_not_load_the_reward_model(monkeypatch: py
     from pickaxe.recipes.llm import LLM_RECIPES
 
     loaded: list[str] = []
-    monkeypatch.setattr(llm, "load_reward_model", lambda path, tokenizer, device: loaded.append(path) or (lambda *a: 0))
+    def load(path: str, tokenizer: object, device: object, **options: object) -> object:
+        loaded.append(path)
+        return lambda *a: 0.0
+
+    monkeypatch.setattr(llm, "load_reward_model", load)
     cfg = LLM_RECIPES["arith-grpo"].make()
     cfg.dist.learners, cfg.data.reward_model = 2, "some/reward-model"
     for follower, names in ((True, ["verify"]), (False, ["verify", "proxy"])):
