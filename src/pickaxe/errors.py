@@ -32,3 +32,8 @@ class NonFiniteError(RuntimeError):
         super().__init__(what)
         self.what = what
         self.source = source
+
+
+def error_line(error: BaseException) -> str:
+    """``error`` in one line, to hand to another process: its type and the first line of its message."""
+    return f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"

@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 from pickaxe.dist import data_parallel
-from pickaxe.errors import ConfigError, NonFiniteError, PickaxeError
+from pickaxe.errors import ConfigError, NonFiniteError, PickaxeError, error_line
 
 _ENV = ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -330,7 +330,7 @@ def _write_shards(algo: Any, folder: Path) -> None:
     try:
         entries: Any = write_rank_shards(folder, {"algo": algo.state_dict()}, dist.get_rank())
     except Exception as e:  # rank 0 names it and fails the save; this learner goes on following
-        entries = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+        entries = error_line(e)
     dist.gather_object(entries, None, dst=0, group=data_parallel.control_group())
 
 
@@ -396,7 +396,7 @@ def _spawned_learner(rank: int, config: dict[str, Any], world: int, port: int, b
             torch.cuda.set_device(rank)
         algo, trainer = _build_algorithm(config, build)
     except BaseException as e:
-        built.put((rank, f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"))
+        built.put((rank, error_line(e)))
         raise
     built.put((rank, None))
     data_parallel.init(rank, world, port=port, device=device)
