@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from pickaxe.digests import is_entry
-from pickaxe.errors import CheckpointError, PickaxeError
+from pickaxe.errors import CheckpointError, PickaxeError, error_line
 from pickaxe.faults import fault_point
 
 if TYPE_CHECKING:
@@ -666,13 +666,24 @@ def write_rank_shards(folder: Path, state: Any, rank: int) -> dict[str, dict[str
     (``{"algo": algo.state_dict()}``: the structure of rank 0's state there, so the same entry names) to
     ``folder/shards-rank-<rank>.safetensors``, streamed and fsynced; return its manifest entry
     ``{file name: {"size", "sha256"}}`` for rank 0's :data:`ShardWriter` (empty when nothing is sharded)."""
-    from pickaxe.runs.shards import iter_local_pieces, shard_file
+    return _write_pieces(folder, _rank_pieces(state, rank), rank)
+
+
+def _rank_pieces(state: Any, rank: int) -> dict[str, torch.Tensor]:
+    """Learner ``rank``'s rows of every sharded tensor of ``state``, by entry name (where they are: no copy)."""
+    from pickaxe.runs.shards import iter_local_pieces
     from pickaxe.runs.state import split_state
-    from pickaxe.runs.tensorfile import write_tensors
 
     if rank < 1:
         raise ValueError(f"write_rank_shards is for the learners other than rank 0, got rank {rank}")
-    pieces = dict(iter_local_pieces(split_state(state).sharded, rank))
+    return dict(iter_local_pieces(split_state(state).sharded, rank))
+
+
+def _write_pieces(folder: Path, pieces: dict[str, torch.Tensor], rank: int) -> dict[str, dict[str, Any]]:
+    """``pieces`` as ``folder/shards-rank-<rank>.safetensors``; its manifest entry (empty for no pieces)."""
+    from pickaxe.runs.shards import shard_file
+    from pickaxe.runs.tensorfile import write_tensors
+
     if not pieces:
         return {}
     fname = shard_file(rank)
@@ -687,21 +698,15 @@ def start_rank_shards(folder: Path, state: Any, rank: int) -> threading.Thread:
     """:func:`write_rank_shards` in the background, for rank 0's :meth:`CheckpointManager.save_async`: copies this
     rank's rows to host memory now (so training may go on changing them), then a started thread writes them and
     leaves a receipt in ``folder`` (the manifest entries, or the error in one line) for :func:`wait_rank_shards`."""
-    from pickaxe.runs.shards import iter_local_pieces, shard_file
     from pickaxe.runs.snapshot import host_copy
-    from pickaxe.runs.state import split_state
-    from pickaxe.runs.tensorfile import write_tensors
 
-    if rank < 1:
-        raise ValueError(f"start_rank_shards is for the learners other than rank 0, got rank {rank}")
-    pieces = host_copy(dict(iter_local_pieces(split_state(state).sharded, rank)))
+    pieces = host_copy(_rank_pieces(state, rank))
 
     def write() -> None:
         try:
-            fname = shard_file(rank)
-            got: dict[str, Any] = {"entries": {fname: write_tensors(Path(folder) / fname, pieces)} if pieces else {}}
+            got: dict[str, Any] = {"entries": _write_pieces(folder, pieces, rank)}
         except Exception as e:
-            got = {"error": f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"}
+            got = {"error": error_line(e)}
         pieces.clear()
         part = _receipt(folder, rank).with_suffix(".part")
         try:
