@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -30,6 +32,22 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device 'cuda' was asked for but torch sees no GPU; use --device cpu or --device auto")
     return dev
+
+
+@contextlib.contextmanager
+def visiting(module: torch.nn.Module, device: torch.device | None) -> Iterator[None]:
+    """A frozen model kept in host memory visits ``device`` for the ``with`` block and goes back to the host after
+    it, also after an error (the device's cached blocks freed on CUDA); ``device`` None: nothing moves."""
+    if device is None:
+        yield
+        return
+    module.to(device)
+    try:
+        yield
+    finally:
+        module.to("cpu")
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
 
 
 def set_torch_threads(n: int) -> None:

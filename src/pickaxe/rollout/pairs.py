@@ -19,6 +19,7 @@ from pickaxe.data.batch import Batch
 from pickaxe.envs.text.preferences import PreferencePair
 from pickaxe.models.reward import RewardModel
 from pickaxe.rollout.text_collector import pack
+from pickaxe.utils import visiting
 
 __all__ = ["RewardModelScorer", "encode_response", "pack_pairs", "pair_batches"]
 
@@ -131,17 +132,12 @@ class RewardModelScorer:
         prompt_ids = [list(self.tokenizer(p)["input_ids"]) for p in prompts]
         responses = [encode_response(self.tokenizer, c) for c in completions]
         data = pack(prompt_ids, responses, int(self.tokenizer.pad_token_id))
-        if self.offload_to is not None:
-            self.model.to(self.offload_to)
-        device = next(self.model.parameters()).device
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            scores = self.model.score(data["input_ids"].to(device), data["attention_mask"].to(device), self.rows)
+        with visiting(self.model, self.offload_to):
+            device = next(self.model.parameters()).device
+            was_training = self.model.training
+            self.model.eval()
+            try:
+                scores = self.model.score(data["input_ids"].to(device), data["attention_mask"].to(device), self.rows)
+            finally:
+                self.model.train(was_training)
             return scores.cpu().tolist()
-        finally:
-            self.model.train(was_training)
-            if self.offload_to is not None:
-                self.model.to("cpu")
-                if self.offload_to.type == "cuda":
-                    torch.cuda.empty_cache()

@@ -20,6 +20,7 @@ from pickaxe.envs.text.rewards import RewardFailedError, RewardFailure, RewardSc
 from pickaxe.models.lm import Autocast, completion_logprobs
 from pickaxe.models.tokenizer import render_prompt
 from pickaxe.rollout.engines.base import Completion, Engine, SamplingParams
+from pickaxe.utils import visiting
 
 if TYPE_CHECKING:
     from pickaxe.rollout.pipelined import RolloutScheduler
@@ -255,25 +256,17 @@ class TextCollector:
         reference visits the batch's device for this call only."""
         assert self.reference is not None
         device = batch["input_ids"].device
-        if self.offload_reference:
-            self.reference.to(device)
-        try:
-            with torch.no_grad():
-                return completion_logprobs(
-                    self.reference,
-                    batch["input_ids"],
-                    batch["attention_mask"],
-                    batch["loss_mask"],
-                    temperature,
-                    precision=self.precision,
-                    rows=self.ref_rows,
-                    mode="shared-prefix" if self.share_prompts else "padded",
-                )
-        finally:
-            if self.offload_reference:
-                self.reference.to("cpu")
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
+        with visiting(self.reference, device if self.offload_reference else None), torch.no_grad():
+            return completion_logprobs(
+                self.reference,
+                batch["input_ids"],
+                batch["attention_mask"],
+                batch["loss_mask"],
+                temperature,
+                precision=self.precision,
+                rows=self.ref_rows,
+                mode="shared-prefix" if self.share_prompts else "padded",
+            )
 
     def close(self) -> None:
         """Stop the engine's workers, if it has any (engine workers; an in-process engine has nothing to stop)."""
