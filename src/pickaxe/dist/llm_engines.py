@@ -11,8 +11,8 @@ Contract:
   colocated engine's, token for token (CPU, same torch threads).
 - **Versioned weights**: ``publish(policy, version)`` puts the policy's weights once per version (one ``ray.put``
   per bucket of at most :data:`BUCKET_BYTES`, copied to the host one bucket at a time, shared by every worker; by
-  default only the trainable tensors, so a LoRA policy sends its adapters only); every request names its version, and a worker swaps weights between ``generate`` calls when
-  it changes. ``time/weight_sync_s`` (copy + put of the last publish) and ``dist/weight_sync_mb`` report it.
+  default only the trainable tensors, so a LoRA policy sends its adapters only); every request names its version,
+  and a worker swaps weights between ``generate`` calls when it changes. ``time/weight_sync_s`` (copy + put of the last publish) and ``dist/weight_sync_mb`` report it.
 - **Faults**: a worker that dies (``RayActorError``) is replaced: a new actor with the same seed, its sampler
   state set to what it was after the last request it completed, and its unfinished requests resubmitted in
   order, each with its own version's weights. No completion is lost or generated twice, and the numbers are
