@@ -9,12 +9,13 @@ from pickaxe.errors import PickaxeError
 from pickaxe.recipes.classic import CLASSIC_RECIPES
 from pickaxe.recipes.explore import EXPLORE_RECIPES
 from pickaxe.recipes.llm import LLM_RECIPES  # configs only: loads no LLM libraries
+from pickaxe.recipes.multiagent import MULTIAGENT_RECIPES
 from pickaxe.recipes.offline import OFFLINE_RECIPES
 from pickaxe.recipes.recipe import Recipe
 
 __all__ = ["RECIPES", "Recipe", "RecipeError", "get_recipe"]
 
-RECIPES: dict[str, Recipe] = {**CLASSIC_RECIPES, **EXPLORE_RECIPES, **OFFLINE_RECIPES, **LLM_RECIPES}
+RECIPES: dict[str, Recipe] = {**CLASSIC_RECIPES, **EXPLORE_RECIPES, **OFFLINE_RECIPES, **MULTIAGENT_RECIPES, **LLM_RECIPES}
 
 
 class RecipeError(PickaxeError, KeyError):

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from pickaxe.algos.base import Algorithm
+from pickaxe.algos.multiagent_configs import is_multiagent
 from pickaxe.algos.offline_configs import is_offline
 from pickaxe.envs.make import SeededVectorEnv, make
 from pickaxe.errors import ConfigError, PickaxeError
@@ -62,6 +63,8 @@ ALGORITHMS: dict[str, str] = {
     "bcq": "pickaxe.algos.bcq:build_bcq",
     "crr": "pickaxe.algos.crr:build_crr",
     "ppo-explore": "pickaxe.algos.explore:build_ppo_explore",
+    "ippo": "pickaxe.algos.mappo:build_ippo",
+    "mappo": "pickaxe.algos.mappo:build_mappo",
 }
 """Classic algorithm name (``TrainConfig.ALGOS``) -> ``module:function`` building it, imported on use. Each builder
 takes ``(algo config, envs, model config, device, seed)`` and sizes its networks from the envs' spaces; adding an
@@ -118,6 +121,8 @@ def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = Fal
     algorithm: :func:`build_offline_trainer`)."""
     if is_offline(cfg.algo):
         return build_offline_trainer(cfg, run, progress)
+    if is_multiagent(cfg.algo):
+        return build_multiagent_trainer(cfg, run, progress)
     set_torch_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
     seeds = derive_seeds(cfg.seed)
@@ -218,6 +223,37 @@ def build_offline_trainer(cfg: TrainConfig, run: Run | None = None, progress: bo
     return Trainer(
         algo,
         sampler,  # type: ignore[arg-type]
+        run=run,
+        config=cfg.trainer,
+        progress=progress,
+        torch_threads=cfg.torch_threads,
+        evaluator=evaluator,
+        select=cfg.select,
+    )
+
+
+def build_multiagent_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = False) -> Trainer:
+    """A multi-agent run (IPPO, MAPPO): ``env.num_envs`` copies of the PettingZoo env as one
+    ``MultiAgentVectorEnv``, the algorithm sized from its agents, the ``MultiAgentCollector``, and per-agent
+    evaluation (``MultiAgentEvaluator``) on ``env.eval_envs`` copies."""
+    from pickaxe.envs.multiagent import MultiAgentVectorEnv
+    from pickaxe.rollout.multiagent import MultiAgentCollector
+    from pickaxe.train.multiagent import MultiAgentEvaluator
+
+    set_torch_threads(cfg.torch_threads)
+    seed_everything(cfg.seed)
+    seeds = derive_seeds(cfg.seed)
+    device = resolve_device(cfg.device)
+    e = cfg.env
+    envs = MultiAgentVectorEnv(e.id, e.num_envs, seeds["env"], **e.kwargs)
+    eval_envs = MultiAgentVectorEnv(e.id, e.eval_envs, seeds["eval_env"], **e.kwargs) if e.eval_envs > 0 else None
+    algo = build_algorithm(cfg, envs)
+    collector = MultiAgentCollector(envs, algo.policy, steps=cfg.collector.steps, device=device)
+    evaluator = MultiAgentEvaluator(eval_envs, cfg.trainer.eval_episodes, device) if eval_envs is not None else None
+    settle_for_training()
+    return Trainer(
+        algo,
+        collector,  # type: ignore[arg-type]
         run=run,
         config=cfg.trainer,
         progress=progress,

@@ -22,6 +22,7 @@ from pickaxe.algos.extra_configs import (
     ReinforceConfig,
     TRPOConfig,
 )
+from pickaxe.algos.multiagent_configs import IPPOConfig, MAPPOConfig, is_multiagent, needs_state
 from pickaxe.algos.offline_configs import BCConfig, BCQConfig, CQLConfig, CRRConfig, IQLConfig, TD3BCConfig, is_offline
 from pickaxe.config_keys import check_field, ranged, validate
 from pickaxe.errors import ConfigError
@@ -347,6 +348,8 @@ class TrainConfig(RunConfig):
         "bcq": BCQConfig,
         "crr": CRRConfig,
         "ppo-explore": ExplorePPOConfig,
+        "ippo": IPPOConfig,
+        "mappo": MAPPOConfig,
     }
 
     algo: Any = field(default_factory=PPOConfig)
@@ -380,6 +383,9 @@ class TrainConfig(RunConfig):
                 f"collector.steps ({steps}) must be a multiple of env.num_envs ({n}): "
                 f"use --collector.steps {lower} or {upper}"
             )
+        if self.check_multiagent():
+            self.check_data()
+            return
         check_env_id(self.env.id)
         from pickaxe.envs.make import check_env_spaces
 
@@ -397,6 +403,35 @@ class TrainConfig(RunConfig):
                 f"--dist.workers {self.dist.workers} is more than env.num_envs ({self.env.num_envs}): each worker "
                 f"steps at least one env; use --dist.workers {self.env.num_envs} or more envs"
             )
+
+    def check_multiagent(self) -> bool:
+        """A PettingZoo env id needs a multi-agent algorithm (and MAPPO an env with a global state), and a
+        multi-agent algorithm a PettingZoo env, trained in one process; returns whether the run is multi-agent (its
+        env then checked here)."""
+        from pickaxe.envs.multiagent import check_multiagent_env, is_multiagent_id
+
+        name, env_id = self.algo_name(), self.env.id
+        multi_env = is_multiagent_id(env_id)
+        if not is_multiagent(self.algo):
+            if multi_env:
+                raise ConfigError(
+                    f"{env_id!r} is a multi-agent (PettingZoo) env and {name} trains one agent: use a multi-agent "
+                    "algorithm (recipes simple-spread-ippo, simple-spread-mappo) or a gymnasium env"
+                )
+            return False
+        if not multi_env:
+            raise ConfigError(
+                f"{name} trains the agents of a PettingZoo env, and {env_id!r} is not one: use --env.id module:name "
+                "(e.g. mpe2:simple_spread_v3)"
+            )
+        if self.dist.learners > 1 or self.dist.placement != "colocated" or self.env.vectorization != "sync":
+            raise ConfigError(
+                f"{name} steps its envs in this process with one learner: drop --dist.* and --env.vectorization"
+            )
+        if self.warm_start.run is not None:
+            raise ConfigError(f"--warm-start.run: {name} cannot continue an offline run; drop --warm-start.run")
+        check_multiagent_env(env_id, self.env.kwargs, name, needs_state(self.algo))
+        return True
 
     def check_warm_start(self) -> None:
         """``--warm-start.run``: a finished run of an offline algorithm this one continues (``WARM_STARTS``), on the

@@ -68,6 +68,8 @@ def eval_metric_names(cfg: Any) -> tuple[set[str], tuple[str, ...]]:
     """The ``eval/`` metrics the run of ``cfg`` logs at every evaluation: exact names, and prefixes any name under
     which is logged (an agent run's per-term metrics, whose names its tools decide)."""
     if cfg.KIND == "classic":
+        if getattr(type(cfg.algo), "multiagent", False):  # MultiAgentEvaluator: the total and each agent's return
+            return set(CLASSIC), ("eval/agent/",)
         return set(CLASSIC) | offline_metrics(cfg), ()
     algo, name = cfg.algo, cfg.algo_name()
     if name == "rm":

@@ -1,0 +1,87 @@
+"""A tiny cooperative PettingZoo parallel env for tests and examples: ``pickaxe.envs.multiagent_toys:CoopGuess``.
+
+Its state is captured exactly (``pickaxe_state``), so a multi-agent run on it resumes bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.utils import seeding
+from pettingzoo import ParallelEnv
+
+
+class CoopGuess(ParallelEnv):
+    """Every step a target in ``0..targets-1`` is drawn and shown to every agent (one-hot, with the time left); each
+    alive agent is rewarded 1 when every alive agent names the target, else 0. ``length`` steps per episode (every
+    agent truncated at the end); with ``leave_at`` the last agent terminates after that many steps (it leaves
+    mid-episode). An untrained policy is rewarded ``targets ** -agents`` per step, a trained one 1. ``state()`` is the
+    target, the time and who is alive."""
+
+    metadata = {"name": "coop_guess_v0", "render_modes": []}
+
+    def __init__(self, agents: int = 2, targets: int = 3, length: int = 4, leave_at: int | None = None) -> None:
+        self.possible_agents = [f"agent_{i}" for i in range(agents)]
+        self.agents: list[str] = []
+        self.targets, self.length, self.leave_at = targets, length, leave_at
+        self._obs_space = spaces.Box(0.0, 1.0, (targets + 1,), np.float32)
+        self._act_space = spaces.Discrete(targets)
+        self.state_space = spaces.Box(0.0, 1.0, (targets + 1 + agents,), np.float32)
+        self.np_random, _ = seeding.np_random(None)
+        self.target, self.t = 0, 0
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        """One-hot target and the fraction of the episode left."""
+        return self._obs_space
+
+    def action_space(self, agent: str) -> spaces.Space:
+        """The target to name."""
+        return self._act_space
+
+    def _obs(self) -> np.ndarray:
+        obs = np.zeros(self.targets + 1, dtype=np.float32)
+        obs[self.target] = 1.0
+        obs[-1] = 1.0 - self.t / self.length
+        return obs
+
+    def state(self) -> np.ndarray:
+        """The observation and who is alive."""
+        alive = np.array([a in self.agents for a in self.possible_agents], dtype=np.float32)
+        return np.concatenate([self._obs(), alive])
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        """A new episode (``seed`` re-seeds the target generator)."""
+        if seed is not None:
+            self.np_random, _ = seeding.np_random(seed)
+        self.agents = self.possible_agents[:]
+        self.t = 0
+        self.target = int(self.np_random.integers(self.targets))
+        return {a: self._obs() for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, int]) -> tuple[dict, dict, dict, dict, dict]:
+        """Reward the alive agents, draw the next target, drop agents that terminate or are truncated."""
+        hit = all(int(actions[a]) == self.target for a in self.agents)
+        rewards = {a: float(hit) for a in self.agents}
+        self.t += 1
+        self.target = int(self.np_random.integers(self.targets))
+        truncated = {a: self.t >= self.length for a in self.agents}
+        leaver = self.possible_agents[-1]
+        terminated = {a: a == leaver and self.leave_at is not None and self.t >= self.leave_at for a in self.agents}
+        obs = {a: self._obs() for a in self.agents}
+        infos = {a: {} for a in self.agents}
+        self.agents = [a for a in self.agents if not (terminated[a] or truncated[a])]
+        return obs, rewards, terminated, truncated, infos
+
+    @property
+    def pickaxe_state(self) -> dict[str, Any]:
+        """Everything that decides the env's next numbers (for checkpoints)."""
+        return {"agents": list(self.agents), "t": self.t, "target": self.target,
+                "rng": self.np_random.bit_generator.state}  # fmt: skip
+
+    @pickaxe_state.setter
+    def pickaxe_state(self, state: dict[str, Any]) -> None:
+        self.agents = [str(a) for a in state["agents"]]
+        self.t, self.target = int(state["t"]), int(state["target"])
+        self.np_random.bit_generator.state = state["rng"]

@@ -1,0 +1,108 @@
+"""The actor-critic of the multi-agent algorithms (IPPO, MAPPO): agents as a tensor dimension.
+
+Observations arrive as ``[..., A, D]``; every agent gets a categorical policy over the same ``n_actions`` and a
+value. With ``shared`` parameters one actor and one critic serve every agent, the agent's one-hot id appended to
+their input (``agent_id``); otherwise each agent has its own actor and critic. The critic reads each agent's own
+observation (IPPO) or the env's global state (MAPPO's centralised critic, ``central``). The learner works on flat
+rows of single agent-steps: ``*_rows`` take ``[B, ...]`` inputs with each row's agent index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pickaxe.models.mlp import mlp
+
+
+class MultiAgentActorCritic(nn.Module):
+    """Categorical actors and value critics for ``num_agents`` agents (shared with an id input, or one each)."""
+
+    def __init__(
+        self,
+        num_agents: int,
+        obs_dim: int,
+        n_actions: int,
+        state_dim: int | None = None,
+        hidden: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        shared: bool = True,
+        agent_id: bool = True,
+        central: bool = False,
+    ) -> None:
+        super().__init__()
+        if central and state_dim is None:
+            raise ValueError("a central critic needs the env's state size (state_dim)")
+        self.num_agents, self.obs_dim, self.n_actions = num_agents, obs_dim, n_actions
+        self.shared, self.central = shared, central
+        self.agent_id = shared and agent_id  # separate networks know their agent already
+        ids = num_agents if self.agent_id else 0
+        critic_in = (state_dim if central else obs_dim) + ids  # type: ignore[operator]
+        copies = 1 if shared else num_agents
+        self.actors = nn.ModuleList(
+            mlp(obs_dim + ids, hidden, n_actions, activation, out_gain=0.01) for _ in range(copies)
+        )
+        self.critics = nn.ModuleList(mlp(critic_in, hidden, 1, activation, out_gain=1.0) for _ in range(copies))
+
+    def _run(self, nets: nn.ModuleList, x: torch.Tensor, agent: torch.Tensor, out: int) -> torch.Tensor:
+        """``nets`` on rows ``x`` (``[B, F]``) of agents ``agent`` (``[B]``): the one shared net, or each agent's."""
+        if self.agent_id:
+            x = torch.cat([x, F.one_hot(agent, self.num_agents).to(x.dtype)], dim=-1)
+        if self.shared:
+            return nets[0](x)
+        y = x.new_empty(x.shape[0], out)
+        for j, net in enumerate(nets):
+            rows = agent == j
+            y[rows] = net(x[rows])
+        return y
+
+    def logits_rows(self, obs: torch.Tensor, agent: torch.Tensor) -> torch.Tensor:
+        """``[B, n_actions]`` action logits of rows ``obs`` (``[B, D]``) of agents ``agent``."""
+        return self._run(self.actors, obs, agent, self.n_actions)
+
+    def value_rows(self, critic_in: torch.Tensor, agent: torch.Tensor) -> torch.Tensor:
+        """``[B]`` values of rows of critic inputs (observation or global state) of agents ``agent``."""
+        return self._run(self.critics, critic_in, agent, 1).squeeze(-1)
+
+    def evaluate_rows(
+        self, obs: torch.Tensor, critic_in: torch.Tensor, agent: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(logprob, entropy, value)`` of each row's ``action`` under the current weights."""
+        logp = torch.log_softmax(self.logits_rows(obs, agent), dim=-1)
+        logprob = logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+        entropy = -(logp.exp() * logp).sum(-1)
+        return logprob, entropy, self.value_rows(critic_in, agent)
+
+    def critic_input(self, obs: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
+        """``[..., A, C]``: the global state repeated for every agent (central) or each agent's observation."""
+        if not self.central:
+            return obs
+        assert state is not None
+        return state.unsqueeze(-2).expand(*state.shape[:-1], self.num_agents, state.shape[-1])
+
+    def _flat(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[..., A, F]`` as rows ``[B, F]`` with each row's agent index."""
+        agent = torch.arange(self.num_agents, device=x.device).expand(*x.shape[:-1])
+        return x.reshape(-1, x.shape[-1]), agent.reshape(-1)
+
+    def value(self, obs: torch.Tensor, state: torch.Tensor | None = None) -> torch.Tensor:
+        """``[..., A]`` values of every agent."""
+        x, agent = self._flat(self.critic_input(obs, state))
+        return self.value_rows(x, agent).view(obs.shape[:-1])
+
+    def act(
+        self, obs: torch.Tensor, state: torch.Tensor | None = None, deterministic: bool = False
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Actions ``[..., A]`` of every agent with their ``logprob`` and ``value`` (greedy when ``deterministic``)."""
+        rows, agent = self._flat(obs)
+        logp = torch.log_softmax(self.logits_rows(rows, agent), dim=-1)
+        if deterministic:
+            action = logp.argmax(-1)
+        else:
+            action = torch.multinomial(logp.exp(), 1).squeeze(-1)
+        logprob = logp.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        shape = obs.shape[:-1]
+        return action.view(shape), {"logprob": logprob.view(shape), "value": self.value(obs, state)}
