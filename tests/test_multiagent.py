@@ -213,6 +213,11 @@ def test_resume_is_exact(tmp_path: Path) -> None:
     cfg.trainer = replace(cfg.trainer, eval_every=512, eval_episodes=4)
     records = assert_classic_resume_is_exact(cfg, tmp_path, cut=512)
     assert any("eval/agent/agent_1/return_mean_ci_low" in r for r in records)
+    # `pickaxe eval RUN` plays the run's own eval episodes with its final model: the last evaluation's numbers
+    from pickaxe.train.build import evaluate_run
+
+    returns, lengths = evaluate_run(cfg, tmp_path / "full", episodes=4)
+    assert float(returns.mean()) == records[-1]["eval/return_mean"] and float(lengths.mean()) == 4.0
 
 
 @pytest.mark.parametrize(

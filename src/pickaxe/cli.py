@@ -437,6 +437,11 @@ def _eval(args: list[str]) -> int:
         if cfg.eval.pass_k > max(cfg.eval.samples, 1) and (opts.samples is not None or opts.pass_k is not None):
             raise ConfigError(f"--pass-k {cfg.eval.pass_k} needs at least as many --samples, got {cfg.eval.samples}")
     if choices is not None:
+        if getattr(type(getattr(cfg, "algo", None)), "multiagent", False):
+            raise ConfigError(
+                f"{run_dir} is a multi-agent run: --checkpoints is for single-agent and LLM runs; its evaluations per "
+                "step (total and per agent, with CIs) are in metrics.jsonl, and `pickaxe eval RUN` evaluates its model"
+            )
         from pickaxe.exp.checkpoint_eval import main as checkpoints_main
 
         return checkpoints_main(run_dir, cfg, choices, opts.episodes, cache=not opts.no_cache)

@@ -57,6 +57,11 @@ class MAPPOConfig(IPPOConfig):
     observations."""
 
     central_critic: ClassVar[bool] = True
+    summary: ClassVar[str] = (
+        "Multi-agent PPO: IPPO with a centralised critic on the env's global state (Yu et al. 2022); actors act on "
+        "their own observations"
+    )
+    """The one-line summary ``pickaxe algos`` shows."""
 
 
 def is_multiagent(algo: object) -> bool:

@@ -7,13 +7,13 @@ or its submodule. A submodule (PettingZoo's and MPE2's layout) is made with its 
 id that names a registered gymnasium env stays a gymnasium env.
 
 ``MultiAgentVectorEnv`` steps ``n`` copies in this process. Every array is ``[N, A, ...]`` over the env's
-``possible_agents`` in their order: observations flattened to float32 (``gymnasium.spaces.flatten``: Discrete ones one-hot) and zero-padded to the longest agent's,
-integer actions (every agent's action space ``Discrete`` of one size), per-agent rewards and ``terminated`` /
-``truncated`` flags, and ``alive`` (the agent is in ``env.agents``: it acts this step). An agent that leaves
-mid-episode is ``alive=False`` from then on; its action is not sent and its rows are masked by the learner. An
-episode ends when no agent is left; the env is reset in the same step (the final observations and global state are
-returned, as with gymnasium's ``SAME_STEP``). ``state()`` (``[N, S]``) is the env's global state for a
-centralised critic, where the env has one.
+``possible_agents`` in their order: observations flattened to float32 (``gymnasium.spaces.flatten``: Discrete ones
+one-hot) and zero-padded to the longest agent's, integer actions (every agent's action space ``Discrete`` of one
+size), per-agent rewards and ``terminated`` / ``truncated`` flags, and ``alive`` (the agent is in ``env.agents``: it
+acts this step). An agent that leaves mid-episode is ``alive=False`` from then on; its action is not sent and its
+rows are masked by the learner. An episode ends when no agent is left; the env is reset in the same step (the final
+observations and global state are returned, as with gymnasium's ``SAME_STEP``). ``state()`` (``[N, S]``) is the
+env's global state for a centralised critic, where the env has one.
 """
 
 from __future__ import annotations
@@ -83,9 +83,13 @@ def make_parallel_env(env_id: str, **kwargs: Any) -> Any:
     try:
         env = factory(**kwargs)
     except ImportError as e:
-        raise EnvError(f"environment {env_id!r} needs a missing package ({e}); fix: pip install 'pickaxe[marl]'")
+        raise EnvError(
+            f"environment {env_id!r} needs a missing package ({e}); fix: pip install 'pickaxe[marl]'"
+        ) from None
     except TypeError as e:
-        raise EnvError(f"environment {env_id!r} does not take keyword arguments {kwargs} ({e}); fix --env.kwargs")
+        raise EnvError(
+            f"environment {env_id!r} does not take keyword arguments {kwargs} ({e}); fix --env.kwargs"
+        ) from None
     from pettingzoo import ParallelEnv
 
     if not isinstance(env, ParallelEnv) and not all(hasattr(env, k) for k in ("possible_agents", "step", "reset")):
@@ -127,7 +131,9 @@ def agent_spaces(env: Any, env_id: str) -> AgentSpaces:
         try:
             dims.append(int(gym.spaces.flatdim(obs_space)))
         except (NotImplementedError, ValueError):
-            raise EnvError(f"environment {env_id!r}: agent {agent}'s observations {obs_space} cannot be flattened")
+            raise EnvError(
+                f"environment {env_id!r}: agent {agent}'s observations {obs_space} cannot be flattened"
+            ) from None
         if not isinstance(act_space, gym.spaces.Discrete):
             raise EnvError(
                 f"environment {env_id!r}: agent {agent}'s actions are {act_space}; the multi-agent algorithms take "

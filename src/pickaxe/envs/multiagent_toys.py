@@ -5,7 +5,7 @@ Its state is captured exactly (``pickaxe_state``), so a multi-agent run on it re
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from gymnasium import spaces
@@ -20,7 +20,7 @@ class CoopGuess(ParallelEnv):
     mid-episode). An untrained policy is rewarded ``targets ** -agents`` per step, a trained one 1. ``state()`` is the
     target, the time and who is alive."""
 
-    metadata = {"name": "coop_guess_v0", "render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"name": "coop_guess_v0", "render_modes": []}
 
     def __init__(self, agents: int = 2, targets: int = 3, length: int = 4, leave_at: int | None = None) -> None:
         self.possible_agents = [f"agent_{i}" for i in range(agents)]

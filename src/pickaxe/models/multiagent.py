@@ -99,10 +99,7 @@ class MultiAgentActorCritic(nn.Module):
         """Actions ``[..., A]`` of every agent with their ``logprob`` and ``value`` (greedy when ``deterministic``)."""
         rows, agent = self._flat(obs)
         logp = torch.log_softmax(self.logits_rows(rows, agent), dim=-1)
-        if deterministic:
-            action = logp.argmax(-1)
-        else:
-            action = torch.multinomial(logp.exp(), 1).squeeze(-1)
+        action = logp.argmax(-1) if deterministic else torch.multinomial(logp.exp(), 1).squeeze(-1)
         logprob = logp.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         shape = obs.shape[:-1]
         return action.view(shape), {"logprob": logprob.view(shape), "value": self.value(obs, state)}

@@ -15,7 +15,13 @@ from pickaxe.recipes.recipe import Recipe
 
 __all__ = ["RECIPES", "Recipe", "RecipeError", "get_recipe"]
 
-RECIPES: dict[str, Recipe] = {**CLASSIC_RECIPES, **EXPLORE_RECIPES, **OFFLINE_RECIPES, **MULTIAGENT_RECIPES, **LLM_RECIPES}
+RECIPES: dict[str, Recipe] = {
+    **CLASSIC_RECIPES,
+    **EXPLORE_RECIPES,
+    **OFFLINE_RECIPES,
+    **MULTIAGENT_RECIPES,
+    **LLM_RECIPES,
+}
 
 
 class RecipeError(PickaxeError, KeyError):

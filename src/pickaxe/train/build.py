@@ -511,10 +511,32 @@ def evaluate_run(
     ``checkpoint``: ``"final"`` (``model.safetensors``), ``"latest"``, ``"best"`` or an env step (a kept
     checkpoint); see :func:`pickaxe.runs.model.load_model`.
     """
+    if is_multiagent(cfg.algo):
+        return _evaluate_multiagent_run(cfg, run_dir, episodes, checkpoint)
     envs, algo, device = run_evaluation_setup(cfg)
     try:
         load_model(run_dir, acting_networks(algo.networks()), device, checkpoint=checkpoint)
         return evaluate(algo.policy, envs, episodes, device)
+    finally:
+        envs.close()
+
+
+def _evaluate_multiagent_run(
+    cfg: TrainConfig, run_dir: str | Path, episodes: int, checkpoint: str | int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``evaluate_run`` of a multi-agent run: the episode returns summed over the agents, and the lengths."""
+    from pickaxe.envs.multiagent import MultiAgentVectorEnv
+    from pickaxe.rollout.multiagent import play_episodes
+
+    set_torch_threads(cfg.torch_threads)
+    device = resolve_device(cfg.device)
+    e = cfg.env
+    envs = MultiAgentVectorEnv(e.id, e.eval_envs or 1, derive_seeds(cfg.seed)["eval_env"], **e.kwargs)
+    try:
+        algo = build_algorithm(cfg, envs)
+        load_model(run_dir, acting_networks(algo.networks()), device, checkpoint=checkpoint)
+        returns, lengths = play_episodes(algo.policy, envs, episodes, device)
+        return returns.sum(1), lengths
     finally:
         envs.close()
 
@@ -535,5 +557,10 @@ def run_evaluation_setup(cfg: TrainConfig) -> tuple[SeededVectorEnv, Algorithm, 
 def run_eval_envs(cfg: TrainConfig) -> SeededVectorEnv:
     """The run's own eval envs: its eval seed and env count (at least one), so they play the episodes its evaluations
     played; the caller closes them."""
+    if is_multiagent(cfg.algo):
+        raise PickaxeError(
+            f"{cfg.algo_name()} is a multi-agent run: `pickaxe eval RUN` evaluates its final model; per checkpoint, "
+            "its evaluations (total and per agent, with CIs) are in metrics.jsonl"
+        )
     n = cfg.env.eval_envs or 1
     return make(cfg.env.id, n, derive_seeds(cfg.seed)["eval_env"], evaluation=True, **cfg.env.kwargs)
