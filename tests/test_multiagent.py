@@ -1,10 +1,13 @@
-"""Multi-agent RL on PettingZoo (IPPO, MAPPO): absent agents masked out of the loss and its gradient (known answers),
-per-agent GAE stopping where an agent leaves, the adapter's round trip on a tiny parallel env (an agent leaving
-mid-episode, an AEC env converted), learning on a tiny cooperative env, exact resume after a stop, and bad input as
-one line with exit status 2."""
+"""Multi-agent RL on PettingZoo (IPPO, MAPPO, independent DQN): absent agents masked out of the loss and its
+gradient (known answers), per-agent GAE stopping where an agent leaves, double-DQN targets, the adapter's round trip
+on a tiny parallel env (an agent leaving mid-episode, an AEC env converted), learning on a tiny cooperative env, exact
+resume after a SIGKILL, and bad input as one line with exit status 2."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
 import sys
 from dataclasses import replace
@@ -16,8 +19,8 @@ import torch
 from tensordict import TensorDict
 
 from pickaxe.algos.mappo import MultiAgentPPO
-from pickaxe.algos.multiagent_configs import IPPOConfig, MAPPOConfig
-from pickaxe.algos.multiagent_core import agent_gae, masked_mean, multiagent_ppo_loss
+from pickaxe.algos.multiagent_configs import IDQNConfig, IPPOConfig, MAPPOConfig
+from pickaxe.algos.multiagent_core import agent_gae, independent_q_target, masked_mean, multiagent_ppo_loss
 from pickaxe.data.returns import gae
 from pickaxe.envs.multiagent import MultiAgentVectorEnv, is_multiagent_id
 from pickaxe.models.multiagent import MultiAgentActorCritic
@@ -125,6 +128,15 @@ def test_update_ignores_everything_about_absent_agent_steps() -> None:
     assert torch.equal(weights[0], weights[1])
 
 
+def test_independent_q_target_is_double_dqns_and_stops_where_the_agent_left() -> None:
+    online = torch.tensor([[1.0, 3.0, 2.0], [5.0, 0.0, 1.0]])
+    target = torch.tensor([[10.0, 20.0, 30.0], [40.0, 50.0, 60.0]])
+    reward, term = torch.tensor([1.0, 2.0]), torch.tensor([False, True])
+    # double: the online argmax (1, 0) valued by the target net (20, 40); the second agent left: no bootstrap
+    assert independent_q_target(online, target, reward, term, 0.5).tolist() == [11.0, 2.0]
+    assert independent_q_target(online, target, reward, ~term, 0.5, double=False).tolist() == [1.0, 32.0]
+
+
 @pytest.mark.parametrize("shared", [True, False])
 def test_policy_shapes_and_per_agent_networks(shared: bool) -> None:
     torch.manual_seed(0)
@@ -189,12 +201,21 @@ def test_collector_batch_carries_agents_as_a_dimension_with_a_mask() -> None:
     assert "rollout/agent/agent_1/return_mean" in collector.metrics()
 
 
-@pytest.mark.parametrize("algo", [MAPPOConfig(lr=3e-3, epochs=4, minibatch_size=256),
-                                  IPPOConfig(lr=3e-3, epochs=4, minibatch_size=256, shared=False)])  # fmt: skip
-def test_learns_the_cooperative_toy_well_above_the_untrained_policy(tmp_path: Path, algo: object) -> None:
+IDQN = IDQNConfig(learning_starts=256, gradient_steps=16, batch_size=128, target_update_every=50, eps_fraction=0.5)
+
+
+@pytest.mark.parametrize(
+    ("algo", "total"),
+    [
+        (MAPPOConfig(lr=3e-3, epochs=4, minibatch_size=256), 2048),
+        (IPPOConfig(lr=3e-3, epochs=4, minibatch_size=256, shared=False), 2048),
+        (IDQN, 1024),
+    ],
+)
+def test_learns_the_cooperative_toy_well_above_the_untrained_policy(algo: object, total: int) -> None:
     from pickaxe.train.build import build_trainer
 
-    cfg = _toy_run(algo, total=2048)
+    cfg = _toy_run(algo, total=total)
     trainer = build_trainer(cfg)
     trainer.fit()
     after = trainer.evaluate()
@@ -206,12 +227,31 @@ def test_learns_the_cooperative_toy_well_above_the_untrained_policy(tmp_path: Pa
     assert after["eval/return_mean_ci_low"] <= after["eval/return_mean"] <= after["eval/return_mean_ci_high"]
 
 
-def test_resume_is_exact(tmp_path: Path) -> None:
-    from classic_runs import assert_classic_resume_is_exact
+@pytest.mark.parametrize("algo", [MAPPOConfig(epochs=2, minibatch_size=128), replace(IDQN, gradient_steps=4)])
+def test_a_run_killed_and_resumed_ends_exactly_as_one_never_stopped(tmp_path: Path, algo: object) -> None:
+    from safetensors.torch import load_file
 
-    cfg = _toy_run(MAPPOConfig(epochs=2, minibatch_size=128), total=1024)
-    cfg.trainer = replace(cfg.trainer, eval_every=512, eval_episodes=4)
-    records = assert_classic_resume_is_exact(cfg, tmp_path, cut=512)
+    from pickaxe.runs.run import read_metrics
+    from pickaxe.train.build import resume, train
+
+    cfg = _toy_run(algo, total=768)
+    cfg.trainer = replace(cfg.trainer, eval_every=256, eval_episodes=4)
+    train(cfg, run_dir=tmp_path / "full")
+    # SIGKILLed after its 5th iteration (640 env steps; the checkpoint of step 512 is the newest), then resumed
+    code = "import json, sys; from pickaxe.train.build import config_from_dict, train; "
+    code += "train(config_from_dict(json.loads(sys.argv[1])), run_dir=sys.argv[2])"
+    child = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(cfg.to_dict()), str(tmp_path / "cut")],
+        env={**os.environ, "PICKAXE_FAULT": "iteration:5"},
+        capture_output=True,
+        text=True,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    resume(tmp_path / "cut")
+    full, cut = (load_file(str(tmp_path / name / "model.safetensors")) for name in ("full", "cut"))
+    assert full.keys() == cut.keys() and all(torch.equal(full[k], cut[k]) for k in full)
+    records = read_metrics(tmp_path / "full", deterministic=True)
+    assert records == read_metrics(tmp_path / "cut", deterministic=True)
     assert any("eval/agent/agent_1/return_mean_ci_low" in r for r in records)
     # `pickaxe eval RUN` plays the run's own eval episodes with its final model: the last evaluation's numbers
     from pickaxe.train.build import evaluate_run
@@ -253,6 +293,7 @@ def test_recipes_are_listed_with_their_algorithms() -> None:
 
     entries = {e.name: e for e in algo_catalog()}
     assert entries["mappo"].recipes == ("simple-spread-mappo",) and entries["ippo"].recipes == ("simple-spread-ippo",)
+    assert entries["idqn"].recipes == ("simple-spread-idqn",)
     cfg = get_recipe("simple-spread-mappo")
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg
     assert replace(cfg.algo, lr=1e-3).lr == 1e-3

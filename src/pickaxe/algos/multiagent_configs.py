@@ -72,3 +72,41 @@ def is_multiagent(algo: object) -> bool:
 def needs_state(algo: object) -> bool:
     """Whether ``algo``'s critic reads the env's global state."""
     return bool(getattr(type(algo), "central_critic", False))
+
+
+@dataclass
+class IDQNConfig:
+    """Independent DQN for discrete cooperative games: every agent learns double-DQN Q-values on its own
+    observation from a replay of present agent-steps (absent agents store nothing), with a target network and
+    epsilon-greedy exploration; shared parameters with the agent's one-hot id, or one Q-network per agent."""
+
+    multiagent: ClassVar[bool] = True
+    """Marks a multi-agent algorithm (see ``IPPOConfig``)."""
+    central_critic: ClassVar[bool] = False
+    mutable: ClassVar[tuple[str, ...]] = ("lr", "gradient_steps", "max_grad_norm")
+    """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""
+
+    lr: float = ranged(1e-3, gt=0, le=10)
+    gamma: float = ranged(0.99, ge=0, le=1)
+    buffer_size: int = ranged(50_000, ge=1)
+    """Agent-steps the replay holds."""
+    batch_size: int = ranged(256, ge=1)
+    learning_starts: int = ranged(1_000, ge=0)
+    """Agent-steps in the replay before the first gradient step."""
+    gradient_steps: int = ranged(8, ge=1, le=10_000)
+    """Gradient steps per collect."""
+    target_update_every: int = ranged(200, ge=1)
+    """Gradient steps between copies of the online network into the target network."""
+    double: bool = True
+    eps_start: float = ranged(1.0, ge=0, le=1)
+    eps_end: float = ranged(0.05, ge=0, le=1)
+    eps_fraction: float = ranged(0.3, gt=0, le=1)
+    """Fraction of the run over which epsilon falls linearly from eps_start to eps_end."""
+    max_grad_norm: float = ranged(10.0, gt=0)
+    shared: bool = True
+    """One Q-network for every agent (parameter sharing); False: one per agent."""
+    agent_id: bool = True
+    """With shared parameters, append the agent's one-hot id to the Q-network's input."""
+
+    def __post_init__(self) -> None:
+        validate(self)

@@ -1,12 +1,12 @@
-"""Pure pieces of the multi-agent PPO family (IPPO, MAPPO): per-agent GAE over ``[T, N, A]`` rollouts with absent
-agents cut out, and PPO's loss with a mask of present agent-steps. They reuse PPO's clipped surrogate, value loss and
-KL estimate (``algos.core``) and ``data.returns.gae``."""
+"""Pure pieces of the multi-agent algorithms: per-agent GAE over ``[T, N, A]`` rollouts with absent agents cut out,
+PPO's loss with a mask of present agent-steps (IPPO, MAPPO), and independent DQN's double-Q target. They reuse PPO's
+clipped surrogate, value loss and KL estimate, the TD target (``algos.core``) and ``data.returns.gae``."""
 
 from __future__ import annotations
 
 import torch
 
-from pickaxe.algos.core import approx_kl, clipped_surrogate, normalize, value_loss
+from pickaxe.algos.core import approx_kl, clipped_surrogate, normalize, td_target, value_loss
 from pickaxe.data.returns import gae
 
 
@@ -79,3 +79,19 @@ def multiagent_ppo_loss(
         "ppo/clip_fraction": clipped.float().mean(),
     }
     return loss, stats
+
+
+def independent_q_target(
+    next_q_online: torch.Tensor,
+    next_q_target: torch.Tensor,
+    reward: torch.Tensor,
+    terminated: torch.Tensor,
+    gamma: float,
+    double: bool = True,
+) -> torch.Tensor:
+    """Each agent-step's one-step target ``r + gamma * (1 - terminated) * Q_target(s', a*)``, ``a*`` the online
+    network's argmax (double DQN) or the target's own; an agent that left (terminated) does not bootstrap, one whose
+    episode was truncated does."""
+    chooser = next_q_online if double else next_q_target
+    best = next_q_target.gather(-1, chooser.argmax(-1, keepdim=True)).squeeze(-1)
+    return td_target(reward, best, terminated, gamma)

@@ -1,4 +1,4 @@
-"""The actor-critic of the multi-agent algorithms (IPPO, MAPPO): agents as a tensor dimension.
+"""The networks of the multi-agent algorithms (IPPO, MAPPO, independent DQN): agents as a tensor dimension.
 
 Observations arrive as ``[..., A, D]``; every agent gets a categorical policy over the same ``n_actions`` and a
 value. With ``shared`` parameters one actor and one critic serve every agent, the agent's one-hot id appended to
@@ -16,6 +16,22 @@ import torch.nn.functional as F
 from torch import nn
 
 from pickaxe.models.mlp import mlp
+
+
+def per_agent(
+    nets: nn.ModuleList, x: torch.Tensor, agent: torch.Tensor, num_agents: int, with_id: bool, out: int
+) -> torch.Tensor:
+    """``nets`` on rows ``x`` (``[B, F]``) of agents ``agent`` (``[B]``): the one shared net (with each row's one-hot
+    agent id appended when ``with_id``), or each agent's own net on its rows; ``[B, out]``."""
+    if with_id:
+        x = torch.cat([x, F.one_hot(agent, num_agents).to(x.dtype)], dim=-1)
+    if len(nets) == 1:
+        return nets[0](x)
+    y = x.new_empty(x.shape[0], out)
+    for j, net in enumerate(nets):
+        rows = agent == j
+        y[rows] = net(x[rows])
+    return y
 
 
 class MultiAgentActorCritic(nn.Module):
@@ -47,25 +63,13 @@ class MultiAgentActorCritic(nn.Module):
         )
         self.critics = nn.ModuleList(mlp(critic_in, hidden, 1, activation, out_gain=1.0) for _ in range(copies))
 
-    def _run(self, nets: nn.ModuleList, x: torch.Tensor, agent: torch.Tensor, out: int) -> torch.Tensor:
-        """``nets`` on rows ``x`` (``[B, F]``) of agents ``agent`` (``[B]``): the one shared net, or each agent's."""
-        if self.agent_id:
-            x = torch.cat([x, F.one_hot(agent, self.num_agents).to(x.dtype)], dim=-1)
-        if self.shared:
-            return nets[0](x)
-        y = x.new_empty(x.shape[0], out)
-        for j, net in enumerate(nets):
-            rows = agent == j
-            y[rows] = net(x[rows])
-        return y
-
     def logits_rows(self, obs: torch.Tensor, agent: torch.Tensor) -> torch.Tensor:
         """``[B, n_actions]`` action logits of rows ``obs`` (``[B, D]``) of agents ``agent``."""
-        return self._run(self.actors, obs, agent, self.n_actions)
+        return per_agent(self.actors, obs, agent, self.num_agents, self.agent_id, self.n_actions)
 
     def value_rows(self, critic_in: torch.Tensor, agent: torch.Tensor) -> torch.Tensor:
         """``[B]`` values of rows of critic inputs (observation or global state) of agents ``agent``."""
-        return self._run(self.critics, critic_in, agent, 1).squeeze(-1)
+        return per_agent(self.critics, critic_in, agent, self.num_agents, self.agent_id, 1).squeeze(-1)
 
     def evaluate_rows(
         self, obs: torch.Tensor, critic_in: torch.Tensor, agent: torch.Tensor, action: torch.Tensor
@@ -103,3 +107,42 @@ class MultiAgentActorCritic(nn.Module):
         logprob = logp.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         shape = obs.shape[:-1]
         return action.view(shape), {"logprob": logprob.view(shape), "value": self.value(obs, state)}
+
+
+class MultiAgentQNetwork(nn.Module):
+    """Q-values of ``n_actions`` for every agent from its own observation (one shared network with the agent's
+    one-hot id, or one per agent), acting epsilon-greedily with ``epsilon`` (greedy when ``deterministic``)."""
+
+    def __init__(
+        self,
+        num_agents: int,
+        obs_dim: int,
+        n_actions: int,
+        hidden: Sequence[int] = (64, 64),
+        activation: str = "relu",
+        shared: bool = True,
+        agent_id: bool = True,
+    ) -> None:
+        super().__init__()
+        self.num_agents, self.n_actions, self.shared = num_agents, n_actions, shared
+        self.agent_id = shared and agent_id
+        ids = num_agents if self.agent_id else 0
+        self.nets = nn.ModuleList(
+            mlp(obs_dim + ids, hidden, n_actions, activation) for _ in range(1 if shared else num_agents)
+        )
+        self.epsilon = 0.0
+
+    def q_rows(self, obs: torch.Tensor, agent: torch.Tensor) -> torch.Tensor:
+        """``[B, n_actions]`` Q-values of rows ``obs`` (``[B, D]``) of agents ``agent`` (``[B]``)."""
+        return per_agent(self.nets, obs, agent, self.num_agents, self.agent_id, self.n_actions)
+
+    def act(
+        self, obs: torch.Tensor, state: torch.Tensor | None = None, deterministic: bool = False
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Actions ``[..., A]``: the greedy one, or with probability ``epsilon`` a uniform one."""
+        agent = torch.arange(self.num_agents, device=obs.device).expand(*obs.shape[:-1]).reshape(-1)
+        action = self.q_rows(obs.reshape(-1, obs.shape[-1]), agent).argmax(-1)
+        if not deterministic and self.epsilon > 0:
+            explore = torch.rand(action.shape, device=obs.device) < self.epsilon
+            action = torch.where(explore, torch.randint_like(action, self.n_actions), action)
+        return action.view(obs.shape[:-1]), {}

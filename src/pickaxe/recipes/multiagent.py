@@ -1,8 +1,8 @@
-"""Multi-agent recipes: IPPO and MAPPO on MPE2's simple_spread (PettingZoo parallel API); torch-free."""
+"""Multi-agent recipes: IPPO, MAPPO and independent DQN on MPE2 simple_spread (PettingZoo); torch-free."""
 
 from __future__ import annotations
 
-from pickaxe.algos.multiagent_configs import IPPOConfig, MAPPOConfig
+from pickaxe.algos.multiagent_configs import IDQNConfig, IPPOConfig, MAPPOConfig
 from pickaxe.recipes.recipe import Recipe
 from pickaxe.train.config import CollectorConfig, EnvConfig, ModelConfig, TrainConfig, TrainerConfig
 
@@ -34,6 +34,16 @@ def _simple_spread_ippo() -> TrainConfig:
     return cfg
 
 
+def _simple_spread_idqn() -> TrainConfig:
+    # independent double DQN with a shared Q-network (agent id appended) on the same env and budget
+    cfg = _simple_spread_mappo()
+    cfg.recipe = "simple-spread-idqn"
+    cfg.algo = IDQNConfig(lr=5e-4, buffer_size=150_000, batch_size=256, learning_starts=2_400, gradient_steps=32,
+                          target_update_every=200, eps_fraction=0.3)  # fmt: skip
+    cfg.model = ModelConfig(hidden=(64, 64), activation="relu")
+    return cfg
+
+
 MULTIAGENT_RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
@@ -46,6 +56,11 @@ MULTIAGENT_RECIPES: dict[str, Recipe] = {
             "simple-spread-ippo",
             "IPPO (each agent's critic on its own observation, shared parameters) on MPE2 simple_spread, 3 agents",
             _simple_spread_ippo,
+        ),
+        Recipe(
+            "simple-spread-idqn",
+            "independent double DQN (shared Q-network with the agent's id) on MPE2 simple_spread, 3 agents",
+            _simple_spread_idqn,
         ),
     )
 }

@@ -65,6 +65,7 @@ ALGORITHMS: dict[str, str] = {
     "ppo-explore": "pickaxe.algos.explore:build_ppo_explore",
     "ippo": "pickaxe.algos.mappo:build_ippo",
     "mappo": "pickaxe.algos.mappo:build_mappo",
+    "idqn": "pickaxe.algos.idqn:build_idqn",
 }
 """Classic algorithm name (``TrainConfig.ALGOS``) -> ``module:function`` building it, imported on use. Each builder
 takes ``(algo config, envs, model config, device, seed)`` and sizes its networks from the envs' spaces; adding an

@@ -22,7 +22,7 @@ from pickaxe.algos.extra_configs import (
     ReinforceConfig,
     TRPOConfig,
 )
-from pickaxe.algos.multiagent_configs import IPPOConfig, MAPPOConfig, is_multiagent, needs_state
+from pickaxe.algos.multiagent_configs import IDQNConfig, IPPOConfig, MAPPOConfig, is_multiagent, needs_state
 from pickaxe.algos.offline_configs import BCConfig, BCQConfig, CQLConfig, CRRConfig, IQLConfig, TD3BCConfig, is_offline
 from pickaxe.config_keys import check_field, ranged, validate
 from pickaxe.errors import ConfigError
@@ -350,6 +350,7 @@ class TrainConfig(RunConfig):
         "ppo-explore": ExplorePPOConfig,
         "ippo": IPPOConfig,
         "mappo": MAPPOConfig,
+        "idqn": IDQNConfig,
     }
 
     algo: Any = field(default_factory=PPOConfig)
