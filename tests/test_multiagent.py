@@ -297,3 +297,7 @@ def test_recipes_are_listed_with_their_algorithms() -> None:
     cfg = get_recipe("simple-spread-mappo")
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg
     assert replace(cfg.algo, lr=1e-3).lr == 1e-3
+    from pickaxe.train.eval_metrics import check_select_metric
+
+    cfg.select = replace(cfg.select, metric="eval/agent/agent_2/return_mean")  # a per-agent metric can pick the best
+    check_select_metric(cfg)

@@ -239,9 +239,9 @@ class MultiAgentVectorEnv:
         ended = np.zeros(N, dtype=bool)
         obs_next = np.empty((N, A, D), dtype=np.float32)
         alive_next = np.empty((N, A), dtype=bool)
-        has_state = self.spaces.state_dim is not None
-        next_state = np.empty((N, self.spaces.state_dim), dtype=np.float32) if has_state else None
-        state = np.empty_like(next_state) if has_state else None
+        with_state = self.spaces.state_dim is not None
+        next_state = np.empty((N, self.spaces.state_dim), dtype=np.float32) if with_state else None
+        state = np.empty_like(next_state) if with_state else None
         for i, env in enumerate(self.envs):
             sent = {a: int(actions[i, j]) for j, a in enumerate(self.agents) if alive[i, j]}
             obs, rew, te, tr, _ = env.step(sent)
@@ -254,7 +254,7 @@ class MultiAgentVectorEnv:
             now = self._alive_row(env)
             left = alive[i] & ~now & ~term[i] & ~trunc[i]
             term[i] |= left  # an agent the env dropped without a flag has ended its part
-            if has_state:
+            if with_state:
                 next_state[i] = self._state_row(env)
             if not env.agents:
                 ended[i] = True
@@ -263,7 +263,7 @@ class MultiAgentVectorEnv:
             else:
                 obs_next[i] = next_obs[i]
             alive_next[i] = now
-            if has_state:
+            if with_state:
                 state[i] = self._state_row(env) if ended[i] else next_state[i]
         return MultiAgentStep(next_obs, reward, term, trunc, next_state, ended, obs_next, alive_next, state)
 
