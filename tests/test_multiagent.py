@@ -292,7 +292,8 @@ def test_recipes_are_listed_with_their_algorithms() -> None:
     from pickaxe.recipes.algos import algo_catalog
 
     entries = {e.name: e for e in algo_catalog()}
-    assert entries["mappo"].recipes == ("simple-spread-mappo",) and entries["ippo"].recipes == ("simple-spread-ippo",)
+    assert set(entries["mappo"].recipes) == {"simple-spread-mappo", "simple-adversary-mappo"}
+    assert entries["ippo"].recipes == ("simple-spread-ippo",)
     assert entries["idqn"].recipes == ("simple-spread-idqn",)
     cfg = get_recipe("simple-spread-mappo")
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg

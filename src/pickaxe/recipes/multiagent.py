@@ -44,6 +44,18 @@ def _simple_spread_idqn() -> TrainConfig:
     return cfg
 
 
+def _simple_adversary_mappo() -> TrainConfig:
+    # a mixed game: one adversary (who does not see the target landmark) against two cooperating agents (who do);
+    # observations of 8 (adversary) and 10 numbers, zero-padded to 10; per-agent returns tell the sides apart
+    cfg = _simple_spread_mappo()
+    cfg.recipe = "simple-adversary-mappo"
+    cfg.env = EnvConfig(
+        id="mpe2:simple_adversary_v3", num_envs=8, eval_envs=4,
+        kwargs={"N": 2, "max_cycles": 25, "continuous_actions": False},
+    )  # fmt: skip
+    return cfg
+
+
 MULTIAGENT_RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
@@ -61,6 +73,11 @@ MULTIAGENT_RECIPES: dict[str, Recipe] = {
             "simple-spread-idqn",
             "independent double DQN (shared Q-network with the agent's id) on MPE2 simple_spread, 3 agents",
             _simple_spread_idqn,
+        ),
+        Recipe(
+            "simple-adversary-mappo",
+            "MAPPO on MPE2 simple_adversary: one adversary against two cooperating agents (a mixed game)",
+            _simple_adversary_mappo,
         ),
     )
 }
