@@ -189,6 +189,25 @@ def test_an_aec_env_goes_through_pettingzoos_conversion() -> None:
     assert ended == [False, False, True] and envs.alive().all()
 
 
+@pytest.mark.parametrize("env_id", ["mpe2:simple_spread_v3", "mpe2:simple_adversary_v3"])
+def test_mpe_state_is_captured_exactly_across_episode_ends(env_id: str) -> None:
+    pytest.importorskip("mpe2")
+    a, b = MultiAgentVectorEnv(env_id, 2, seed=7, max_cycles=5), MultiAgentVectorEnv(env_id, 2, seed=99, max_cycles=5)
+    rng = np.random.default_rng(0)
+    a.reset()
+    for _ in range(3):
+        a.step(rng.integers(0, 5, (2, a.num_agents)), a.alive())
+    assert a.state_support() == "exact"
+    saved = a.get_states()
+    actions = [rng.integers(0, 5, (2, a.num_agents)) for _ in range(8)]  # two episode ends on the way
+    first = [a.step(x, a.alive()) for x in actions]
+    b.set_states(saved)
+    for x, want in zip(actions, first, strict=True):
+        got = b.step(x, b.alive())
+        for key in ("obs", "next_obs", "reward", "terminated", "truncated", "ended", "state", "next_state"):
+            assert np.array_equal(getattr(got, key), getattr(want, key)), key
+
+
 def test_collector_batch_carries_agents_as_a_dimension_with_a_mask() -> None:
     envs = MultiAgentVectorEnv(TOY, 2, seed=0, leave_at=2)
     policy = MultiAgentActorCritic(2, 4, 3, 6, (8,), central=True)
@@ -227,14 +246,27 @@ def test_learns_the_cooperative_toy_well_above_the_untrained_policy(algo: object
     assert after["eval/return_mean_ci_low"] <= after["eval/return_mean"] <= after["eval/return_mean_ci_high"]
 
 
-@pytest.mark.parametrize("algo", [MAPPOConfig(epochs=2, minibatch_size=128), replace(IDQN, gradient_steps=4)])
-def test_a_run_killed_and_resumed_ends_exactly_as_one_never_stopped(tmp_path: Path, algo: object) -> None:
+MPE = EnvConfig(id="mpe2:simple_spread_v3", num_envs=4, eval_envs=2, kwargs={"N": 2, "max_cycles": 5})
+
+
+@pytest.mark.parametrize(
+    ("algo", "env"),
+    [
+        (MAPPOConfig(epochs=2, minibatch_size=128), None),
+        (replace(IDQN, gradient_steps=4), None),
+        pytest.param(MAPPOConfig(epochs=2, minibatch_size=128), MPE, marks=pytest.mark.slow),  # MPE2's captured state
+    ],
+)
+def test_a_run_killed_and_resumed_ends_exactly_as_one_never_stopped(
+    tmp_path: Path, algo: object, env: EnvConfig | None
+) -> None:
     from safetensors.torch import load_file
 
     from pickaxe.runs.run import read_metrics
     from pickaxe.train.build import resume, train
 
     cfg = _toy_run(algo, total=768)
+    cfg.env = env or cfg.env
     cfg.trainer = replace(cfg.trainer, eval_every=256, eval_episodes=4)
     train(cfg, run_dir=tmp_path / "full")
     # SIGKILLed after its 5th iteration (640 env steps; the checkpoint of step 512 is the newest), then resumed
@@ -252,12 +284,14 @@ def test_a_run_killed_and_resumed_ends_exactly_as_one_never_stopped(tmp_path: Pa
     assert full.keys() == cut.keys() and all(torch.equal(full[k], cut[k]) for k in full)
     records = read_metrics(tmp_path / "full", deterministic=True)
     assert records == read_metrics(tmp_path / "cut", deterministic=True)
+    assert "resume is exact" in (tmp_path / "cut" / "events.jsonl").read_text()
     assert any("eval/agent/agent_1/return_mean_ci_low" in r for r in records)
     # `pickaxe eval RUN` plays the run's own eval episodes with its final model: the last evaluation's numbers
     from pickaxe.train.build import evaluate_run
 
     returns, lengths = evaluate_run(cfg, tmp_path / "full", episodes=4)
-    assert float(returns.mean()) == records[-1]["eval/return_mean"] and float(lengths.mean()) == 4.0
+    assert float(returns.mean()) == records[-1]["eval/return_mean"]
+    assert float(lengths.mean()) == records[-1]["eval/length_mean"]
 
 
 @pytest.mark.parametrize(

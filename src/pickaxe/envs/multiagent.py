@@ -173,8 +173,8 @@ class MultiAgentVectorEnv:
 
     Env ``i`` is first reset with ``seed + i``; later episodes continue each env's own generator. ``evaluation``
     envs are re-seeded by the evaluator at every evaluation. Env state is captured for checkpoints (``get_states``)
-    when every env has a ``pickaxe_state`` attribute (the toy envs of ``pickaxe.envs.multiagent_toys``); other envs
-    resume deterministically (episodes restart from a seed fixed by the step).
+    when every env has a ``pickaxe_state`` attribute (the toy envs of ``pickaxe.envs.multiagent_toys``) or is an MPE2
+    env (``capture_mpe``); other envs resume deterministically (episodes restart from a seed fixed by the step).
     """
 
     def __init__(self, env_id: str, n: int, seed: int, **kwargs: Any) -> None:
@@ -268,17 +268,22 @@ class MultiAgentVectorEnv:
         return MultiAgentStep(next_obs, reward, term, trunc, next_state, ended, obs_next, alive_next, state)
 
     def state_support(self) -> str:
-        """``exact`` when every env's state can be captured (a ``pickaxe_state`` attribute), else ``deterministic``."""
-        return "exact" if all(hasattr(env, "pickaxe_state") for env in self.envs) else "deterministic"
+        """``exact`` when every env's state can be captured (a ``pickaxe_state`` attribute, or an MPE2 env), else
+        ``deterministic``."""
+        exact = all(hasattr(env, "pickaxe_state") or is_mpe(env) for env in self.envs)
+        return "exact" if exact else "deterministic"
 
     def get_states(self) -> list[Any]:
         """Each env's captured state (only when ``state_support()`` is exact)."""
-        return [env.pickaxe_state for env in self.envs]
+        return [env.pickaxe_state if hasattr(env, "pickaxe_state") else capture_mpe(env) for env in self.envs]
 
     def set_states(self, states: list[Any]) -> None:
         """Restore ``get_states()``; the envs count as seeded."""
         for env, state in zip(self.envs, states, strict=True):
-            env.pickaxe_state = state
+            if hasattr(env, "pickaxe_state"):
+                env.pickaxe_state = state
+            else:
+                restore_mpe(env, state)
         self._seeded = True
 
     def mark_seeded(self) -> None:
@@ -289,6 +294,65 @@ class MultiAgentVectorEnv:
         """Close every env."""
         for env in self.envs:
             env.close()
+
+
+def is_mpe(env: Any) -> bool:
+    """Whether ``env`` is an MPE2 env (its ``unwrapped`` a ``SimpleEnv`` with a ``world`` and a ``scenario``)."""
+    raw = getattr(env, "unwrapped", None)
+    return all(hasattr(raw, k) for k in ("world", "scenario", "np_random", "_agent_selector"))
+
+
+def _arrays(obj: Any) -> dict[str, np.ndarray]:
+    return {k: v.copy() for k, v in vars(obj).items() if isinstance(v, np.ndarray)}
+
+
+def capture_mpe(env: Any) -> dict[str, Any]:
+    """Everything that decides an MPE2 parallel env's next numbers, between two parallel steps: every entity's state,
+    action and array attributes and its references to other entities (a good agent's goal landmark), the step count,
+    the env's generator, and the AEC bookkeeping (agents, rewards, flags, whose turn)."""
+    raw = env.unwrapped
+    entities = list(raw.world.entities)
+    index = {id(e): i for i, e in enumerate(entities)}
+    rows = []
+    for e in entities:
+        refs = {k: index[id(v)] for k, v in vars(e).items() if id(v) in index and v is not e}
+        action = getattr(e, "action", None)
+        rows.append({"state": _arrays(e.state), "action": {} if action is None else _arrays(action),
+                     "arrays": _arrays(e), "refs": refs})  # fmt: skip
+    flags = {k: {a: bool(v) for a, v in getattr(raw, k).items()} for k in ("terminations", "truncations")}
+    sums = {k: {a: float(v) for a, v in getattr(raw, k).items()} for k in ("rewards", "_cumulative_rewards")}
+    selector = raw._agent_selector
+    return {
+        "entities": rows, "steps": int(raw.steps), "rng": raw.np_random.bit_generator.state,
+        "agents": list(raw.agents), "selection": raw.agent_selection,
+        "selector": [int(selector._current_agent), selector.selected_agent], **flags, **sums,
+    }  # fmt: skip
+
+
+def restore_mpe(env: Any, state: dict[str, Any]) -> None:
+    """Put ``capture_mpe``'s state back into an MPE2 parallel env made with the same arguments."""
+    env.reset(seed=0)  # a fresh env's wrappers refuse use before a reset; everything it draws is overwritten below
+    raw = env.unwrapped
+    entities = list(raw.world.entities)
+    for e, row in zip(entities, state["entities"], strict=True):
+        for target, key in ((e.state, "state"), (getattr(e, "action", None), "action"), (e, "arrays")):
+            for k, v in row[key].items():
+                setattr(target, k, np.array(v))
+        for k, i in row["refs"].items():
+            setattr(e, k, entities[int(i)])
+    raw.steps = int(state["steps"])
+    raw.np_random.bit_generator.state = state["rng"]
+    raw.agents = [str(a) for a in state["agents"]]
+    env.agents = raw.agents  # the parallel wrapper shares the AEC env's list between steps
+    for k in ("terminations", "truncations"):
+        setattr(raw, k, {a: bool(v) for a, v in state[k].items()})
+    for k in ("rewards", "_cumulative_rewards"):
+        setattr(raw, k, {a: float(v) for a, v in state[k].items()})
+    raw.agent_selection = state["selection"]
+    raw._agent_selector._current_agent, raw._agent_selector.selected_agent = (
+        int(state["selector"][0]),
+        state["selector"][1],
+    )
 
 
 def check_multiagent_env(env_id: str, env_kwargs: dict[str, Any], algo: str, needs_state: bool) -> AgentSpaces:
