@@ -8,9 +8,9 @@ from pickaxe.train.config import CollectorConfig, EnvConfig, ModelConfig, TrainC
 
 
 def _simple_spread_mappo() -> TrainConfig:
-    # MPE2 simple_spread: 3 agents cover 3 landmarks in 25-step episodes, discrete actions. The MAPPO paper's MPE
-    # settings (lr 7e-4, 10 epochs, clip 0.2, entropy 0.01, 64x64 networks, shared parameters) at a CPU budget:
-    # 8 envs instead of 128 rollout threads, 50k env steps (2,000 episodes) instead of millions.
+    # MPE2 simple_spread: 3 agents cover 3 landmarks in 25-step episodes, discrete actions. MAPPO-style settings
+    # (lr 7e-4, 10 epochs, clip 0.2, entropy 0.01, 64x64 networks, shared parameters) at a CPU budget: 8 envs and
+    # 50k env steps (2,000 episodes) instead of the millions of steps a converged result takes.
     return TrainConfig(
         recipe="simple-spread-mappo",
         algo=MAPPOConfig(lr=7e-4, epochs=10, minibatch_size=1200, ent_coef=0.01, value_clip=0.2),
