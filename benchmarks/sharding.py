@@ -2,7 +2,8 @@
 learners with ``--dist.shard fsdp``, and two with fsdp and ``--dist.offload optimizer``; the weight sync from the
 shards as a share of the step; peak memory while checkpointing against the training peak.
 
-Usage: ``python benchmarks/sharding.py [--shape qwen2-0.5b] [--updates 3] [--micro-batch 4] [--quick]``. Each
+Usage: ``python benchmarks/sharding.py [--shape qwen2-0.5b] [--updates 3] [--micro-batch 4] [--new-tokens N]
+[--quick]``. Each
 configuration is one ``pickaxe train arith-grpo --model.shape SHAPE`` process (random weights, no warm start, one
 torch thread per process), run one after the other so they never share the machine. A sampler reads every process of
 the run (rank 0 and the learners it starts) from ``/proc`` ten times a second: resident memory, and whether a
@@ -168,6 +169,13 @@ def main() -> None:
     parser.add_argument("--shape", default="qwen2-0.5b")
     parser.add_argument("--updates", type=int, default=3)
     parser.add_argument("--micro-batch", type=int, default=4, help="sequences per micro-batch (16 per update)")
+    parser.add_argument(
+        "--new-tokens",
+        type=int,
+        default=0,
+        help="completion tokens per sequence (0: the recipe's); more tokens per "
+        "micro-batch pass spread each pass's fixed all-gather and reduce-scatter over more trained tokens",
+    )
     parser.add_argument("--configs", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--quick", action="store_true", help="the tiny-qwen2 shape, 2 updates")
     args = parser.parse_args()
@@ -180,6 +188,8 @@ def main() -> None:
         "--eval.samples", "0", "--trainer.total-steps", str(args.updates * prompts * group),
         "--trainer.eval-every", str(10**9), "--device", "cpu", "--seed", "0", "--no-progress",
     ]  # fmt: skip
+    if args.new_tokens:
+        base += ["--engine.max-new-tokens", str(args.new_tokens)]
     print(f"load average {os.getloadavg()[0]:.2f}; shape {args.shape}; {args.updates} updates each", flush=True)
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="pickaxe-sharding-") as tmp:
@@ -207,7 +217,8 @@ def main() -> None:
     for name, r in results.items():
         train_peak = max(r["peak_train_mb"]) or 1
         ratios.setdefault(name, {})["checkpoint_peak_vs_train_peak"] = max(r["peak_checkpoint_mb"]) / train_peak
-    print(json.dumps({"shape": args.shape, "updates": args.updates, "results": results, "ratios": ratios}))
+    head = {"shape": args.shape, "updates": args.updates, "new_tokens": args.new_tokens}
+    print(json.dumps({**head, "results": results, "ratios": ratios}))
 
 
 if __name__ == "__main__":

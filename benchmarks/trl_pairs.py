@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from llm import GIB, cpu_usage, fmt_spread, peak_bytes, reset_peak, rss_bytes, save_model_folder, spread
+from llm_common import GIB, cpu_usage, fmt_spread, peak_bytes, reset_peak, rss_bytes, save_model_folder, spread
 
 PARTS = ("dpo", "rm")
 LIBS = ("shared", "padded", "trl")

@@ -6,6 +6,7 @@ exactly how many pieces of the body the app asked for."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,10 @@ def _post(app: Any, path: str, body: bytes, chunked: bool) -> tuple[int, dict[st
         "client": ("127.0.0.1", 50000),
         "server": ("127.0.0.1", 8000),
     }
-    asyncio.run(asyncio.wait_for(app(scope, receive, send), timeout=60))
+    # in a thread of its own: a browser test's Playwright session earlier in this process keeps an event loop
+    # running on the main thread, where asyncio.run refuses to start
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, asyncio.wait_for(app(scope, receive, send), timeout=60)).result()
     status = next(m["status"] for m in sent if m["type"] == "http.response.start")
     answer = json.loads(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"))
     return status, answer, read, len(pieces)

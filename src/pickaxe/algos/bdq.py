@@ -18,7 +18,7 @@ from torch import nn
 
 from pickaxe.algos.base import Algorithm, clip_and_step
 from pickaxe.algos.core import adam, linear_schedule
-from pickaxe.algos.dqn import discount_of
+from pickaxe.algos.dqn import discount_of, load_replay_q_state, replay_q_state
 from pickaxe.algos.extra_configs import BranchingDQNConfig
 from pickaxe.data.batch import Batch
 from pickaxe.data.buffers import ReplayBuffer
@@ -127,23 +127,11 @@ class BranchingDQN(Algorithm):
 
     def state_dict(self) -> dict[str, Any]:
         """Networks, optimizer, replay buffer (with its sampler), update counter, epsilon."""
-        return {
-            "q": self.qnet.state_dict(),
-            "q_target": self.target.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "buffer": self.buffer.state_dict(),
-            "num_updates": self.num_updates,
-            "epsilon": self.policy.epsilon,
-        }
+        return replay_q_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
-        self.qnet.load_state_dict(state["q"])
-        self.target.load_state_dict(state["q_target"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.buffer.load_state_dict(state["buffer"])
-        self.num_updates = int(state["num_updates"])
-        self.policy.epsilon = float(state["epsilon"])
+        load_replay_q_state(self, state)
 
 
 def build_bdq(config: BranchingDQNConfig, envs: Any, model: Any, device: torch.device, seed: int) -> BranchingDQN:

@@ -168,6 +168,35 @@ def _step(
     return clip_and_step(module, optimizer, max_grad_norm, loss, extra=extra, name=name)
 
 
+def replay_q_state(algo: Any) -> dict[str, Any]:
+    """The state every replay Q-learner keeps (DQN, IQN, FQF, branching DQN): online and target networks,
+    optimizer, replay buffer (with its sampler), update counter, epsilon, and pending n-step windows when it has
+    an ``nstep`` accumulator."""
+    state = {
+        "q": algo.qnet.state_dict(),
+        "q_target": algo.target.state_dict(),
+        "optimizer": algo.optimizer.state_dict(),
+        "buffer": algo.buffer.state_dict(),
+        "num_updates": algo.num_updates,
+        "epsilon": algo.policy.epsilon,
+    }
+    if getattr(algo, "nstep", None) is not None:
+        state["nstep"] = algo.nstep.state_dict()
+    return state
+
+
+def load_replay_q_state(algo: Any, state: dict[str, Any]) -> None:
+    """Restore what ``replay_q_state`` returned into ``algo``."""
+    algo.qnet.load_state_dict(state["q"])
+    algo.target.load_state_dict(state["q_target"])
+    algo.optimizer.load_state_dict(state["optimizer"])
+    algo.buffer.load_state_dict(state["buffer"])
+    algo.num_updates = int(state["num_updates"])
+    algo.policy.epsilon = float(state["epsilon"])
+    if getattr(algo, "nstep", None) is not None:
+        algo.nstep.load_state_dict(state["nstep"])
+
+
 class DQN(Algorithm):
     """DQN and its family: stores each collected batch in replay (as n-step transitions when ``n_step > 1``,
     prioritized when ``prioritized``), then takes ``gradient_steps`` steps on ``cfg``'s head."""
@@ -262,16 +291,7 @@ class DQN(Algorithm):
     def state_dict(self) -> dict[str, Any]:
         """Networks, optimizer, replay buffer (priorities and sampler included), pending n-step windows, update
         counter, epsilon and beta."""
-        state = {
-            "q": self.qnet.state_dict(),
-            "q_target": self.target.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "buffer": self.buffer.state_dict(),
-            "num_updates": self.num_updates,
-            "epsilon": self.policy.epsilon,
-        }
-        if self.nstep is not None:
-            state["nstep"] = self.nstep.state_dict()
+        state = replay_q_state(self)
         if self.config.prioritized:
             state["beta"] = self.beta
         if self.noise_generator is not None:
@@ -280,14 +300,7 @@ class DQN(Algorithm):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
-        self.qnet.load_state_dict(state["q"])
-        self.target.load_state_dict(state["q_target"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.buffer.load_state_dict(state["buffer"])
-        self.num_updates = int(state["num_updates"])
-        self.policy.epsilon = float(state["epsilon"])
-        if self.nstep is not None:
-            self.nstep.load_state_dict(state["nstep"])
+        load_replay_q_state(self, state)
         if self.config.prioritized:
             self.beta = float(state["beta"])
         if self.noise_generator is not None:

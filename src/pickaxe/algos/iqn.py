@@ -19,7 +19,7 @@ from torch import nn
 
 from pickaxe.algos.base import Algorithm, clip_and_step
 from pickaxe.algos.core import linear_schedule
-from pickaxe.algos.dqn import discount_of
+from pickaxe.algos.dqn import discount_of, load_replay_q_state, replay_q_state
 from pickaxe.algos.extra_configs import FQFConfig, IQNConfig
 from pickaxe.data.batch import Batch
 from pickaxe.data.buffers import ReplayBuffer
@@ -182,28 +182,11 @@ class IQN(Algorithm):
 
     def state_dict(self) -> dict[str, Any]:
         """Networks, optimizer, replay buffer (with its sampler), pending n-step windows, update counter, epsilon."""
-        state = {
-            "q": self.qnet.state_dict(),
-            "q_target": self.target.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "buffer": self.buffer.state_dict(),
-            "num_updates": self.num_updates,
-            "epsilon": self.policy.epsilon,
-        }
-        if self.nstep is not None:
-            state["nstep"] = self.nstep.state_dict()
-        return state
+        return replay_q_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
-        self.qnet.load_state_dict(state["q"])
-        self.target.load_state_dict(state["q_target"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.buffer.load_state_dict(state["buffer"])
-        self.num_updates = int(state["num_updates"])
-        self.policy.epsilon = float(state["epsilon"])
-        if self.nstep is not None:
-            self.nstep.load_state_dict(state["nstep"])
+        load_replay_q_state(self, state)
 
 
 def _network(config: IQNConfig, envs: Any, model: Any, fractions: int) -> ImplicitQuantileNetwork:
