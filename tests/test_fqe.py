@@ -237,3 +237,37 @@ def test_bad_fqe_flags_are_one_line_exit_2(
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1, err
     assert words in err
+
+
+def test_fqe_scores_a_pendulum_run_with_box_actions(tmp_path: Path) -> None:
+    pytest.importorskip("minari")
+    from pickaxe.offline.dataset import Episode, write
+
+    env = gym.make("Pendulum-v1")
+    env.action_space.seed(0)
+    episodes = []
+    for i in range(2):
+        o, _ = env.reset(seed=i)
+        obs, act, rew, term, trunc = [o], [], [], [], []
+        for _ in range(100):
+            a = env.action_space.sample()
+            o, r, te, _, _ = env.step(a)
+            obs.append(o), act.append(a), rew.append(r), term.append(te), trunc.append(len(rew) == 100)
+        episodes.append(
+            Episode(
+                np.array(obs, np.float32), np.array(act, np.float32), np.array(rew), np.array(term), np.array(trunc)
+            )
+        )
+    data = tmp_path / "data"
+    write(data, episodes, env.observation_space, env.action_space, "pendulum/random-v0", {}, env_id="Pendulum-v1")
+    run = tmp_path / "bc"
+    args = ["--data.dataset", str(data), "--collector.steps", "256", "--trainer.total-steps", "512"]
+    args += ["--trainer.eval-every", "256", "--trainer.eval-episodes", "1", "--env.eval-envs", "1"]
+    assert main(["train", "pendulum-bc", *args, "--run-dir", str(run), "--no-progress"]) == 0
+    assert main(["eval", str(run), "--checkpoints", "all", "--fqe", "--fqe.steps", "100", "--no-env"]) == 0
+    rows = _report(run)["rows"]
+    assert [r["step"] for r in rows] == [256, 512]
+    low = min(float(np.min(ep.reward)) for ep in episodes) / (1 - 0.99)
+    for r in rows:  # one value per episode start, within the range any return of these rewards can have
+        e = r["metrics"]["eval/fqe_value"]
+        assert e["n"] == 2 and low <= e["low"] <= e["mean"] <= e["high"] <= 0

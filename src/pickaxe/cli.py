@@ -37,7 +37,9 @@ commands:
   resume RUN_DIR [--restart] [--no-progress] [--track T] [--prometheus-port P]
                                        continue a run from its newest good checkpoint to its original budget
   eval RUN_DIR [--checkpoints all|best|latest|final|STEP...] [--episodes N] [--device D]
+        [--fqe [--fqe.steps N] [--no-env]]
                                        score a run's model, or every kept checkpoint with 95% CIs, alarms, best
+                                       (--fqe: also by fitted Q evaluation on the run's dataset, no env needed)
   collect RUN_DIR --episodes N --out DIR [--checkpoint final|best|latest|STEP] [--epsilon E | --noise S]
                                        a Minari dataset of a classic run's policy (offline RL: --data.dataset DIR)
   export RUN_DIR [--out DIR] [--checkpoint final|best|latest|STEP] [--overwrite] [--device D]

@@ -68,7 +68,7 @@ class FQENetwork(nn.Module):
     def __init__(self, obs_dim: int, hidden: tuple[int, ...], n: int | None, action_dim: int = 0) -> None:
         super().__init__()
         self.discrete = n is not None
-        self.net = mlp(obs_dim if self.discrete else obs_dim + action_dim, hidden, n or 1, "relu")
+        self.net = mlp(obs_dim if self.discrete else obs_dim + action_dim, hidden, n or 1, "relu", out_gain=0.01)
 
     def values(self, obs: torch.Tensor, policy: torch.Tensor) -> torch.Tensor:
         """``E_{a ~ pi} Q(s, a)`` per row: ``policy`` is ``[B, n]`` probabilities (Discrete) or ``[B, K, d]`` actions
