@@ -271,3 +271,28 @@ def test_fqe_scores_a_pendulum_run_with_box_actions(tmp_path: Path) -> None:
     for r in rows:  # one value per episode start, within the range any return of these rewards can have
         e = r["metrics"]["eval/fqe_value"]
         assert e["n"] == 2 and low <= e["low"] <= e["mean"] <= e["high"] <= 0
+
+
+class _CoinPolicy:
+    """Greedy: action 1; sampled: action 1 with probability 0.75 (drawn from torch's global RNG, as policies do)."""
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, dict]:
+        if deterministic:
+            return torch.ones(len(obs), dtype=torch.int64), {}
+        return (torch.rand(len(obs)) < 0.75).long(), {}
+
+
+def test_policy_actions_greedy_or_sampled_are_seeded() -> None:
+    from pickaxe.offline.fqe import policy_actions
+
+    obs = np.zeros((5000, 4), dtype=np.float32)
+    greedy = policy_actions(_CoinPolicy(), obs, FQEConfig())
+    assert greedy.shape == (5000, 1) and (greedy == 1).all()
+    cfg = FQEConfig(policy="sampled", action_samples=8, seed=3)
+    state = torch.get_rng_state()
+    sampled = policy_actions(_CoinPolicy(), obs, cfg)
+    assert torch.equal(torch.get_rng_state(), state)  # the global RNG is left as it was
+    assert sampled.shape == (5000, 8) and sampled.mean() == pytest.approx(0.75, abs=0.01)
+    assert np.array_equal(sampled, policy_actions(_CoinPolicy(), obs, cfg))
+    probs = action_distribution(torch.as_tensor(sampled), 2)
+    assert probs.sum(1).allclose(torch.ones(5000)) and float(probs[:, 1].mean()) == pytest.approx(0.75, abs=0.01)
