@@ -474,6 +474,7 @@ def evaluate_checkpoints(
         for ref in chosen:
             values: dict[str, np.ndarray] = {}
             metrics: dict[str, Any] = {}
+            hits = 0
             for evaluator, digest in evaluators:
                 path = _cache_path(run_dir, ref, digest)
                 hit = _read_cache(path, ref) if cache else None
@@ -490,9 +491,10 @@ def evaluate_checkpoints(
                     _write_cache(path, ref, evaluator.settings, part, found)
                 else:
                     part, found = hit
-                    cached += 1
+                    hits += 1
                 values.update(part)
                 metrics.update(found)
+            cached += hits == len(evaluators)  # a row from the cache: every part of it
             rows.append({"step": ref.step, "source": ref.source, "sha256": ref.sha256, "metrics": metrics})
             units[ref.step] = values
     finally:
