@@ -198,6 +198,15 @@ def test_fqe_ranks_a_good_checkpoint_above_a_bad_one_beside_the_online_return(
         spearman([online[s] for s in sorted(rows)], [fqe[s]["mean"] for s in sorted(rows)])
     )
     assert report["settings"]["fqe"]["steps"] == 1000
+    # the best checkpoint by FQE instead of the run's rule's metric (served from the cache)
+    base = ["eval", str(run), "--checkpoints", "all", "--fqe", "--fqe.steps", "1000", "--episodes", "3"]
+    assert main([*base, "--select-metric", "eval/fqe_value"]) == 0
+    best = _report(run)["best"]
+    assert best["metric"] == "eval/fqe_value" and best["step"] == max(fqe, key=lambda s: fqe[s]["mean"])
+    capsys.readouterr()
+    assert main([*base, "--select-metric", "eval/gold"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "eval/fqe_value" in err
 
 
 def test_fqe_alone_without_the_env_is_cached_reproducible_and_picks_the_best(
