@@ -36,7 +36,8 @@ def wants_help(args: Iterable[str]) -> bool:
 
 
 def option_flags(cls: type) -> list[str]:
-    """The ``--flags`` tyro makes for the (non-positional) fields of dataclass ``cls``."""
+    """The ``--flags`` tyro makes for the (non-positional) fields of dataclass ``cls`` (a nested dataclass field
+    ``section`` as ``--section.field``)."""
     hints = typing.get_type_hints(cls, include_extras=True)
     flags: list[str] = []
     for f in dataclasses.fields(cls):
@@ -44,6 +45,9 @@ def option_flags(cls: type) -> list[str]:
         if _is_positional(hint):
             continue
         flag = "--" + f.name.replace("_", "-")
+        if dataclasses.is_dataclass(_base(hint)):  # a nested section: --section.field
+            flags += [flag + "." + sub.removeprefix("--") for sub in option_flags(_base(hint))]
+            continue
         flags.append(flag)
         if _base(hint) is bool and not _pairs_off(hint):
             flags.append("--no-" + f.name.replace("_", "-"))

@@ -14,7 +14,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -23,6 +23,7 @@ import tyro
 from pickaxe.argparsing import merge_repeated, parse, wants_help
 from pickaxe.config_keys import ranged
 from pickaxe.errors import ConfigError, PickaxeError
+from pickaxe.offline.fqe_config import FQEConfig
 from pickaxe.subprocesses import NOT_CRASHES
 
 USAGE = """usage: pickaxe COMMAND ...   (pickaxe COMMAND --help for a command's options; pickaxe --version)
@@ -36,7 +37,9 @@ commands:
   resume RUN_DIR [--restart] [--no-progress] [--track T] [--prometheus-port P]
                                        continue a run from its newest good checkpoint to its original budget
   eval RUN_DIR [--checkpoints all|best|latest|final|STEP...] [--episodes N] [--device D]
+        [--fqe [--fqe.steps N] [--no-env]]
                                        score a run's model, or every kept checkpoint with 95% CIs, alarms, best
+                                       (--fqe: also by fitted Q evaluation on the run's dataset, no env needed)
   collect RUN_DIR --episodes N --out DIR [--checkpoint final|best|latest|STEP] [--epsilon E | --noise S]
                                        a Minari dataset of a classic run's policy (offline RL: --data.dataset DIR)
   export RUN_DIR [--out DIR] [--checkpoint final|best|latest|STEP] [--overwrite] [--device D]
@@ -407,11 +410,21 @@ class EvalArgs:
     """Device to evaluate on (default: the run's)."""
     no_cache: Annotated[bool, tyro.conf.FlagCreatePairsOff] = False
     """Evaluate again even when RUN_DIR/eval/cache holds the results of the same weights and settings."""
+    fqe: FQEConfig = field(default_factory=FQEConfig)
+    """With --fqe (classic runs, with --checkpoints): also score each checkpoint by fitted Q evaluation on the run's
+    dataset (eval/fqe_value, no env needed), with its rank agreement with the online return. Any --fqe.* implies
+    --fqe."""
+    no_env: Annotated[bool, tyro.conf.FlagCreatePairsOff] = False
+    """With --fqe: leave the online evaluation out (FQE alone, as when the env cannot be built here)."""
+    select_metric: str | None = None
+    """The metric the best checkpoint of this evaluation is picked by (e.g. eval/fqe_value); default: the run's."""
 
 
 def _eval(args: list[str]) -> int:
     _needs_run_dir(args, "eval")
     args = merge_repeated(args, "--checkpoints", "all, best, latest, final or env steps")
+    use_fqe = "--fqe" in args or any(a.startswith("--fqe.") for a in args)
+    args = [a for a in args if a != "--fqe"]
     opts = parse(EvalArgs, args, "pickaxe eval")
     from pickaxe.exp.checkpoint_eval import parse_choices  # torch-free, like a fully cached evaluation
     from pickaxe.recipes.args import load_run_config
@@ -436,6 +449,15 @@ def _eval(args: list[str]) -> int:
         cfg.eval.pass_k = cfg.eval.pass_k if opts.pass_k is None else opts.pass_k
         if cfg.eval.pass_k > max(cfg.eval.samples, 1) and (opts.samples is not None or opts.pass_k is not None):
             raise ConfigError(f"--pass-k {cfg.eval.pass_k} needs at least as many --samples, got {cfg.eval.samples}")
+    if use_fqe or opts.no_env:
+        if choices is None:
+            raise ConfigError("--fqe and --no-env score kept checkpoints: add --checkpoints all (or steps)")
+        if not use_fqe:
+            raise ConfigError("--no-env leaves only an FQE estimate: add --fqe (or leave --no-env out)")
+        if not isinstance(cfg, TrainConfig):
+            raise ConfigError(f"{run_dir} is an LLM run: --fqe scores classic runs' policies from their dataset")
+    if opts.select_metric is not None and choices is None:
+        raise ConfigError("--select-metric picks among kept checkpoints: add --checkpoints all (or steps)")
     if choices is not None:
         if getattr(type(getattr(cfg, "algo", None)), "multiagent", False):
             raise ConfigError(
@@ -444,7 +466,9 @@ def _eval(args: list[str]) -> int:
             )
         from pickaxe.exp.checkpoint_eval import main as checkpoints_main
 
-        return checkpoints_main(run_dir, cfg, choices, opts.episodes, cache=not opts.no_cache)
+        return checkpoints_main(run_dir, cfg, choices, opts.episodes, cache=not opts.no_cache,
+                                fqe=opts.fqe if use_fqe else None, env=not opts.no_env,
+                                select_metric=opts.select_metric)  # fmt: skip
     try:
         if not isinstance(cfg, TrainConfig):  # an LLM run: held-out prompts instead of episodes
             from pickaxe.train.llm import evaluate_llm_run

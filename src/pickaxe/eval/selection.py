@@ -26,8 +26,9 @@ __all__ = [
     "select_best",
 ]
 
-METRICS = ("eval/sampled/gold", "eval/reward/gold", "eval/accuracy", "eval/return_mean")
-"""The metrics tried, in order, when ``SelectConfig.metric`` is None."""
+METRICS = ("eval/sampled/gold", "eval/reward/gold", "eval/accuracy", "eval/return_mean", "eval/fqe_value")
+"""The metrics tried, in order, when ``SelectConfig.metric`` is None: the last, fitted Q evaluation's estimate
+(``pickaxe eval --checkpoints ... --fqe``), picks where no online return was measured."""
 
 Rule = Literal["undominated", "max-mean", "max-lower", "earliest-tied", "latest"]
 RULES: tuple[str, ...] = Rule.__args__  # type: ignore[attr-defined]
@@ -39,7 +40,7 @@ class SelectConfig:
 
     metric: str | None = None
     """The metric to select on; None: the first logged of eval/sampled/gold, eval/reward/gold, eval/accuracy,
-    eval/return_mean."""
+    eval/return_mean, eval/fqe_value."""
     mode: Literal["max", "min"] = "max"
     """Whether a higher (max) or lower (min) value of the metric is better."""
     rule: Rule = "undominated"

@@ -20,12 +20,14 @@ import numpy as np
 
 __all__ = [
     "as_scores",
+    "average_ranks",
     "finite_number",
     "iqm",
     "mean",
     "probability_of_improvement",
     "probability_of_improvement_ci",
     "samples_to_separate",
+    "spearman",
     "stratified_bootstrap_ci",
 ]
 
@@ -263,3 +265,32 @@ def samples_to_separate(
         mid = (low + high) // 2
         low, high = (low, mid) if separated(mid) else (mid, high)
     return high
+
+
+def average_ranks(x: np.ndarray | list) -> np.ndarray:
+    """Ranks 1..n of ``x``, ties given the mean of the ranks they span (the ranks Spearman's rho correlates)."""
+    v = np.asarray(x, dtype=np.float64).reshape(-1)
+    order = np.argsort(v, kind="stable")
+    ranks = np.empty(len(v), dtype=np.float64)
+    sorted_v = v[order]
+    i = 0
+    while i < len(v):
+        j = i
+        while j + 1 < len(v) and sorted_v[j + 1] == sorted_v[i]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(a: np.ndarray | list, b: np.ndarray | list) -> float | None:
+    """Spearman's rank correlation of paired values (the Pearson correlation of their average ranks); None with fewer
+    than two pairs or when either side's ranks are all equal (no order to agree with)."""
+    x, y = np.asarray(a, dtype=np.float64).reshape(-1), np.asarray(b, dtype=np.float64).reshape(-1)
+    if len(x) != len(y):
+        raise ValueError(f"spearman needs paired values, got {len(x)} and {len(y)}")
+    if len(x) < 2:
+        return None
+    rx, ry = average_ranks(x) - (len(x) + 1) / 2, average_ranks(y) - (len(y) + 1) / 2
+    norm = math.sqrt(float((rx * rx).sum()) * float((ry * ry).sum()))
+    return None if norm == 0 else float((rx * ry).sum() / norm)

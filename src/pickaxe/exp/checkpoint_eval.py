@@ -38,6 +38,7 @@ from pickaxe.eval.stats import (
     samples_to_separate,
     stratified_bootstrap_ci,
 )
+from pickaxe.exp.checkpoint_fqe import FQE_METRIC, FQEScorer, env_problem, fqe_datasets, rank_agreement
 from pickaxe.runs.checkpoint import MANIFEST, TENSORS, CheckpointManager
 from pickaxe.runs.model import (
     MODEL_DIGEST_FILE,
@@ -51,6 +52,7 @@ from pickaxe.runs.policies import list_policies
 from pickaxe.runs.tracking import read_metrics
 
 if TYPE_CHECKING:
+    from pickaxe.offline.fqe_config import FQEConfig
     from pickaxe.train.evaluate import Estimate
 
 CACHE_VERSION = 2
@@ -81,6 +83,9 @@ class Report:
     alarms: list[dict[str, Any]]
     pairs: list[dict[str, Any]]
     plots: dict[str, str] = field(default_factory=dict)
+    agreement: dict[str, Any] | None = None
+    """With ``--fqe``: Spearman's rank correlation of the online return and the FQE estimate over the checkpoints
+    that have both (``metrics``, ``spearman``, ``n``)."""
     cached: int = 0
     """Rows served from the cache (not written to the file)."""
 
@@ -431,57 +436,95 @@ def evaluate_checkpoints(
     episodes: int | None = None,
     cache: bool = True,
     on_progress: Callable[[str], None] | None = None,
+    fqe: FQEConfig | None = None,
+    env: bool = True,
+    select_metric: str | None = None,
 ) -> Report:
     """Evaluate the chosen checkpoints of the run in ``run_dir`` (config ``cfg``, as ``load_run_config`` reads it;
     ``episodes``: episodes or, for LLM runs, held-out prompts; default the run's own) and write
-    ``RUN/eval/checkpoints.json``, ``.csv`` and the plots. ``cache=False`` re-evaluates (and rewrites the cache)."""
+    ``RUN/eval/checkpoints.json``, ``.csv`` and the plots. ``cache=False`` re-evaluates (and rewrites the cache).
+    ``fqe`` adds fitted Q evaluation on the run's dataset (``eval/fqe_value``) and its rank agreement with the online
+    return; ``env=False`` (classic runs with ``fqe`` only) leaves the online evaluation out. ``select_metric`` picks
+    the best checkpoint by that metric instead of the run's (one of the metrics evaluated)."""
     from pickaxe.train.config import TrainConfig
 
     run_dir = Path(run_dir)
     refs = list_candidates(run_dir)
     chosen = choose(run_dir, cfg, refs, choices)
-    evaluator: _Checkpoints = (
-        _Classic(run_dir, cfg, episodes) if isinstance(cfg, TrainConfig) else _LLM(run_dir, cfg, episodes)
-    )
-    digest = settings_hash(evaluator.kind, evaluator.settings, cfg.to_dict())
+    evaluators: list[tuple[Any, str]] = []
+    settings: dict[str, Any] = {}
+    if env or fqe is None:
+        online: _Checkpoints = (
+            _Classic(run_dir, cfg, episodes) if isinstance(cfg, TrainConfig) else _LLM(run_dir, cfg, episodes)
+        )
+        digest = settings_hash(online.kind, online.settings, cfg.to_dict())
+        evaluators.append((online, digest))
+        settings.update({**online.settings, "cache_key": digest[:16]})
+    if fqe is not None:
+
+        def load(ref: CheckpointRef, networks: dict[str, Any], device: Any) -> None:
+            _load(run_dir, networks, ref, device)
+
+        scorer = FQEScorer(run_dir, cfg, fqe, fqe_datasets(cfg, fqe, run_dir), load)
+        digest = settings_hash("fqe", scorer.settings, cfg.to_dict())
+        evaluators.append((scorer, digest))
+        settings.update({**scorer.settings, "fqe_cache_key": digest[:16]})
     rows, units, cached = [], {}, 0
     try:
         for ref in chosen:
-            path = _cache_path(run_dir, ref, digest)
-            hit = _read_cache(path, ref) if cache else None
-            if hit is None:
-                if on_progress is not None:
-                    on_progress(f"evaluating step {ref.step} ({ref.source})")
-                values = evaluator.samples(ref)
-                metrics = {
-                    k: {"mean": finite_number(e.mean), "low": finite_number(e.low), "high": finite_number(e.high),
-                        "n": e.n}
-                    for k, e in evaluator.estimates(values).items()
-                }  # fmt: skip
-                _write_cache(path, ref, evaluator.settings, values, metrics)
-            else:
-                values, metrics = hit
-                cached += 1
+            values: dict[str, np.ndarray] = {}
+            metrics: dict[str, Any] = {}
+            hits = 0
+            for evaluator, digest in evaluators:
+                path = _cache_path(run_dir, ref, digest)
+                hit = _read_cache(path, ref) if cache else None
+                if hit is None:
+                    if on_progress is not None:
+                        what = "fitting FQE for" if isinstance(evaluator, FQEScorer) else "evaluating"
+                        on_progress(f"{what} step {ref.step} ({ref.source})")
+                    part = evaluator.samples(ref)
+                    found = {
+                        k: {"mean": finite_number(e.mean), "low": finite_number(e.low), "high": finite_number(e.high),
+                            "n": e.n}
+                        for k, e in evaluator.estimates(part).items()
+                    }  # fmt: skip
+                    _write_cache(path, ref, evaluator.settings, part, found)
+                else:
+                    part, found = hit
+                    hits += 1
+                values.update(part)
+                metrics.update(found)
+            cached += hits == len(evaluators)  # a row from the cache: every part of it
             rows.append({"step": ref.step, "source": ref.source, "sha256": ref.sha256, "metrics": metrics})
             units[ref.step] = values
     finally:
-        close = getattr(evaluator, "close", None)
-        if close is not None:
-            close()
+        for evaluator, _ in evaluators:
+            close = getattr(evaluator, "close", None)
+            if close is not None:
+                close()
+    kind = "classic" if isinstance(cfg, TrainConfig) else "llm"
     names = list(dict.fromkeys(k for r in rows for k in r["metrics"]))
     records = [_row_record(r) for r in rows]
     select = select_config(run_dir, cfg)
+    if select_metric is not None:
+        if select_metric not in names:
+            raise PickaxeError(f"--select-metric {select_metric} was not evaluated; evaluated: {', '.join(names)}")
+        select = SelectConfig(metric=select_metric, mode=select.mode, rule=select.rule)
     metric = resolve_metric(select, names)
+    if metric is None and FQE_METRIC in names:  # no online return here: FQE's estimate picks
+        select = SelectConfig(metric=FQE_METRIC, mode="max", rule=select.rule)
+        metric = FQE_METRIC
     best = None
     if metric is not None:
         chosen_best = select_best(candidates_from_records(records, metric), select, metric)
         best = {**asdict(chosen_best), "mode": select.mode} if chosen_best is not None else None
     alarms: list[dict[str, Any]] = []
-    if evaluator.kind == "llm":  # classic runs have no alarms section: no gold, proxy or length to watch
+    if kind == "llm":  # classic runs have no alarms section: no gold, proxy or length to watch
         alarms = [a.to_dict() for a in detect_alarms(records, cfg.alarms)]
-    pairs = _pairs(records, units, evaluator, metric, select)
-    report = Report(str(run_dir), evaluator.kind, {**evaluator.settings, "cache_key": digest[:16]}, names, rows,
-                    best, alarms, pairs, cached=cached)  # fmt: skip
+    pairs = _pairs(records, units, [e for e, _ in evaluators], metric, select)
+    agreement = rank_agreement(rows, "eval/return_mean") if fqe is not None else None
+    report = Report(str(run_dir), kind, settings, names, rows, best, alarms, pairs, agreement=agreement,
+                    cached=cached)  # fmt: skip
     _write_outputs(run_dir, report)
     return report
 
@@ -489,7 +532,7 @@ def evaluate_checkpoints(
 def _pairs(
     records: list[dict[str, Any]],
     values: dict[int, dict[str, np.ndarray]],
-    evaluator: _Checkpoints,
+    evaluators: Sequence[Any],
     metric: str | None,
     select: SelectConfig,
 ) -> list[dict[str, Any]]:
@@ -502,7 +545,11 @@ def _pairs(
     if len(ranked) < 2:
         return []
     a, b = ranked[0], ranked[1]
-    ua, ub = evaluator.units(values[a.step], metric), evaluator.units(values[b.step], metric)
+    ua = ub = None
+    for evaluator in evaluators:  # the evaluator that measures ``metric``
+        if (ua := evaluator.units(values[a.step], metric)) is not None:
+            ub = evaluator.units(values[b.step], metric)
+            break
     pair: dict[str, Any] = {"a": a.step, "b": b.step, "metric": metric, "difference": a.mean - b.mean}
     more = poi = None
     if ua is not None and ub is not None and len(ua) == len(ub):
@@ -598,6 +645,7 @@ HEADLINE = (
     "eval/entropy",
     "eval/return_mean",
     "eval/return_iqm",
+    FQE_METRIC,
 )
 """The metrics the table shows (the selection metric too); every metric is in the JSON and CSV files."""
 
@@ -620,6 +668,13 @@ def format_report(report: Report) -> str:
     out = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *lines]]
     if report.best:
         out.append(f"best (*) by rule {report.best['rule']}: {report.best['reason']}")
+    if report.agreement is not None:
+        rho = report.agreement["spearman"]
+        a, b = report.agreement["metrics"]
+        out.append(
+            f"rank agreement of {b} with {a} over {report.agreement['n']} checkpoints: Spearman "
+            + ("undefined (a side has no order)" if rho is None else f"{rho:.3f}")
+        )
     for a in report.alarms:
         out.append(f"alarm {a['name']} at step {a['step']}: {a['message']}")
     for p in report.pairs:
@@ -643,10 +698,26 @@ def _fmt(e: dict[str, Any]) -> str:
     return f"{e['mean']:.4g} [{e['low']:.4g}, {e['high']:.4g}]"
 
 
-def main(run_dir: str | Path, cfg: Any, choices: Sequence[str | int], episodes: int | None, cache: bool) -> int:
-    """What ``pickaxe eval RUN_DIR --checkpoints ...`` does: evaluate, write the files, print the table."""
+def main(
+    run_dir: str | Path,
+    cfg: Any,
+    choices: Sequence[str | int],
+    episodes: int | None,
+    cache: bool,
+    fqe: FQEConfig | None = None,
+    env: bool = True,
+    select_metric: str | None = None,
+) -> int:
+    """What ``pickaxe eval RUN_DIR --checkpoints ... [--fqe] [--no-env]`` does: evaluate, write the files, print the
+    table. With ``fqe`` and an env that cannot be built here, the FQE estimate alone (said on stderr)."""
+    if fqe is not None and env:
+        problem = env_problem(cfg)
+        if problem is not None:
+            print(f"pickaxe: env {cfg.env.id} cannot be built here ({problem}); FQE alone", file=sys.stderr)
+            env = False
     report = evaluate_checkpoints(run_dir, cfg, choices, episodes, cache,
-                                  on_progress=lambda m: print(f"pickaxe: {m}", file=sys.stderr))  # fmt: skip
+                                  on_progress=lambda m: print(f"pickaxe: {m}", file=sys.stderr), fqe=fqe,
+                                  env=env, select_metric=select_metric)  # fmt: skip
     print(format_report(report))
     return 0
 

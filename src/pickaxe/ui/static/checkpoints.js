@@ -57,6 +57,12 @@ function renderEvaluation(data) {
     rowClass: (r) => (best && r.step === best.step ? "best" : ""), rowData: (r) => ({step: String(r.step)})}));
   const pairs = document.getElementById("pairs");
   pairs.textContent = "";
+  const agree = ev.agreement;
+  if (agree && agree.metrics) {  // pickaxe eval --fqe: how the off-policy estimate ranks against the online return
+    pairs.appendChild(PX.el("p", {className: "px-note agreement", text: `rank agreement of ${agree.metrics[1]} with ` +
+      `${agree.metrics[0]} over ${PX.fmt(agree.n)} checkpoints: Spearman ` +
+      (agree.spearman === null || agree.spearman === undefined ? "undefined" : PX.fmt(agree.spearman))}));
+  }
   if (ev.pairs && ev.pairs.length) {
     pairs.appendChild(PX.el("div", {className: "px-note", text: "pairs of checkpoints: the difference of the means " +
       "and how many more samples each would need for its 95% CI to exclude 0"}));
