@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from pickaxe.algos.base import Algorithm
+from pickaxe.algos.imitation_configs import uses_demonstrations
 from pickaxe.algos.offline_configs import is_offline
 from pickaxe.envs.make import SeededVectorEnv, make
 from pickaxe.errors import ConfigError, PickaxeError
@@ -62,6 +63,7 @@ ALGORITHMS: dict[str, str] = {
     "bcq": "pickaxe.algos.bcq:build_bcq",
     "crr": "pickaxe.algos.crr:build_crr",
     "ppo-explore": "pickaxe.algos.explore:build_ppo_explore",
+    "gail": "pickaxe.algos.gail:build_gail",
 }
 """Classic algorithm name (``TrainConfig.ALGOS``) -> ``module:function`` building it, imported on use. Each builder
 takes ``(algo config, envs, model config, device, seed)`` and sizes its networks from the envs' spaces; adding an
@@ -129,6 +131,8 @@ def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = Fal
         make(e.id, e.eval_envs, seeds["eval_env"], eval_vec, evaluation=True, **e.kwargs) if e.eval_envs > 0 else None
     )
     algo = build_algorithm(cfg, envs)
+    if uses_demonstrations(cfg.algo):  # gail: the --data.dataset pairs it imitates
+        algo.use_demonstrations(demonstrations(cfg, envs, device, seeds["buffer"]))  # type: ignore[attr-defined]
     if cfg.warm_start.run is not None:
         from pickaxe.train.online_start import start_from_offline
 
@@ -145,6 +149,16 @@ def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = Fal
         torch_threads=cfg.torch_threads,
         select=cfg.select,
     )
+
+
+def demonstrations(cfg: TrainConfig, envs: Any, device: torch.device, seed: int) -> DatasetSampler:
+    """GAIL's demonstrations: ``--data.dataset`` (and ``--data.mix``) read whole and checked against the env's spaces,
+    as a ``DatasetSampler`` of ``algo.disc_batch_size`` pairs per draw, seeded by ``seed``."""
+    paths = [cfg.data.dataset, *cfg.data.mix]
+    obs_space, action_space = envs.single_observation_space, envs.single_action_space
+    for path in paths:
+        check_fits(path, obs_space, action_space, cfg.env.id)
+    return DatasetSampler(read_mixed(paths), cfg.algo.disc_batch_size, seed, device)
 
 
 class OfflineEvaluator(EnvEvaluator):
