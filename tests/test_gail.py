@@ -104,7 +104,8 @@ def expert(tmp_path_factory: pytest.TempPathFactory) -> Path:
         )
     obs_space, action_space = spaces_of("CartPole-v1")
     out = tmp_path_factory.mktemp("gail") / "expert"
-    return write(out, episodes, obs_space, action_space, "cartpole/controller-v0", {}, env_id="CartPole-v1")
+    refs = {"ref_min_score": 20.0, "ref_max_score": 500.0}  # D4RL references, as pickaxe collect records them
+    return write(out, episodes, obs_space, action_space, "cartpole/controller-v0", refs, env_id="CartPole-v1")
 
 
 def _config(data: Path, **trainer: int) -> object:
@@ -129,7 +130,10 @@ def test_gail_learns_cartpole_from_an_expert_dataset(expert: Path, tmp_path: Pat
         envs.close()
     train(cfg, run_dir=tmp_path / "run")
     records = read_metrics(tmp_path / "run")
-    best = max(r["eval/return_mean"] for r in records if "eval/return_mean" in r)
+    evals = [r for r in records if "eval/return_mean" in r]
+    best = max(r["eval/return_mean"] for r in evals)
+    for r in evals:  # scored against the dataset's references, as an offline run is
+        assert r["eval/normalized_score"] == pytest.approx(100 * (r["eval/return_mean"] - 20.0) / 480.0)
     assert best >= 475 and best - untrained >= 250  # the controller's episodes last 500 steps
     updates = [r for r in records if "loss/discriminator" in r]
     assert all(r["gail/env_reward_mean"] == 1.0 for r in updates)  # the env's reward, logged, never learned from

@@ -131,8 +131,12 @@ def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = Fal
         make(e.id, e.eval_envs, seeds["eval_env"], eval_vec, evaluation=True, **e.kwargs) if e.eval_envs > 0 else None
     )
     algo = build_algorithm(cfg, envs)
-    if uses_demonstrations(cfg.algo):  # gail: the --data.dataset pairs it imitates
-        algo.use_demonstrations(demonstrations(cfg, envs, device, seeds["buffer"]))  # type: ignore[attr-defined]
+    evaluator = None
+    if uses_demonstrations(cfg.algo):  # gail: the --data.dataset pairs it imitates, scored against their references
+        sampler, refs = demonstrations(cfg, envs, device, seeds["buffer"])
+        algo.use_demonstrations(sampler)  # type: ignore[attr-defined]
+        if eval_envs is not None:
+            evaluator = OfflineEvaluator(eval_envs, cfg.trainer.eval_episodes, device, refs)
     if cfg.warm_start.run is not None:
         from pickaxe.train.online_start import start_from_offline
 
@@ -147,18 +151,23 @@ def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = Fal
         config=cfg.trainer,
         progress=progress,
         torch_threads=cfg.torch_threads,
+        evaluator=evaluator,
         select=cfg.select,
     )
 
 
-def demonstrations(cfg: TrainConfig, envs: Any, device: torch.device, seed: int) -> DatasetSampler:
+def demonstrations(
+    cfg: TrainConfig, envs: Any, device: torch.device, seed: int
+) -> tuple[DatasetSampler, tuple[float, float] | None]:
     """GAIL's demonstrations: ``--data.dataset`` (and ``--data.mix``) read whole and checked against the env's spaces,
-    as a ``DatasetSampler`` of ``algo.disc_batch_size`` pairs per draw, seeded by ``seed``."""
+    as a ``DatasetSampler`` of ``algo.disc_batch_size`` pairs per draw seeded by ``seed``, with the first dataset's
+    random and expert references (None when it records none)."""
     paths = [cfg.data.dataset, *cfg.data.mix]
     obs_space, action_space = envs.single_observation_space, envs.single_action_space
     for path in paths:
         check_fits(path, obs_space, action_space, cfg.env.id)
-    return DatasetSampler(read_mixed(paths), cfg.algo.disc_batch_size, seed, device)
+    transitions = read_mixed(paths)
+    return DatasetSampler(transitions, cfg.algo.disc_batch_size, seed, device), references(transitions.metadata)
 
 
 class OfflineEvaluator(EnvEvaluator):
