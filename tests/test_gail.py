@@ -117,7 +117,8 @@ def _config(data: Path, **trainer: int) -> object:
 
 
 def test_gail_learns_cartpole_from_an_expert_dataset(expert: Path, tmp_path: Path) -> None:
-    from pickaxe.train.build import run_evaluation_setup, train
+    from pickaxe.runs.run import Run
+    from pickaxe.train.build import build_trainer, run_evaluation_setup
     from pickaxe.train.evaluate import evaluate
     from pickaxe.utils import seed_everything
 
@@ -128,13 +129,19 @@ def test_gail_learns_cartpole_from_an_expert_dataset(expert: Path, tmp_path: Pat
         untrained = float(evaluate(algo.policy, envs, 10, device)[0].mean())
     finally:
         envs.close()
-    train(cfg, run_dir=tmp_path / "run")
+    run = Run(tmp_path / "run", config=cfg.to_dict(), seed=cfg.seed)
+    trainer = build_trainer(cfg, run)
+    try:
+        trainer.fit()
+    finally:
+        trainer.close()
+        run.close()
     records = read_metrics(tmp_path / "run")
     evals = [r for r in records if "eval/return_mean" in r]
     best = max(r["eval/return_mean"] for r in evals)
+    assert best >= 475 and best - untrained >= 250  # the controller's episodes last 500 steps
     for r in evals:  # scored against the dataset's references, as an offline run is
         assert r["eval/normalized_score"] == pytest.approx(100 * (r["eval/return_mean"] - 20.0) / 480.0)
-    assert best >= 475 and best - untrained >= 250  # the controller's episodes last 500 steps
     updates = [r for r in records if "loss/discriminator" in r]
     assert all(r["gail/env_reward_mean"] == 1.0 for r in updates)  # the env's reward, logged, never learned from
     assert all(r["gail/reward_mean"] > 0 for r in updates)  # -log(1 - D) > 0

@@ -42,7 +42,7 @@ def _cartpole_gail() -> TrainConfig:
             normalize_obs=True,
             normalize_reward=True,
             disc_lr=1e-3,
-            disc_steps=1,
+            disc_steps=8,
             disc_batch_size=256,
         ),
         env=EnvConfig(id="CartPole-v1", num_envs=8, vectorization="auto"),
