@@ -122,7 +122,7 @@ def test_gail_learns_cartpole_from_an_expert_dataset(expert: Path, tmp_path: Pat
     from pickaxe.train.evaluate import evaluate
     from pickaxe.utils import seed_everything
 
-    cfg = _config(expert, total_steps=30_720, eval_every=2_560)  # stops once an evaluation reaches 475
+    cfg = _config(expert, total_steps=20_480, eval_every=2_560)  # stops once an evaluation reaches 475
     seed_everything(cfg.seed)
     envs, algo, device = run_evaluation_setup(cfg)  # the policy as initialised at this seed
     try:
