@@ -88,7 +88,7 @@ def run_env(name: str, out: Path, seeds: int, variants: list[str]) -> list[dict[
 
 
 def _spread(values: list[float], digits: int = 1) -> str:
-    return f"{statistics.median(values):.{digits}f} [{min(values):.{digits}f}, {max(values):.{digits}f}]"
+    return f"{statistics.median(values):,.{digits}f} [{min(values):,.{digits}f}, {max(values):,.{digits}f}]"
 
 
 def table(rows: list[dict[str, Any]]) -> str:

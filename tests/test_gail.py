@@ -6,6 +6,10 @@ does not fit the env is one line, exit status 2, before any run folder exists.""
 from __future__ import annotations
 
 import math
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -149,12 +153,31 @@ def test_gail_learns_cartpole_from_an_expert_dataset(expert: Path, tmp_path: Pat
 
 
 def test_killed_gail_run_resumes_exactly(expert: Path, tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
     cfg = _config(expert, total_steps=3_072, eval_every=1_024, eval_episodes=2)
     cfg.env.eval_envs = 2
     cfg.algo.disc_steps = 3
     cfg.algo.grad_penalty = 1.0
+    # stopped at the checkpoint of step 2,048 and resumed in a fresh Trainer (tests/classic_runs.py)
     records = assert_classic_resume_is_exact(cfg, tmp_path, cut=2_048)
     assert any("loss/grad_penalty" in r for r in records)
+    # SIGKILLed after its 10th update (2,560 env steps; the last checkpoint at 2,048) and resumed
+    killed = tmp_path / "killed"
+    flags = [
+        "--data.dataset", str(expert), "--trainer.total-steps", "3072", "--trainer.eval-every", "1024",
+        "--trainer.eval-episodes", "2", "--env.eval-envs", "2", "--algo.disc-steps", "3", "--algo.grad-penalty", "1",
+    ]  # fmt: skip
+    cmd = [sys.executable, "-m", "pickaxe.cli", "train", "cartpole-gail", *flags, "--run-dir", str(killed)]
+    proc = subprocess.run(
+        [*cmd, "--no-progress"], env={**os.environ, "PICKAXE_FAULT": "iteration:10"}, capture_output=True
+    )
+    assert proc.returncode == -signal.SIGKILL
+    assert main(["resume", str(killed), "--no-progress"]) == 0
+    full, after = (load_file(str(tmp_path / name / "model.safetensors")) for name in ("full", "killed"))
+    assert full.keys() == after.keys() and all(torch.equal(full[k], after[k]) for k in full)
+    assert read_metrics(killed, deterministic=True) == records
+    assert "resume is exact" in (killed / "events.jsonl").read_text()
 
 
 def _train_error(capsys: pytest.CaptureFixture[str], *args: str) -> str:
