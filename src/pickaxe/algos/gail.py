@@ -104,7 +104,8 @@ class GAIL(PPO):
         return metrics
 
     def _train_discriminator(self, policy_x: torch.Tensor, cfg: GAILConfig) -> dict[str, float]:
-        """``cfg.disc_steps`` guarded steps; the last step's loss, accuracies and penalty."""
+        """``cfg.disc_steps`` guarded steps; the last step's cross-entropy (without the penalty), accuracies and
+        penalty."""
         disc, n = self.discriminator, policy_x.shape[0]
         for group in self.disc_optimizer.param_groups:
             group["lr"] = cfg.disc_lr
@@ -115,7 +116,7 @@ class GAIL(PPO):
             rows = torch.randint(n, (expert_x.shape[0],), device=policy_x.device)
             mine = policy_x[rows]
             expert_logits, policy_logits = disc.logits(expert_x), disc.logits(mine)
-            loss = discriminator_loss(expert_logits, policy_logits)
+            loss = bce = discriminator_loss(expert_logits, policy_logits)
             penalty = None
             if cfg.grad_penalty > 0:
                 mix = torch.rand(expert_x.shape[0], device=expert_x.device)
@@ -124,7 +125,7 @@ class GAIL(PPO):
             norm = guarded_step(loss, disc, self.disc_optimizer, cfg.max_grad_norm, name="discriminator loss")
             if step < cfg.disc_steps - 1:
                 continue
-            stats = {"loss/discriminator": float(loss.detach()), "gail/disc_grad_norm": float(norm)}
+            stats = {"loss/discriminator": float(bce.detach()), "gail/disc_grad_norm": float(norm)}
             if penalty is not None:
                 stats["loss/grad_penalty"] = float(penalty.detach())
             stats["gail/expert_accuracy"], stats["gail/policy_accuracy"] = discriminator_accuracy(
