@@ -49,6 +49,7 @@ ACTION_SPACES: dict[str, tuple[str, ...]] = {
     "bdq": ("MultiDiscrete",),
     "bcq": ("Discrete",),
     "crr": ("Box", "Discrete"),
+    "gail": ("Box", "Discrete"),
 }
 """Algorithm name -> the action spaces it takes, where that is fewer than ``ACTOR_CRITIC_ACTIONS``."""
 _ALTERNATIVES = {"Discrete": "ppo or dqn", "Box": "ppo or sac", "MultiDiscrete": "ppo", "MultiBinary": "ppo"}

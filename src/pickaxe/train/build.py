@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from pickaxe.algos.base import Algorithm
+from pickaxe.algos.imitation_configs import uses_demonstrations
 from pickaxe.algos.multiagent_configs import is_multiagent
 from pickaxe.algos.offline_configs import is_offline
 from pickaxe.envs.make import SeededVectorEnv, make
@@ -66,6 +67,7 @@ ALGORITHMS: dict[str, str] = {
     "ippo": "pickaxe.algos.mappo:build_ippo",
     "mappo": "pickaxe.algos.mappo:build_mappo",
     "idqn": "pickaxe.algos.idqn:build_idqn",
+    "gail": "pickaxe.algos.gail:build_gail",
 }
 """Classic algorithm name (``TrainConfig.ALGOS``) -> ``module:function`` building it, imported on use. Each builder
 takes ``(algo config, envs, model config, device, seed)`` and sizes its networks from the envs' spaces; adding an
@@ -135,6 +137,12 @@ def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = Fal
         make(e.id, e.eval_envs, seeds["eval_env"], eval_vec, evaluation=True, **e.kwargs) if e.eval_envs > 0 else None
     )
     algo = build_algorithm(cfg, envs)
+    evaluator = None
+    if uses_demonstrations(cfg.algo):  # gail: the --data.dataset pairs it imitates, scored against their references
+        sampler, refs = demonstrations(cfg, envs, device, seeds["buffer"])
+        algo.use_demonstrations(sampler)  # type: ignore[attr-defined]
+        if eval_envs is not None:
+            evaluator = OfflineEvaluator(eval_envs, cfg.trainer.eval_episodes, device, refs)
     if cfg.warm_start.run is not None:
         from pickaxe.train.online_start import start_from_offline
 
@@ -149,8 +157,23 @@ def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = Fal
         config=cfg.trainer,
         progress=progress,
         torch_threads=cfg.torch_threads,
+        evaluator=evaluator,
         select=cfg.select,
     )
+
+
+def demonstrations(
+    cfg: TrainConfig, envs: Any, device: torch.device, seed: int
+) -> tuple[DatasetSampler, tuple[float, float] | None]:
+    """GAIL's demonstrations: ``--data.dataset`` (and ``--data.mix``) read whole and checked against the env's spaces,
+    as a ``DatasetSampler`` of ``algo.disc_batch_size`` pairs per draw seeded by ``seed``, with the first dataset's
+    random and expert references (None when it records none)."""
+    paths = [cfg.data.dataset, *cfg.data.mix]
+    obs_space, action_space = envs.single_observation_space, envs.single_action_space
+    for path in paths:
+        check_fits(path, obs_space, action_space, cfg.env.id)
+    transitions = read_mixed(paths)
+    return DatasetSampler(transitions, cfg.algo.disc_batch_size, seed, device), references(transitions.metadata)
 
 
 class OfflineEvaluator(EnvEvaluator):

@@ -22,6 +22,7 @@ from pickaxe.algos.extra_configs import (
     ReinforceConfig,
     TRPOConfig,
 )
+from pickaxe.algos.imitation_configs import GAILConfig, uses_demonstrations
 from pickaxe.algos.multiagent_configs import IDQNConfig, IPPOConfig, MAPPOConfig, is_multiagent, needs_state
 from pickaxe.algos.offline_configs import BCConfig, BCQConfig, CQLConfig, CRRConfig, IQLConfig, TD3BCConfig, is_offline
 from pickaxe.config_keys import check_field, ranged, validate
@@ -126,7 +127,8 @@ class CollectorConfig:
 
 @dataclass
 class DataConfig:
-    """Offline runs (bc, td3-bc, iql, cql, bcq, crr): the Minari dataset(s) they learn from instead of env steps."""
+    """Offline runs (bc, td3-bc, iql, cql, bcq, crr): the Minari dataset(s) they learn from instead of env steps;
+    gail: the demonstrations it imitates."""
 
     dataset: str | None = None
     """A Minari dataset folder (``pickaxe collect RUN --out DIR`` writes one; one made with Minari works too). Its
@@ -351,6 +353,7 @@ class TrainConfig(RunConfig):
         "ippo": IPPOConfig,
         "mappo": MAPPOConfig,
         "idqn": IDQNConfig,
+        "gail": GAILConfig,
     }
 
     algo: Any = field(default_factory=PPOConfig)
@@ -485,24 +488,29 @@ class TrainConfig(RunConfig):
         """Offline algorithms need ``--data.dataset``, whose files verify and whose spaces are the env's, and
         ``collector.steps`` a multiple of ``algo.batch_size``; online ones take no dataset."""
         d = self.data
-        if not is_offline(self.algo):
+        imitates = uses_demonstrations(self.algo)
+        if not is_offline(self.algo) and not imitates:
             if d.dataset is not None or d.mix:
                 raise ConfigError(
-                    "--data.dataset is for the offline algorithms (bc, td3-bc, iql, cql, bcq, crr); "
+                    "--data.dataset is for the offline algorithms (bc, td3-bc, iql, cql, bcq, crr) and gail; "
                     f"{self.algo_name()} learns from the env: drop --data.dataset"
                 )
             return
         if d.dataset is None:
+            what = "imitates demonstrations" if imitates else "learns from a dataset"
             raise ConfigError(
-                f"{self.algo_name()} learns from a dataset: add --data.dataset DIR (`pickaxe collect RUN --episodes N "
+                f"{self.algo_name()} {what}: add --data.dataset DIR (`pickaxe collect RUN --episodes N "
                 "--out DIR` makes one from a run's policy)"
             )
-        if self.dist.learners > 1 or self.dist.placement != "colocated":
+        if imitates:
+            if self.dist.learners > 1:
+                raise ConfigError(f"{self.algo_name()} trains its discriminator in one process: drop --dist.learners")
+        elif self.dist.learners > 1 or self.dist.placement != "colocated":
             raise ConfigError(
                 f"{self.algo_name()} learns from a dataset in one process: drop --dist.learners and --dist.placement"
             )
-        steps, size = self.collector.steps, self.algo.batch_size
-        if steps % size:
+        steps, size = self.collector.steps, getattr(self.algo, "batch_size", 1)
+        if not imitates and steps % size:
             raise ConfigError(
                 f"collector.steps ({steps}) must be a multiple of algo.batch_size ({size}): use --collector.steps "
                 f"{max(size, steps // size * size)} or {(steps // size + 1) * size}"

@@ -1,0 +1,134 @@
+"""GAIL imitating expert datasets made from pickaxe's own runs: ``cartpole-gail`` and ``pendulum-gail`` over seeds;
+the figures of docs/offline.md's GAIL section.
+
+For each env the expert dataset is made as ``benchmarks/offline.py`` makes its expert datasets (so with the same
+``--out`` both scripts share them): the source run (``cartpole-ppo`` / ``pendulum-sac``, seed 0, trained until it
+reaches its target), then ``pickaxe collect`` of its final policy, deterministic (CartPole: 10 episodes; Pendulum:
+20). Each GAIL recipe trains on it at its defaults for each seed; recorded: every evaluation (10 deterministic
+episodes in the env, whose rewards GAIL never learns from), the final one and its normalised score against the
+references ``collect`` stored (the mean return's, which is the mean of the episodes' scores). ``--control`` adds the
+same runs with ``--algo.disc-steps 0`` (the discriminator left as initialised: a reward that carries nothing of the
+demonstrations), which separates imitation from what the reward form alone gives (``-log(1 - D)`` is positive: on
+CartPole, living longer pays by itself).
+
+Usage::
+
+    python benchmarks/gail.py --out /tmp/gail-bench --seeds 3
+    python benchmarks/gail.py --envs cartpole --seeds 3 --control
+
+The last line printed is one JSON object with every run's figures; a markdown table is printed before it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from pickaxe.cli import main
+from pickaxe.offline.dataset import read
+from pickaxe.offline.scores import normalized_score, references
+from pickaxe.runs.run import read_metrics
+
+ENVS: dict[str, dict[str, Any]] = {
+    "cartpole": {"source": "cartpole-ppo", "expert": ["--episodes", "10"]},
+    "pendulum": {"source": "pendulum-sac", "expert": ["--episodes", "20"]},
+}
+VARIANTS: dict[str, list[str]] = {"gail": [], "control (disc-steps 0)": ["--algo.disc-steps", "0"]}
+
+
+def _check(code: int, what: str) -> None:
+    if code != 0:
+        raise SystemExit(f"{what} failed with exit status {code}")
+
+
+def run_env(name: str, out: Path, seeds: int, variants: list[str]) -> list[dict[str, Any]]:
+    """The source run, its expert dataset and ``{name}-gail`` on it per variant and seed; one record per run."""
+    spec = ENVS[name]
+    source = out / name / "source"
+    if not (source / "model.safetensors").exists():
+        _check(main(["train", spec["source"], "--run-dir", str(source), "--no-progress", "--overwrite"]), "source")
+    data_dir = out / name / "data-expert"
+    if not data_dir.exists():
+        _check(main(["collect", str(source), *spec["expert"], "--out", str(data_dir)]), "collect expert")
+    data = read(data_dir)
+    refs = references(data.metadata)
+    rows = []
+    for variant in variants:
+        for seed in range(seeds):
+            tag = "gail" if variant == "gail" else "gail-control"
+            run = out / name / f"{tag}-s{seed}"
+            start = time.perf_counter()
+            if not (run / "model.safetensors").exists():
+                args = ["train", f"{name}-gail", "--data.dataset", str(data_dir), "--seed", str(seed)]
+                args += VARIANTS[variant]
+                _check(main([*args, "--run-dir", str(run), "--no-progress", "--overwrite"]), str(run))
+            evals = [r for r in read_metrics(run) if "eval/return_mean" in r]
+            rows.append(
+                {
+                    "env": name,
+                    "variant": variant,
+                    "seed": seed,
+                    "expert_return": float(data.episode_returns.mean()),
+                    "transitions": len(data),
+                    "eval_return": evals[-1]["eval/return_mean"],
+                    "normalized_score": None
+                    if refs is None
+                    else float(normalized_score(evals[-1]["eval/return_mean"], *refs)),
+                    "env_steps": evals[-1]["step"],
+                    "evals": [(r["step"], r["eval/return_mean"]) for r in evals],
+                    "wall_s": time.perf_counter() - start,
+                }
+            )
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def _spread(values: list[float], digits: int = 1) -> str:
+    return f"{statistics.median(values):,.{digits}f} [{min(values):,.{digits}f}, {max(values):,.{digits}f}]"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """Markdown: per env and variant the median final return, normalised score and env steps with their range."""
+    lines = [
+        "| env | expert dataset (transitions, return) | run | env steps, median [min, max] | final return, median "
+        "[min, max] | normalised score, median [min, max] | seeds |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for env in ENVS:
+        for variant in VARIANTS:
+            group = [r for r in rows if (r["env"], r["variant"]) == (env, variant)]
+            if not group:
+                continue
+            first = group[0]
+            score = [r["normalized_score"] for r in group if r["normalized_score"] is not None]
+            lines.append(
+                f"| {env} | {first['transitions']:,}, {first['expert_return']:.1f} | {variant} | "
+                f"{_spread([r['env_steps'] for r in group], 0)} | {_spread([r['eval_return'] for r in group])} | "
+                f"{_spread(score) if score else '-'} | {len(group)} |"
+            )
+    return "\n".join(lines)
+
+
+def cli() -> None:
+    """Parse the options, run, print the table and the JSON line."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="runs/offline-bench", help="folder of the runs and datasets (reused)")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--envs", default="cartpole,pendulum")
+    parser.add_argument("--control", action="store_true", help="also the runs with --algo.disc-steps 0")
+    args = parser.parse_args()
+    variants = list(VARIANTS) if args.control else ["gail"]
+    out = Path(args.out)
+    rows: list[dict[str, Any]] = []
+    for name in args.envs.split(","):
+        rows += run_env(name, out, args.seeds, variants)
+    print(table(rows))
+    print(json.dumps({"runs": rows}))
+
+
+if __name__ == "__main__":
+    cli()
