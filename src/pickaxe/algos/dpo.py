@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pickaxe.algos.base import all_reduce, data_parallel
+from pickaxe.algos.base import all_reduce, data_parallel, my_share
 from pickaxe.algos.configs import DPOConfig
 from pickaxe.algos.llm_core import LMAlgorithm, sequence_sum
 from pickaxe.algos.pairs_core import Pairs, pair_layout, plan_pair_micro_batches, read_pairs, run_pair_plan
@@ -63,7 +63,8 @@ class DPO(LMAlgorithm):
         self.reference_sequences = 0
 
     def shard(self, offload: Offload = "none") -> None:
-        """``LMAlgorithm.shard``: the policy, and the frozen reference in place on every learner. A LoRA policy's
+        """``LMAlgorithm.shard``: the policy, and the frozen reference in place on every learner (unless
+        ``shard_reference`` is False: then it stays whole on every learner). A LoRA policy's
         shared reference (the policy with its adapters off) would be sharded with it on every learner but rank 0,
         while each learner scores its own share of the pairs with it: refused in one line."""
         if isinstance(self.reference, SharedReference):
@@ -135,7 +136,7 @@ class DPO(LMAlgorithm):
         n = len(pairs)
         layout = self.layout
         host = data["input_ids"].cpu().numpy() if layout == "shared-prefix" else None
-        if self.sharded:
+        if self.reference_sharded:
             tokens = self.score_reference(data["input_ids"], data["attention_mask"], data["loss_mask"])
             sums = sequence_sum(tokens, data["loss_mask"])
             ref = torch.stack([sums[list(pairs.chosen)], sums[list(pairs.rejected)]], dim=1)
@@ -246,7 +247,11 @@ class DPO(LMAlgorithm):
         )
         self.reference_sequences += sum(len(rows) for _, rows, _ in plan)
         ref = self.reference
-        for j, weight in self.share(len(plan)) if shared else [(j, 1.0) for j in range(len(plan))]:
+        if not shared:
+            passes = [(j, 1.0) for j in range(len(plan))]
+        else:  # sharded reference: padding passes up to the largest share
+            passes = self.share(len(plan)) if self.reference_sharded else [(j, 1.0) for j in my_share(len(plan))]
+        for j, weight in passes:
             idx, rows, layout = plan[j]
             k = len(idx)
             logp = through_root(  # sharded: every learner runs as many passes (padding ones discarded)

@@ -294,6 +294,8 @@ class LMAlgorithm(Algorithm):
         # the frozen reference this learner keeps in its state and scores itself (DPO's; GRPO's and LLM PPO's KL
         # reference with --dist.shard fsdp), or None (an unsharded run's KL reference is the collector's)
         self.reference = None if reference is None else reference.eval().requires_grad_(False)
+        self.shard_reference = True  # whether shard() shards the reference (--dist.shard-reference)
+        self.reference_sharded = False
         fused = next(model.parameters()).dtype == torch.float32
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, fused=fused or None)
@@ -340,16 +342,17 @@ class LMAlgorithm(Algorithm):
         export and LoRA's shared reference use it; ``update`` gathers the new weights into it) and ``model``
         becomes a sharded copy that trains; the other learners shard in place. A frozen ``reference`` the learner
         keeps is sharded in place on every learner, rank 0 included (each holds 1/N of it; scoring it is then a
-        collective). ``config.autocast`` ``bf16`` gives FSDP's bf16 mixed precision (float32 master weights and
-        reduction)."""
+        collective), unless ``shard_reference`` is False. ``config.autocast`` ``bf16`` gives FSDP's bf16 mixed
+        precision (float32 master weights and reduction)."""
         if not self.supports_sharding:
             raise PickaxeError(f"{type(self).__name__} cannot shard its model; use --dist.shard none")
         if self.sharded:
             raise PickaxeError(f"{type(self).__name__} is already sharded; call shard() once")
         self.model, self.optimizer = self.sharded_twin(self.policy, self.optimizer, offload)
-        if self.reference is not None and not isinstance(self.reference, SharedReference):
+        if self.shard_reference and self.reference is not None and not isinstance(self.reference, SharedReference):
             # frozen: sharded in place on every learner (no gradients, no optimizer), scored collectively
             shard_model(self.reference, offload, bf16=self.config.autocast == "bf16")
+            self.reference_sharded = True
         self.sharded = True
 
     @torch.no_grad()
@@ -413,10 +416,10 @@ class LMAlgorithm(Algorithm):
         return self.split_logprobs(self.reference, ids, attn, mask, (temperature, 0, 1.0), mode)
 
     def add_reference_logprobs(self, data: Any, temperature: float) -> None:
-        """When sharded and keeping the KL reference: ``data["ref_logprob"]``, its log-probs of the batch's
-        completion tokens at the sampler's ``temperature`` (as the collector scores them unsharded), each learner
-        scoring its share of the rows with the sharded reference (a collective every learner calls)."""
-        if not (self.sharded and self.reference is not None and getattr(self.config, "kl_coef", 0) > 0):
+        """When the KL reference is sharded (kept by this learner): ``data["ref_logprob"]``, its log-probs of the
+        batch's completion tokens at the sampler's ``temperature`` (as the collector scores them unsharded), each
+        learner scoring its share of the rows with the sharded reference (a collective every learner calls)."""
+        if not (self.reference_sharded and getattr(self.config, "kl_coef", 0) > 0):
             return
         ids, attn, mask = data["input_ids"], data["attention_mask"], data["loss_mask"]
         mode = "shared-prefix" if getattr(self.config, "share_prompts", True) else "padded"
@@ -571,7 +574,7 @@ class LMAlgorithm(Algorithm):
             self.model.load_state_dict(state["policy"])
             self.optimizer.load_state_dict(state["optimizer"])
         if self.reference is not None and "reference" in state:
-            if self.sharded:
+            if self.reference_sharded:
                 load_sharded(self.reference, state["reference"])
             else:
                 self.reference.load_state_dict(state["reference"])
