@@ -35,10 +35,12 @@ GRPO_ONLY = {
     "none, LoRA r 64": ["--model.lora.r", "64"],
     "fsdp, LoRA r 64": ["--model.lora.r", "64", "--dist.shard", "fsdp"],
     "fsdp, bf16 weights": ["--model.dtype", "bfloat16", "--dist.shard", "fsdp"],
-    "fsdp, reference on host": ["--dist.shard", "fsdp", "--collector.offload-reference", "True"],
-}
+    "fsdp, reference whole on rank 0": ["--dist.shard", "fsdp", "--dist.no-shard-reference"],
+    "fsdp, reference whole, on host": ["--dist.shard", "fsdp", "--dist.no-shard-reference",
+                                       "--collector.offload-reference", "True"],
+}  # fmt: skip
 """GRPO's extra rows: LoRA adapters (only they train), bfloat16 weights with bfloat16 AdamW moments, the KL reference
-kept in host memory between its scoring passes."""
+whole on rank 0 (not sharded) and the same kept in host memory between its scoring passes."""
 
 
 def measure() -> dict[str, float]:

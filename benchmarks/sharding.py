@@ -1,6 +1,7 @@
 """Sharded learners at a real model shape: per-process peak memory and seconds per GRPO step for one learner, two
-learners with ``--dist.shard fsdp``, and two with fsdp and ``--dist.offload optimizer``; the weight sync from the
-shards as a share of the step; peak memory while checkpointing against the training peak.
+learners with ``--dist.shard fsdp`` (the frozen KL reference sharded too), two with fsdp and ``--dist.offload
+optimizer``, and two with fsdp but the KL reference whole on rank 0 (``--dist.no-shard-reference``); the weight sync
+from the shards as a share of the step; peak memory while checkpointing against the training peak.
 
 Usage: ``python benchmarks/sharding.py [--shape qwen2-0.5b] [--updates 3] [--micro-batch 4] [--new-tokens N]
 [--quick]``. Each
@@ -14,7 +15,8 @@ checkpointing, the median ``time/update_s`` over the updates after the first, th
 (``mem/train_state_bytes``: weights, gradients and optimizer state, its shards when sharded), the gather of the
 policy from the shards (``time/gather_s``) as a share of the update, and the planner's prediction (``pickaxe plan``)
 beside the measurement. Ratios are against the one-learner run measured in the same invocation; the last line is one
-JSON object with every figure. ``--quick`` (what the benchmark test runs) uses the tiny ``tiny-qwen2`` shape and 2
+JSON object with every figure (``fsdp2``'s ``peak_train_vs_whole_ref``: each process's training peak, largest first,
+against ``fsdp2-whole-ref``'s). ``--quick`` (what the benchmark test runs) uses the tiny ``tiny-qwen2`` shape and 2
 updates.
 """
 
@@ -35,6 +37,8 @@ CONFIGS = {
     "one": ["--dist.learners", "1"],
     "fsdp2": ["--dist.learners", "2", "--dist.shard", "fsdp"],
     "fsdp2-offload": ["--dist.learners", "2", "--dist.shard", "fsdp", "--dist.offload", "optimizer"],
+    # the frozen KL reference kept whole on rank 0 (scored by its collector), as before it was sharded
+    "fsdp2-whole-ref": ["--dist.learners", "2", "--dist.shard", "fsdp", "--dist.no-shard-reference"],
 }
 
 
@@ -214,6 +218,11 @@ def main() -> None:
                 "train_state_per_rank_vs_one": r["train_state_mb"] / (one["train_state_mb"] or 1),
                 "cpu_s_per_token_vs_one": (r["update_cpu_s_per_token"] or 0.0) / (one["update_cpu_s_per_token"] or 1),
             }
+    whole_ref = results.get("fsdp2-whole-ref")
+    if whole_ref is not None and "fsdp2" in results:  # the frozen reference sharded vs whole on rank 0
+        ratios.setdefault("fsdp2", {})["peak_train_vs_whole_ref"] = [
+            a / (b or 1) for a, b in zip(results["fsdp2"]["peak_train_mb"], whole_ref["peak_train_mb"], strict=False)
+        ]
     for name, r in results.items():
         train_peak = max(r["peak_train_mb"]) or 1
         ratios.setdefault(name, {})["checkpoint_peak_vs_train_peak"] = max(r["peak_checkpoint_mb"]) / train_peak

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pickaxe.algos.configs import GRPOConfig, LLMPPOConfig, RewardModelConfig, SFTConfig
+from pickaxe.algos.configs import DPOConfig, GRPOConfig, LLMPPOConfig, RewardModelConfig, SFTConfig
 from pickaxe.models.shapes import Shape
 from pickaxe.recipes.llm import LLM_RECIPES
 from pickaxe.train.llm_config import LLMTrainConfig, LMConfig, LoRAConfig
@@ -107,7 +107,7 @@ def test_every_llm_recipe_has_a_plan(recipe: str) -> None:
     assert json.loads(json.dumps(plan.to_dict()))["algo"] == plan.algo
 
 
-def test_sharding_divides_the_training_state_and_rank_0_keeps_the_frozen_models() -> None:
+def test_sharding_divides_the_training_state_and_the_reference_and_rank_0_keeps_the_policy() -> None:
     cfg = _cfg(GRPOConfig(kl_coef=0.01))
     one = plan_memory(cfg).ranks[0]
     cfg.dist.learners, cfg.dist.shard = 4, "fsdp"
@@ -115,16 +115,28 @@ def test_sharding_divides_the_training_state_and_rank_0_keeps_the_frozen_models(
     for name in ("weights", "gradients", "AdamW state"):
         assert _term(zero, f"policy {name} (1/4)") == pytest.approx(_term(one, f"policy {name}") / 4, abs=1)
         assert _term(other, f"policy {name} (1/4)") == _term(zero, f"policy {name} (1/4)")
-    assert _term(zero, "reference model") == _term(one, "reference model") > 0
+    # the KL reference: a quarter on every learner, rank 0 included, scored collectively (gathered units)
+    assert _term(zero, "reference model (1/4)") == pytest.approx(_term(one, "reference model") / 4, abs=1)
+    assert _term(other, "reference model (1/4)") == _term(zero, "reference model (1/4)") > 0
+    assert _term(zero, "reference model") == _term(other, "reference model") == 0
+    gathered = next(t for t in other.terms if t.name == "reference model gathered units")
+    assert gathered.phase == "score" and 0 < gathered.bytes <= _term(one, "reference model")  # 2 layers: all of it
     assert _term(zero, "policy, unsharded") == _term(one, "policy weights")
-    assert _term(other, "reference model") == _term(other, "policy, unsharded") == 0
+    assert _term(other, "policy, unsharded") == 0
+    dpo = _cfg(DPOConfig())
+    dpo.dist.learners, dpo.dist.shard = 2, "fsdp"
+    for rank in plan_memory(dpo).ranks:  # DPO's reference: half on each learner (unsharded: whole on each)
+        assert _term(rank, "reference model (1/2)") > 0 and _term(rank, "reference model") == 0
+    lora = _cfg(GRPOConfig(kl_coef=0.01), lora=LoRAConfig(r=4))
+    lora.dist.learners, lora.dist.shard = 2, "fsdp"
+    assert not [t for r in plan_memory(lora).ranks for t in r.terms if t.name.startswith("reference model")]
     cfg.dist.offload = "optimizer"
     zero_off = plan_memory(cfg).ranks[0]
     state = next(t for t in zero_off.terms if t.name == "policy AdamW state (1/4)")
     assert state.where == "host" and zero_off.peak("device") == zero.peak("device") - state.bytes
     cfg.dist.offload = "params"
     on_host = {t.name for t in plan_memory(cfg).ranks[1].terms if t.where == "host"}
-    assert on_host == {f"policy {n} (1/4)" for n in ("weights", "gradients", "AdamW state")}
+    assert on_host == {f"policy {n} (1/4)" for n in ("weights", "gradients", "AdamW state")} | {"reference model (1/4)"}
 
 
 def test_a_background_checkpoint_counts_its_copy_of_the_state() -> None:

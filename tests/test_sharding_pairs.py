@@ -3,8 +3,9 @@ parameter, gradient and optimizer state each apply the single-process update, wi
 reward model also padded, with gradient checkpointing). 9 pairs in micro-batches of 2 pairs make 5 micro-batches
 (of 3 pairs: 3): shares of 3 and 2, so one learner runs a padding pass. After 2 updates the sharded weights match
 the single-process ones within ``WEIGHT_ATOL`` and the metrics within ``rel=1e-5``; rank 0's unsharded ``policy``
-holds the trained weights and evaluates held-out pairs to the single-process numbers on its own (no collective).
-DPO's frozen reference stays whole on each learner, and its cache of reference log-probs is the single-process one.
+holds the trained weights and evaluates held-out pairs to the single-process numbers. DPO's frozen reference is
+sharded too (each learner holds half of it): its cache of reference log-probs is the single-process one, and the
+held-out pairs' reference log-probs are scored by both learners together (the policy's part on rank 0 alone).
 A LoRA DPO sharing its reference with the policy is refused. Slow: whole sharded synthetic-dpo and synthetic-rm
 runs log the one-learner numbers and, killed after their first checkpoint, resume to exactly the uninterrupted
 numbers."""
@@ -63,6 +64,10 @@ def _full(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
 def _run(name: str, cases: dict[str, Any], sharded: bool) -> dict[str, Any]:
     algo = _algo(name)
     if sharded:
@@ -73,9 +78,15 @@ def _run(name: str, cases: dict[str, Any], sharded: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"metrics": metrics, "trained": trained}
     if isinstance(algo, DPO):
         out["cache"] = algo.state_dict()["ref_cache"]
-    if data_parallel.rank() == 0:  # rank 0 alone: evaluation reads the whole weights, no collective
+        out["reference_local"] = sum(_local(p).numel() for p in algo.reference.parameters())
+    evaluated = None
+    if isinstance(algo, DPO) and sharded:  # the sharded reference scores held-out pairs with every learner
+        evaluated = algo.evaluate(cases["heldout"].clone())
+        if data_parallel.rank() != 0:
+            assert evaluated == {}
+    if data_parallel.rank() == 0:  # the policy's part on rank 0 alone: its whole weights, no collective
         out["networks"] = torch.cat([p.detach().flatten() for p in algo.networks()["policy"].parameters()])
-        out["eval"] = algo.evaluate(cases["heldout"].clone())
+        out["eval"] = evaluated if evaluated is not None else algo.evaluate(cases["heldout"].clone())
     return out
 
 
@@ -105,9 +116,10 @@ def test_two_sharded_learners_apply_the_single_process_updates(results, name: st
         assert (got["trained"] - want["trained"]).abs().max() <= WEIGHT_ATOL
         for g, w in zip(got["metrics"], want["metrics"], strict=True):
             same_metrics(g, w)
-        if "cache" in want:  # the whole reference on each learner, its pairs shared out and summed
+        if "cache" in want:  # the reference sharded over the learners, its pairs shared out and summed
             assert torch.equal(got["cache"]["ids"], want["cache"]["ids"])
             torch.testing.assert_close(got["cache"]["values"], want["cache"]["values"], atol=1e-6, rtol=0)
+            assert got["reference_local"] <= 0.55 * want["reference_local"]  # each learner holds half of it
     assert torch.equal(learners[0][name]["trained"], learners[1][name]["trained"])
     last = learners[0][name]["metrics"][-1]
     assert last["sync/gather_bytes"] > 0
@@ -140,7 +152,7 @@ def test_a_sharded_run_logs_the_single_learner_numbers(tmp_path: Path, recipe: s
         cfg.dist.shard = shard
         _, run = train(cfg, run_dir=tmp_path / f"l{learners}")
         records[learners] = [
-            {k: v for k, v in r.items() if not k.startswith("sync/")}
+            {k: v for k, v in r.items() if not k.startswith(("sync/", "mem/"))}  # its own: its shards
             for r in read_metrics(run.path, deterministic=True)
         ]
     one, two = records[1], records[2]

@@ -7,7 +7,9 @@ policy. Micro-batches hold whole pairs and the loss is normalised by the step's 
 ``micro_batch_size`` or layout gives the same update up to float rounding. By default (``share_prompts``) a pair's
 two responses share one pass over their prompt, in the policy's and the reference's forward passes. Data-parallel
 learners each compute their share of the micro-batches (and of the reference's, for pairs not cached yet). Sharded
-learners (``--dist.shard fsdp``) shard the policy only: the frozen reference stays whole on every learner.
+learners (``--dist.shard fsdp``) shard the frozen reference like the policy (each holds 1/N of it): every learner
+scores its own share of the pairs not cached yet, running padding passes up to the largest share, and held-out pairs
+are scored by all learners together (:meth:`LMAlgorithm.score_reference`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pickaxe.algos.base import all_reduce, my_share
+from pickaxe.algos.base import all_reduce, data_parallel, my_share
 from pickaxe.algos.configs import DPOConfig
 from pickaxe.algos.llm_core import LMAlgorithm, sequence_sum
 from pickaxe.algos.pairs_core import Pairs, pair_layout, plan_pair_micro_batches, read_pairs, run_pair_plan
@@ -30,7 +32,7 @@ from pickaxe.data.layout import SequenceBounds, TokenLayout, sequence_bounds
 from pickaxe.errors import PickaxeError
 from pickaxe.models.lm import layout_logprobs, shares_prompts
 from pickaxe.models.lora import SharedReference
-from pickaxe.models.sharding import Offload
+from pickaxe.models.sharding import Offload, through_root
 
 
 class DPO(LMAlgorithm):
@@ -53,15 +55,16 @@ class DPO(LMAlgorithm):
 
     def __init__(self, model: nn.Module, config: DPOConfig | None = None, reference: nn.Module | None = None) -> None:
         ref = copy.deepcopy(model) if reference is None else reference
-        super().__init__(model, config or DPOConfig())
-        self.reference = ref.eval().requires_grad_(False)
+        super().__init__(model, config or DPOConfig(), ref)
+        self.reference: nn.Module = ref
         self._slots: dict[int, int] = {}  # pair id -> row of _ref_values
         self._lengths: dict[int, tuple[int, int, int, int]] = {}  # pair id -> (seq len c, seq len r, resp c, resp r)
         self._ref_values = torch.zeros(0, 2, device=self.device)
         self.reference_sequences = 0
 
     def shard(self, offload: Offload = "none") -> None:
-        """``LMAlgorithm.shard`` of the policy; the frozen reference stays whole on every learner. A LoRA policy's
+        """``LMAlgorithm.shard``: the policy, and the frozen reference in place on every learner (unless
+        ``shard_reference`` is False: then it stays whole on every learner). A LoRA policy's
         shared reference (the policy with its adapters off) would be sharded with it on every learner but rank 0,
         while each learner scores its own share of the pairs with it: refused in one line."""
         if isinstance(self.reference, SharedReference):
@@ -123,7 +126,9 @@ class DPO(LMAlgorithm):
         """``dpo/eval_accuracy``, ``dpo/eval_margin``, ``dpo/eval_chosen_reward``, ``dpo/eval_rejected_reward`` and
         ``loss/dpo_eval`` on ``batch``'s pairs (eval mode, no gradient); the reference scores them afresh, so
         held-out ids never enter the training cache. One process computes it all with the whole weights
-        (``policy``; no collective: data-parallel and sharded runs evaluate on rank 0 alone)."""
+        (``policy``; data-parallel runs evaluate on rank 0 alone). Sharded, the reference's scores are a collective
+        (:meth:`score_reference`, which the launcher has the other learners join); a learner other than rank 0 that
+        calls ``evaluate`` takes part in it and returns ``{}``."""
         cfg = self.config
         pairs = read_pairs(batch)
         data = batch.to(self.device)
@@ -131,7 +136,14 @@ class DPO(LMAlgorithm):
         n = len(pairs)
         layout = self.layout
         host = data["input_ids"].cpu().numpy() if layout == "shared-prefix" else None
-        ref = self._reference_logprobs(data, bounds, pairs, list(range(n)), host, shared=False)
+        if self.reference_sharded:
+            tokens = self.score_reference(data["input_ids"], data["attention_mask"], data["loss_mask"])
+            sums = sequence_sum(tokens, data["loss_mask"])
+            ref = torch.stack([sums[list(pairs.chosen)], sums[list(pairs.rejected)]], dim=1)
+            if data_parallel()[0] != 0:
+                return {}
+        else:
+            ref = self._reference_logprobs(data, bounds, pairs, list(range(n)), host, shared=False)
         counts = self._token_counts(bounds, pairs)
         self.policy.eval()
         plan = plan_pair_micro_batches(data["input_ids"], bounds, pairs, cfg.micro_batch_size, layout, host_ids=host)
@@ -234,10 +246,20 @@ class DPO(LMAlgorithm):
             data["input_ids"], bounds, pairs, cfg.micro_batch_size, self.layout, subset, host_ids=host
         )
         self.reference_sequences += sum(len(rows) for _, rows, _ in plan)
-        for j in my_share(len(plan)) if shared else range(len(plan)):
+        ref = self.reference
+        if not shared:
+            passes = [(j, 1.0) for j in range(len(plan))]
+        else:  # sharded reference: padding passes up to the largest share
+            passes = self.share(len(plan)) if self.reference_sharded else [(j, 1.0) for j in my_share(len(plan))]
+        for j, weight in passes:
             idx, rows, layout = plan[j]
             k = len(idx)
-            logp = layout_logprobs(self.reference, layout, 1.0, 0, 1.0, cfg.logprob_chunk_tokens, cfg.autocast)
+            logp = through_root(  # sharded: every learner runs as many passes (padding ones discarded)
+                ref,
+                lambda layout=layout: layout_logprobs(ref, layout, 1.0, 0, 1.0, cfg.logprob_chunk_tokens, cfg.autocast),
+            )
+            if not weight:
+                continue
             sums = sequence_sum(layout.scatter(logp), data["loss_mask"][torch.tensor(rows, device=self.device)])
             dest = torch.tensor([where[i] for i in idx], device=self.device)
             out[dest] = torch.stack([sums[:k], sums[k:]], dim=1)
@@ -245,9 +267,8 @@ class DPO(LMAlgorithm):
 
     def state_dict(self) -> dict[str, Any]:
         """The LM learner's state, the reference weights and the reference cache."""
-        state = super().state_dict()
+        state = super().state_dict()  # the reference's weights included (sharded: this learner's rows)
         ids = list(self._slots)
-        state["reference"] = self.reference.state_dict()
         state["ref_cache"] = {
             "ids": torch.tensor(ids, dtype=torch.long),
             "values": self._ref_values[[self._slots[i] for i in ids]].cpu() if ids else torch.zeros(0, 2),
@@ -258,7 +279,6 @@ class DPO(LMAlgorithm):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
         super().load_state_dict(state)
-        self.reference.load_state_dict(state["reference"])
         cache = state["ref_cache"]
         ids = [int(i) for i in cache["ids"].tolist()]
         self._ref_values = cache["values"].float().to(self.device)

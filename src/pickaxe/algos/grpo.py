@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pickaxe.algos.base import all_reduce, data_parallel
+from pickaxe.algos.base import all_reduce
 from pickaxe.algos.configs import GRPOConfig
 from pickaxe.algos.core import clipped_surrogate
 from pickaxe.algos.llm_core import (
@@ -36,8 +36,7 @@ from pickaxe.algos.llm_core import (
 from pickaxe.algos.rlhf_core import reinforce_pp_advantages, rloo_advantages
 from pickaxe.data.batch import Batch
 from pickaxe.data.layout import sequence_bounds
-from pickaxe.models.lm import completion_logprobs, shares_prompts
-from pickaxe.models.sharding import through_root
+from pickaxe.models.lm import shares_prompts
 from pickaxe.rollout.engines.base import SamplingParams
 
 
@@ -156,16 +155,23 @@ class GRPO(LMAlgorithm):
     processing as the sampler, and ``max_new_tokens`` is the default ``loss_norm``. Batches come from a
     ``TextCollector`` (``ref_logprob`` needed when ``kl_coef > 0``). With data-parallel learners each computes its
     share of every optimizer step's micro-batches and of TIS's old log-probs (advantages are computed on every
-    learner alike).
+    learner alike). ``reference`` (``--dist.shard fsdp`` with ``kl_coef > 0``): the frozen KL reference, kept in
+    this algorithm's state and sharded with the policy; each learner then scores its share of the batch's rows
+    with it (``ref_logprob``, instead of the collector on rank 0).
     """
 
     supports_data_parallel = True
     supports_sharding = True
 
     def __init__(
-        self, model: nn.Module, config: GRPOConfig | None = None, sampling: SamplingParams | None = None, seed: int = 0
+        self,
+        model: nn.Module,
+        config: GRPOConfig | None = None,
+        sampling: SamplingParams | None = None,
+        seed: int = 0,
+        reference: nn.Module | None = None,
     ) -> None:
-        super().__init__(model, config or GRPOConfig())
+        super().__init__(model, config or GRPOConfig(), reference)
         self.sampling = sampling or SamplingParams()
         t = self.sampling.temperature
         self._processing = (t if t > 0 else 1.0, self.sampling.top_k, self.sampling.top_p)
@@ -202,7 +208,9 @@ class GRPO(LMAlgorithm):
         """
         cfg = self.config
         reads: dict[str, torch.Tensor] = {}  # metric tensors, read from the device with the last optimizer step
-        data = self.with_advantages(batch.to(self.device), reads)
+        data = batch.to(self.device)
+        self.add_reference_logprobs(data, self._processing[0])  # sharded with a KL reference: scored here
+        data = self.with_advantages(data, reads)
         n = data.batch_size[0]
         if n == 0:  # every group was uniform: nothing to learn from
             self.version += 1
@@ -340,40 +348,9 @@ class GRPO(LMAlgorithm):
         if cfg.tis_cap is None:
             data["old_logprob"] = data["logprob"]
             return None
-        ids, attn, mask = data["input_ids"], data["attention_mask"], data["loss_mask"]
-
-        def logprobs(rows: torch.Tensor | slice) -> torch.Tensor:
-            return through_root(
-                self.model,
-                lambda: completion_logprobs(
-                    self.model,
-                    ids[rows],
-                    attn[rows],
-                    mask[rows],
-                    *self._processing,
-                    chunk_tokens=cfg.logprob_chunk_tokens,
-                    precision=cfg.autocast,
-                    rows=cfg.micro_batch_size,
-                    mode=self.layout if self.layout in ("packed", "shared-prefix") else "padded",
-                ),
-            )
-
-        with torch.no_grad():
-            if data_parallel()[1] == 1:
-                old = logprobs(slice(None))
-            else:  # each learner computes its blocks of micro_batch_size rows (the blocks one process would run)
-                n, size = ids.shape[0], cfg.micro_batch_size
-                blocks = self.share(-(-n // size))
-                mine = [r for j, w in blocks if w for r in range(j * size, min((j + 1) * size, n))]
-                # a sharded learner with fewer blocks runs block 0 again (full: only the last block may be short,
-                # and a learner with fewer blocks never has it), so every learner runs as many forward passes
-                padding = [r for j, w in blocks if not w for r in range(j * size, min((j + 1) * size, n))]
-                old = torch.zeros_like(data["logprob"])
-                if mine or padding:
-                    computed = logprobs(torch.tensor(mine + padding, device=ids.device))
-                    if mine:
-                        old[torch.tensor(mine, device=ids.device)] = computed[: len(mine)].to(old.dtype)
-                old = all_reduce(old)  # every row computed by one learner, 0 on the others
+        mask = data["loss_mask"]
+        mode = self.layout if self.layout in ("packed", "shared-prefix") else "padded"
+        old = self.split_logprobs(self.model, data["input_ids"], data["attention_mask"], mask, self._processing, mode)
         data["old_logprob"] = old
         data["tis_weight"] = truncated_is_weight(old, data["logprob"], cfg.tis_cap, mask)
         metrics["tis/weight_mean"] = masked_mean(data["tis_weight"], mask)

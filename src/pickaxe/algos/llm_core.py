@@ -23,13 +23,13 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from pickaxe.algos.base import Algorithm, clip_and_step, data_parallel, my_share
+from pickaxe.algos.base import Algorithm, all_reduce, clip_and_step, data_parallel, my_share
 from pickaxe.algos.configs import Aggregation, KLEstimator
 from pickaxe.data.layout import SequenceBounds, TokenLayout, plan_layout
 from pickaxe.data.shared_prefix import plan_shared_prefix
 from pickaxe.errors import NonFiniteError, PickaxeError
-from pickaxe.models.lm import enable_checkpointing, layout_logprobs
-from pickaxe.models.lora import is_lora
+from pickaxe.models.lm import completion_logprobs, enable_checkpointing, layout_logprobs
+from pickaxe.models.lora import SharedReference, is_lora
 from pickaxe.models.sharding import (
     Offload,
     compute_device,
@@ -286,11 +286,16 @@ class LMAlgorithm(Algorithm):
     """Policy versions a batch may lag the learner by design (the builder sets ``--dist.max-staleness`` when engine
     workers generate ahead); the on-policy check is quiet for such batches."""
 
-    def __init__(self, model: nn.Module, config: Any) -> None:
+    def __init__(self, model: nn.Module, config: Any, reference: nn.Module | None = None) -> None:
         self.policy = model
         self.model = model
         self.config = config
         self.sharded = False
+        # the frozen reference this learner keeps in its state and scores itself (DPO's; GRPO's and LLM PPO's KL
+        # reference with --dist.shard fsdp), or None (an unsharded run's KL reference is the collector's)
+        self.reference = None if reference is None else reference.eval().requires_grad_(False)
+        self.shard_reference = True  # whether shard() shards the reference (--dist.shard-reference)
+        self.reference_sharded = False
         fused = next(model.parameters()).dtype == torch.float32
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, fused=fused or None)
@@ -335,14 +340,90 @@ class LMAlgorithm(Algorithm):
         every learner holds the same full state (weights and optimizer state are kept: a resumed run shards its
         loaded optimizer state). On rank 0 ``policy`` stays the unsharded module (rollout engine, evaluation,
         export and LoRA's shared reference use it; ``update`` gathers the new weights into it) and ``model``
-        becomes a sharded copy that trains; the other learners shard in place. ``config.autocast`` ``bf16`` gives
-        FSDP's bf16 mixed precision (float32 master weights and reduction)."""
+        becomes a sharded copy that trains; the other learners shard in place. A frozen ``reference`` the learner
+        keeps is sharded in place on every learner, rank 0 included (each holds 1/N of it; scoring it is then a
+        collective), unless ``shard_reference`` is False. ``config.autocast`` ``bf16`` gives FSDP's bf16 mixed
+        precision (float32 master weights and reduction)."""
         if not self.supports_sharding:
             raise PickaxeError(f"{type(self).__name__} cannot shard its model; use --dist.shard none")
         if self.sharded:
             raise PickaxeError(f"{type(self).__name__} is already sharded; call shard() once")
         self.model, self.optimizer = self.sharded_twin(self.policy, self.optimizer, offload)
+        if self.shard_reference and self.reference is not None and not isinstance(self.reference, SharedReference):
+            # frozen: sharded in place on every learner (no gradients, no optimizer), scored collectively
+            shard_model(self.reference, offload, bf16=self.config.autocast == "bf16")
+            self.reference_sharded = True
         self.sharded = True
+
+    @torch.no_grad()
+    def split_logprobs(
+        self,
+        model: nn.Module,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        loss_mask: torch.Tensor,
+        processing: tuple[float, int, float] = (1.0, 0, 1.0),
+        mode: str = "padded",
+    ) -> torch.Tensor:
+        """``[B, L]`` log-probs (no gradient) of the ``loss_mask`` tokens under ``model`` (``processing``:
+        temperature, top-k, top-p; ``mode``: ``completion_logprobs``' layout), in blocks of ``micro_batch_size``
+        rows. With data-parallel learners each computes its share of the blocks and the rows are summed over the
+        learners (each computed by one, 0 on the others): a collective every learner calls. A sharded learner with
+        fewer blocks runs block 0 again (full: only the last block may be short, and a learner with fewer blocks
+        never has it), so every learner runs as many forward passes."""
+        cfg = self.config
+
+        def logprobs(rows: torch.Tensor | slice) -> torch.Tensor:
+            return through_root(
+                model,
+                lambda: completion_logprobs(
+                    model,
+                    input_ids[rows],
+                    attention_mask[rows],
+                    loss_mask[rows],
+                    *processing,
+                    chunk_tokens=cfg.logprob_chunk_tokens,
+                    precision=cfg.autocast,
+                    rows=cfg.micro_batch_size,
+                    mode=mode,  # type: ignore[arg-type]
+                ),
+            )
+
+        if data_parallel()[1] == 1:
+            return logprobs(slice(None))
+        n, size = input_ids.shape[0], cfg.micro_batch_size
+        blocks = self.share(-(-n // size))
+        mine = [r for j, w in blocks if w for r in range(j * size, min((j + 1) * size, n))]
+        padding = [r for j, w in blocks if not w for r in range(j * size, min((j + 1) * size, n))]
+        out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+        if mine or padding:
+            computed = logprobs(torch.tensor(mine + padding, device=input_ids.device))
+            if mine:
+                out[torch.tensor(mine, device=input_ids.device)] = computed[: len(mine)].float()
+        return all_reduce(out)
+
+    def score_reference(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor, temperature: float = 1.0
+    ) -> torch.Tensor:
+        """``[B, L]`` log-probs of the ``loss_mask`` tokens under the frozen ``reference`` at ``temperature`` (no
+        top-k/top-p; 0 elsewhere), outside an update: rank 0's evaluation (``eval/kl``, DPO's held-out pairs). When
+        sharded, a collective: the launcher's ``Leader`` has the other learners join each call."""
+        if self.reference is None:
+            raise PickaxeError(f"{type(self).__name__} keeps no reference model to score with")
+        device = self.device
+        ids, attn, mask = (t.to(device) for t in (input_ids, attention_mask, loss_mask))
+        mode = "shared-prefix" if getattr(self.config, "share_prompts", True) else "padded"
+        return self.split_logprobs(self.reference, ids, attn, mask, (temperature, 0, 1.0), mode)
+
+    def add_reference_logprobs(self, data: Any, temperature: float) -> None:
+        """When the KL reference is sharded (kept by this learner): ``data["ref_logprob"]``, its log-probs of the
+        batch's completion tokens at the sampler's ``temperature`` (as the collector scores them unsharded), each
+        learner scoring its share of the rows with the sharded reference (a collective every learner calls)."""
+        if not (self.reference_sharded and getattr(self.config, "kl_coef", 0) > 0):
+            return
+        ids, attn, mask = data["input_ids"], data["attention_mask"], data["loss_mask"]
+        mode = "shared-prefix" if getattr(self.config, "share_prompts", True) else "padded"
+        data["ref_logprob"] = self.split_logprobs(self.reference, ids, attn, mask, (temperature, 0, 1.0), mode)
 
     def sharded_twin(
         self, module: nn.Module, optimizer: torch.optim.Optimizer, offload: Offload
@@ -470,23 +551,32 @@ class LMAlgorithm(Algorithm):
         return {"policy": self.policy}
 
     def state_dict(self) -> dict[str, Any]:
-        """Model, optimizer, update counter, schedule position. When sharded, the model's and optimizer's tensors
-        are FSDP2's (DTensors holding this learner's rows, the same keys as unsharded)."""
-        return {
+        """Model, optimizer, update counter, schedule position and the reference's weights when it keeps one. When
+        sharded, the models' and optimizer's tensors are FSDP2's (DTensors holding this learner's rows, the same
+        keys as unsharded)."""
+        state = {
             "policy": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "version": self.version,
             "progress": self.progress,
         }
+        if self.reference is not None:  # sharded: this learner's rows, like the policy's
+            state["reference"] = self.reference.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what ``state_dict`` returned. When sharded (a collective), the model's and optimizer's values may
-        be full tensors or lazy readers (``.shape``, ``.dtype``, ``value[a:b]``): each learner reads its own rows,
-        and rank 0's ``policy`` gets the loaded weights."""
+        """Restore what ``state_dict`` returned. When sharded (a collective), the model's, the reference's and the
+        optimizer's values may be full tensors or lazy readers (``.shape``, ``.dtype``, ``value[a:b]``): each
+        learner reads its own rows, and rank 0's ``policy`` gets the loaded weights."""
         if self.sharded:
             self.load_sharded_module(self.model, self.optimizer, self.policy, state["policy"], state["optimizer"])
         else:
             self.model.load_state_dict(state["policy"])
             self.optimizer.load_state_dict(state["optimizer"])
+        if self.reference is not None and "reference" in state:
+            if self.reference_sharded:
+                load_sharded(self.reference, state["reference"])
+            else:
+                self.reference.load_state_dict(state["reference"])
         self.version = int(state["version"])
         self.progress = float(state["progress"])

@@ -186,7 +186,9 @@ class LLMPPO(LMAlgorithm):
     ``policy_version`` are used for checks when present.
 
     With data-parallel learners each computes its share of the micro-batches of every optimizer step (and of the
-    old log-probs and values, gathered by a sum over learners, each row computed by one of them).
+    old log-probs and values, gathered by a sum over learners, each row computed by one of them). ``reference``
+    (``--dist.shard fsdp`` with ``kl_coef > 0``): the frozen KL reference, kept in this algorithm's state and
+    sharded with the policy; each learner then scores its share of the batch's rows with it (``ref_logprob``).
     """
 
     config: LLMPPOConfig
@@ -201,6 +203,7 @@ class LLMPPO(LMAlgorithm):
         sampling: SamplingParams | None = None,
         ptx: BatchSource | None = None,
         seed: int = 0,
+        reference: nn.Module | None = None,
     ) -> None:
         if not hasattr(critic, "layout_values"):
             raise TypeError(
@@ -210,7 +213,7 @@ class LLMPPO(LMAlgorithm):
         config = config or LLMPPOConfig()
         if config.ptx_coef > 0 and ptx is None:
             raise ValueError("ptx_coef > 0 needs demonstrations: pass ptx=DemoCollector(...) or set ptx_coef=0")
-        super().__init__(policy, config)
+        super().__init__(policy, config, reference)
         self.critic = critic
         self.full_critic = critic  # the critic's full weights (the sharded critic trains: see shard)
         self.ptx = ptx
@@ -287,6 +290,7 @@ class LLMPPO(LMAlgorithm):
         cfg = self.config
         data = batch.to(self.device)
         _check_keys(data)
+        self.add_reference_logprobs(data, self._processing[0])  # sharded with a KL reference: scored here
         if bounds is None:
             bounds = sequence_bounds(data["attention_mask"], data["loss_mask"])
         n, width = data["input_ids"].shape

@@ -16,7 +16,9 @@ state, so each keeps 1/N of the weights, gradients and optimizer state (rank 0 a
 rollout engine, evaluation and export read, refreshed after every update). A checkpoint is then written by every
 learner: rank 0's ``CheckpointManager`` calls the Leader's ``write_shards`` with the checkpoint's temporary folder,
 the others write their shard files there and send back their digests for the manifest, and resuming reads each
-learner's rows of every sharded tensor (any learner count: the rows are cut from the saved files).
+learner's rows of every sharded tensor (any learner count: the rows are cut from the saved files). A frozen reference
+the algorithm keeps (DPO's; the KL reference of GRPO and LLM PPO) is sharded too: rank 0's evaluation scores it
+through the Leader's ``score_reference``, which has every learner score its share of the rows.
 """
 
 from __future__ import annotations
@@ -210,6 +212,9 @@ class Leader:
             self.busy = True
             algo.shard(shard)
             self.busy = False
+            if getattr(algo, "reference_sharded", False):  # a sharded reference: every learner scores with it
+                self._score = algo.score_reference
+                algo.score_reference = self.score_reference
 
     def write_shards(self, folder: Path) -> dict[str, dict[str, Any]]:
         """A sharded checkpoint's other files: every other learner writes its shards of the algorithm's state into
@@ -260,6 +265,19 @@ class Leader:
         self.busy = False
         return metrics
 
+    def score_reference(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor, temperature: float = 1.0
+    ) -> torch.Tensor:
+        """The algorithm's ``score_reference`` outside an update (rank 0's evaluation: ``eval/kl``, DPO's held-out
+        pairs) with its reference sharded: the tokens are sent to the other learners, which score their share of
+        the rows with their shards of it."""
+        tensors = tuple(t.detach().to("cpu") for t in (input_ids, attention_mask, loss_mask))
+        _send(("score", *tensors, float(temperature)))
+        self.busy = True
+        out = self._score(input_ids, attention_mask, loss_mask, temperature)
+        self.busy = False
+        return out
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Load ``state`` here and, once it loaded (a checkpoint that does not fit is refused first), on every
         learner."""
@@ -279,7 +297,7 @@ class Leader:
             p.join(timeout=60)
             if p.is_alive():
                 p.kill()
-        for name in ("update", "load_state_dict", "set_progress"):  # the class's methods again
+        for name in ("update", "load_state_dict", "set_progress", "score_reference"):  # the class's methods again
             vars(self.algo).pop(name, None)
         data_parallel.shutdown()
 
@@ -305,6 +323,9 @@ def follow(algo: Any) -> int:
             continue
         if kind == "write":
             _write_shards(algo, Path(message[1]))
+            continue
+        if kind == "score":  # rank 0 evaluates with the sharded reference: this learner's share of the rows
+            algo.score_reference(*message[1:])
             continue
         if kind == "write_async":
             from pickaxe.runs.checkpoint import start_rank_shards

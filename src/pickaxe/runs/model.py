@@ -98,14 +98,20 @@ def load_collector_state(
 ) -> dict[str, Any] | None:
     """The collector's state in a run's checkpoint (verified; ``checkpoint`` as for :func:`load_model`, ``final``
     meaning the newest), or None when the run kept no checkpoint. What a collector holds that the final model does
-    not, e.g. an LLM run's frozen reference model."""
+    not, e.g. an LLM run's frozen reference model (which a run with a sharded reference kept in the algorithm's state:
+    given here all the same)."""
     run_dir = Path(run_dir)
     which = checkpoint_choice(checkpoint)
     if not CheckpointManager(run_dir).list():
         return None
     state, _ = _load_checkpoint_state(run_dir, "latest" if which == "final" else which, device)
     collector = state.get("collector") if isinstance(state, dict) else None
-    return collector if isinstance(collector, dict) else None
+    if not isinstance(collector, dict):
+        return None
+    algo = state.get("algo")
+    if "reference" not in collector and isinstance(algo, dict) and "reference" in algo:
+        collector = {**collector, "reference": algo["reference"]}  # a sharded run's learners kept it in the algorithm
+    return collector
 
 
 def selected_step(run_dir: Path, which: str | int) -> str | int:

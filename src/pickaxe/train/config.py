@@ -206,6 +206,10 @@ class DistConfig:
     """With --dist.shard fsdp: keep the optimizer state (optimizer) or the sharded parameters, gradients and
     optimizer state (params) in host memory, stepping there; slower, for a training state larger than the device.
     On a CPU device there is nothing to offload to and it changes nothing."""
+    shard_reference: bool = True
+    """With --dist.shard fsdp: shard the frozen reference model too (DPO's, and GRPO's and PPO's KL reference unless
+    it is the LoRA policy), so each learner holds 1/N of it and scores its share of every batch with the others;
+    false keeps it whole (the KL reference on rank 0, scored there by the collector; DPO's on every learner)."""
 
     def __post_init__(self) -> None:
         validate(self)

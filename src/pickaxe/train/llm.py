@@ -66,7 +66,8 @@ class TextEvaluator:
     correctness check; correct means >= 1) with its 95% Wilson interval, the mean greedy reward, each reward term's
     greedy mean (``eval/reward/<name>``), and with ``samples`` > 0 the unbiased sampled pass@1 and pass@k, each
     term's mean over the samples (``eval/sampled/<name>``), the sampled length, the per-token entropy estimate
-    (``eval/entropy``: mean of -log pi(y_t) over the sampled tokens) and, given the frozen ``reference``, the KL of
+    (``eval/entropy``: mean of -log pi(y_t) over the sampled tokens) and, given the frozen ``reference`` (a model,
+    or a sharded one's scorer: ``(input_ids, attention_mask, loss_mask, temperature)`` -> log-probs), the KL of
     the policy to it estimated on those samples (``eval/kl``: mean over completions of the summed log-ratio, an
     unbiased estimate of the sequence KL). Every mean but the accuracy has a 95% bootstrap CI (``_ci_low``,
     ``_ci_high``; fixed seed). Sampling is re-seeded every call, so an evaluation is a pure function of the
@@ -83,7 +84,7 @@ class TextEvaluator:
         config: LLMEvalConfig,
         max_new_tokens: int,
         seed: int = 0,
-        reference: nn.Module | None = None,
+        reference: nn.Module | Callable[..., torch.Tensor] | None = None,
         encode: Callable[[Sequence[Example]], list[list[int]]] | None = None,
     ) -> None:
         self.env = env
@@ -116,8 +117,11 @@ class TextEvaluator:
             logp = completion_logprobs(model, ids, attn, mask, temperature, rows=64)
             out["sampled/neg_logp"] = (-(logp * mask).sum(1)).double().cpu().numpy()
             out["sampled/tokens"] = mask.sum(1).double().cpu().numpy()
-            if self.reference is not None:
+            if isinstance(self.reference, nn.Module):
                 ref = completion_logprobs(self.reference, ids, attn, mask, temperature, rows=64)
+            elif self.reference is not None:  # a sharded reference, scored by every learner together
+                ref = self.reference(ids, attn, mask, temperature).to(logp.dtype)
+            if self.reference is not None:
                 out["sampled/kl"] = ((logp - ref) * mask).sum(1).float().cpu().numpy()
         return out
 
@@ -494,6 +498,12 @@ class LLMTrainer(Trainer):
             trainer.log_before(evaluator(algo))
         return trainer
 
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """``Trainer.load_state_dict``, with the KL reference's weights taken from where they were saved: the
+        algorithm's state when its learners kept it sharded, the collector's otherwise (a run resumed with another
+        ``--shard`` or learner count finds them in the other place)."""
+        super().load_state_dict(place_reference(state, getattr(self.algo, "reference", None) is not None))
+
     def log_before(self, record: dict[str, float]) -> None:
         """Record the evaluation of the starting point (logged at step 0, its policy kept, shown in the summary)."""
         self.before = record
@@ -607,18 +617,24 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
     sampling = SamplingParams(e.max_new_tokens, e.temperature, e.top_k, e.top_p, n=cfg.collector.group_size)
     env, (engine, rollout_engine), encode = agent_rollouts(cfg, env, (engine, rollout_engine), tokenizer)
     reference = None
+    scorer: Any = None  # what the evaluator scores the KL reference with
     if isinstance(cfg.algo, SFTConfig):
         algo: Algorithm = SFT(model, cfg.algo)
         collector: Any = DemoCollector(env, tokenizer, cfg.collector.prompts, device=device)
     elif isinstance(cfg.algo, GRPOConfig | LLMPPOConfig):
-        # frozen copy of the starting (warm-started) policy; a learner other than rank 0 never collects: none
-        if cfg.algo.kl_coef > 0 and not _follows(cfg):
-            reference = frozen_reference(model)
+        # frozen copy of the starting (warm-started) policy; unsharded, a learner other than rank 0 never collects:
+        # none; sharded, every learner keeps its shard of it in the algorithm, which scores it (the collector not)
+        sharded_reference = sharded_kl_reference(cfg, model)
+        if cfg.algo.kl_coef > 0 and (sharded_reference or not _follows(cfg)):
+            reference = scorer = frozen_reference(model)
+        kept = reference if sharded_reference else None
         if isinstance(cfg.algo, GRPOConfig):
-            algo = GRPO(model, cfg.algo, agent_sampling(cfg, sampling), seed=seeds["algo"])
+            algo = GRPO(model, cfg.algo, agent_sampling(cfg, sampling), seed=seeds["algo"], reference=kept)
         else:
             algo = LLMPPO(model, build_critic(cfg, model, device), cfg.algo, agent_sampling(cfg, sampling),
-                          ptx_source(cfg, tokenizer, device), seed=seeds["algo"])  # fmt: skip
+                          ptx_source(cfg, tokenizer, device), seed=seeds["algo"], reference=kept)  # fmt: skip
+        if sharded_reference:
+            scorer, reference = reference_scorer(algo), None
         learner = algo
         scheduler = None
         if separate and cfg.dist.mode != "sync":
@@ -664,9 +680,46 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
         )
     else:
         raise ConfigError(f"no LLM algorithm for config type {type(cfg.algo).__name__}")
-    evaluator = TextEvaluator(env, engine, tokenizer, cfg.eval, e.max_new_tokens, seeds["eval"], reference, encode)
+    evaluator = TextEvaluator(env, engine, tokenizer, cfg.eval, e.max_new_tokens, seeds["eval"], scorer, encode)
     settle_for_training()  # the models are built: freeze them out of full GC passes, keep the allocator's blocks
     return LLMTrainer.assemble(cfg, algo, collector, evaluator, run, progress, resuming, (model, tokenizer))
+
+
+def place_reference(state: dict[str, Any], algo_keeps: bool) -> dict[str, Any]:
+    """``state`` (a trainer's) with the frozen reference's weights under ``algo`` when ``algo_keeps`` it, else
+    under ``collector``, copied from the other entry when it was saved there; the entries themselves are not
+    changed."""
+    algo, collector = state.get("algo"), state.get("collector")
+    if not isinstance(algo, dict) or not isinstance(collector, dict):
+        return state
+    if algo_keeps and "reference" not in algo and "reference" in collector:
+        return {**state, "algo": {**algo, "reference": collector["reference"]}}
+    if not algo_keeps and "reference" in algo and "reference" not in collector:
+        return {**state, "collector": {**collector, "reference": algo["reference"]}}
+    return state
+
+
+def sharded_kl_reference(cfg: LLMTrainConfig, model: nn.Module) -> bool:
+    """Whether a GRPO or LLM PPO run's KL reference is sharded across its learners (``--dist.shard fsdp`` on more
+    than one learner with ``--dist.shard-reference``, ``kl_coef`` > 0, not LoRA, whose reference is the policy with
+    its adapters off): then the algorithm keeps it and scores it, each learner its share of every batch."""
+    return (
+        cfg.dist.shard == "fsdp"
+        and cfg.dist.shard_reference
+        and cfg.dist.learners > 1
+        and getattr(cfg.algo, "kl_coef", 0) > 0
+        and not is_lora(model)
+    )
+
+
+def reference_scorer(algo: Algorithm) -> Callable[..., torch.Tensor]:
+    """The evaluator's KL reference when the algorithm keeps it sharded: its ``score_reference`` (looked up at each
+    call: the launcher's ``Leader`` replaces it with the call every learner joins)."""
+
+    def score(*args: Any) -> torch.Tensor:
+        return algo.score_reference(*args)  # type: ignore[attr-defined]
+
+    return score
 
 
 def _follows(cfg: LLMTrainConfig) -> bool:

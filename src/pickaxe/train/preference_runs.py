@@ -40,6 +40,7 @@ from pickaxe.train.llm import (
     TextEvaluator,
     build_env,
     frozen_reference,
+    reference_scorer,
     start_policy,
 )
 from pickaxe.train.llm_config import LLMTrainConfig
@@ -158,7 +159,11 @@ def build_dpo_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
     collector = PairCollector(train_pairs, tokenizer, cfg.collector.prompts, seeds["env"], device)
     env = build_env(cfg, seeds["env"], seeds["eval_env"], tokenizer, device)
     engine = HFEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id, cfg.engine.max_batch, seeds["engine"])
-    text = TextEvaluator(env, engine, tokenizer, cfg.eval, cfg.engine.max_new_tokens, seeds["eval"], reference)
+    # sharded learners shard DPO's reference too: the evaluator's KL then scores it with every learner
+    algo.shard_reference = cfg.dist.shard_reference
+    sharded = cfg.dist.shard == "fsdp" and cfg.dist.shard_reference and cfg.dist.learners > 1
+    scorer = reference_scorer(algo) if sharded else reference
+    text = TextEvaluator(env, engine, tokenizer, cfg.eval, cfg.engine.max_new_tokens, seeds["eval"], scorer)
     evaluator = DPOEvaluator(text, heldout, tokenizer)
     if progress:
         Console().print(f"preference pairs: {len(train_pairs)} for training, {len(heldout)} held out")
