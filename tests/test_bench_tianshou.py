@@ -52,6 +52,6 @@ def test_online_npg_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert npg["budget"] == 1024 and npg["settings_tianshou"]["trust_region_size"] == 0.5
     for lib in ("pickaxe", "tianshou"):
         assert npg[lib]["solved"] in (0, 1)
-        assert len(npg[lib]["steps"]) == 1 and npg[lib]["final_return"][0] > 0
+        assert len(npg[lib]["steps"]) == 1 and npg[lib]["best_return"][0] > 0
     runs = {r["lib"]: r for r in result["runs"]}
     assert runs["tianshou"]["trained_steps"] >= 1024 and runs["pickaxe"]["trained_steps"] == 1024
