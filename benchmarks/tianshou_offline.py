@@ -62,7 +62,7 @@ ALGOS: dict[str, tuple[str, str]] = {
 
 DIFFERENCES: dict[str, str] = {
     "bc": "pickaxe: Gaussian likelihood (tanh mean, learned std); Tianshou: deterministic actor, MSE to the action",
-    "td3-bc": "same method; Tianshou clips nothing else; observations not normalised in either",
+    "td3-bc": "the same method and settings; only the initialisation differs (observations normalised in neither)",
     "cql": "pickaxe CQL(H) on SAC, fixed weight 1, alpha auto from 1.0; Tianshou CQL on SAC, fixed weight 1 "
     "(with_lagrange off, calibrated off: plain CQL(H)), alpha auto from 1.0, its critic grad-norm clip 1.0 "
     "(pickaxe none)",
