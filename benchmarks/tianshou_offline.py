@@ -1,0 +1,327 @@
+"""Offline RL side by side with Tianshou 2.0.1 (issue 29): pickaxe's offline recipes and Tianshou's BC
+(``OfflineImitationLearning``), TD3+BC, CQL (continuous, on SAC), discrete BCQ and discrete CQL (on QR-DQN), trained
+on the very same datasets, for the same gradient steps, with the same evaluations.
+
+Datasets: as ``benchmarks/offline.py`` makes them (its source runs ``cartpole-ppo`` / ``pendulum-sac``, seed 0, then
+``pickaxe collect``): by default the medium ones (CartPole ``--epsilon 0.5``, 20 episodes; Pendulum ``--noise 0.5``,
+20 episodes). Tianshou reads the same transitions, converted once into its ``ReplayBuffer`` (Box actions mapped into
+its policies' [-1, 1] scale with ``map_action_inverse``, as its own collectors store them).
+
+Budget: pickaxe's recipe, 2,000 gradient steps of 256 transitions with 5 evaluations of 10 deterministic episodes;
+Tianshou's ``OfflineTrainer``, 5 epochs x 400 gradient steps of 256 with a test of 10 episodes after each epoch.
+Settings shared by both come from the pickaxe recipe (64x64 relu networks, lr 1e-3, batch 256, gamma 0.99, tau
+0.005, TD3+BC's alpha 2.5, policy delay 2 and target noise 0.2 clipped at 0.5, CQL's weight 1 and 10 sampled
+actions, BCQ's threshold 0.3 and logit penalty 0.01, 1-step TD targets); settings only Tianshou has are its test
+examples' (``test/offline/test_*.py``); ``DIFFERENCES`` lists every place the two methods differ.
+
+Each (algorithm, seed) runs pickaxe then Tianshou in this process, one at a time, torch one thread. Recorded: the
+final policy's return over 10 deterministic episodes and its normalised score (the references ``collect`` stored),
+wall and process-CPU seconds from the start of a run (dataset read and checked, networks built) to the end of its
+last evaluation. Usage::
+
+    python benchmarks/tianshou_offline.py --out /tmp/ts-offline --seeds 3
+    python benchmarks/tianshou_offline.py --algos bcq --seeds 1 --steps 16      # a smoke run
+
+The last line printed is one JSON object: per algorithm the medians, ranges and ratios pickaxe / Tianshou.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from offline import ENVS
+
+from pickaxe.cli import main
+from pickaxe.offline.dataset import read
+from pickaxe.runs.run import read_metrics
+
+os.environ.setdefault("TQDM_DISABLE", "1")  # Tianshou's per-update progress bars
+
+TIANSHOU_MISSING = "Tianshou is not installed; fix: pip install -r benchmarks/requirements-baselines.txt"
+
+# algorithm -> (env, pickaxe recipe)
+ALGOS: dict[str, tuple[str, str]] = {
+    "bc": ("pendulum", "pendulum-bc"),
+    "td3-bc": ("pendulum", "pendulum-td3-bc"),
+    "cql": ("pendulum", "pendulum-cql"),
+    "bcq": ("cartpole", "cartpole-bcq"),
+    "cql-discrete": ("cartpole", "cartpole-cql"),
+}
+
+DIFFERENCES: dict[str, str] = {
+    "bc": "pickaxe: Gaussian likelihood (tanh mean, learned std); Tianshou: deterministic actor, MSE to the action",
+    "td3-bc": "the same method and settings; only the initialisation differs (observations normalised in neither)",
+    "cql": "pickaxe CQL(H) on SAC, fixed weight 1, alpha auto from 1.0; Tianshou CQL on SAC, fixed weight 1 "
+    "(with_lagrange off, calibrated off: plain CQL(H)), alpha auto from 1.0, its critic grad-norm clip 1.0 "
+    "(pickaxe none)",
+    "bcq": "pickaxe: Polyak target (tau 0.005), Huber TD loss; Tianshou: hard target copy every 320 steps "
+    "(its test's value), Huber TD loss",
+    "cql-discrete": "pickaxe: CQL on DQN (Polyak tau 0.005); Tianshou: CQL on QR-DQN with 200 quantiles and a hard "
+    "target copy every 500 steps (its test's values)",
+}
+
+
+def _check(code: int, what: str) -> None:
+    if code != 0:
+        raise SystemExit(f"{what} failed with exit status {code}")
+
+
+def make_dataset(env: str, dataset: str, out: Path, source_steps: int | None = None) -> Path:
+    """The source run and one dataset of ``env``, made as benchmarks/offline.py makes them (reused when present);
+    ``source_steps`` cuts the source run short (a smoke run's cheap dataset)."""
+    spec = ENVS[env]
+    source = out / env / "source"
+    if not (source / "model.safetensors").exists():
+        budget = ["--trainer.total-steps", str(source_steps)] if source_steps else []
+        args = ["train", spec["source"], *budget, "--run-dir", str(source), "--no-progress", "--overwrite"]
+        _check(main(args), "source")
+    path = out / env / f"data-{dataset}"
+    if not path.exists():
+        _check(main(["collect", str(source), *spec["datasets"][dataset], "--out", str(path)]), f"collect {dataset}")
+    return path
+
+
+def normalised(ret: float, meta: dict[str, Any]) -> float | None:
+    """D4RL's 100 * (return - random) / (expert - random) with the references the dataset records."""
+    lo, hi = meta.get("ref_min_score"), meta.get("ref_max_score")
+    if lo is None or hi is None or hi == lo:
+        return None
+    return 100.0 * (ret - float(lo)) / (float(hi) - float(lo))
+
+
+def run_pickaxe(recipe: str, data: Path, seed: int, run: Path, steps: int) -> dict[str, Any]:
+    """One pickaxe offline run of ``steps`` gradient steps (5 evaluations); its final return, wall and CPU seconds."""
+    args = ["train", recipe, "--data.dataset", str(data), "--seed", str(seed), "--device", "cpu"]
+    args += ["--trainer.total-steps", str(steps * 256), "--trainer.eval-every", str(steps * 256 // 5)]
+    if steps * 256 < 2048:  # a smoke budget: one collector iteration must fit in it
+        args += ["--collector.steps", "256"]
+    shutil.rmtree(run, ignore_errors=True)
+    wall, cpu = time.perf_counter(), time.process_time()
+    _check(main([*args, "--run-dir", str(run), "--no-progress", "--overwrite"]), str(run))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    last = [r for r in read_metrics(run) if "eval/return_mean" in r][-1]
+    return {"eval_return": float(last["eval/return_mean"]), "wall_s": wall, "cpu_s": cpu}
+
+
+def tianshou_algorithm(algo: str, env: Any) -> Any:
+    """Tianshou's algorithm for ``algo`` with the shared settings (module docstring) on ``env``'s spaces."""
+    from tianshou.algorithm import CQL, TD3BC, DiscreteBCQ, DiscreteCQL
+    from tianshou.algorithm.imitation.discrete_bcq import DiscreteBCQPolicy
+    from tianshou.algorithm.imitation.imitation_base import ImitationPolicy, OfflineImitationLearning
+    from tianshou.algorithm.modelfree.ddpg import ContinuousDeterministicPolicy
+    from tianshou.algorithm.modelfree.qrdqn import QRDQNPolicy
+    from tianshou.algorithm.modelfree.sac import AutoAlpha, SACPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.utils.net.common import Net
+    from tianshou.utils.net.continuous import (
+        ContinuousActorDeterministic,
+        ContinuousActorProbabilistic,
+        ContinuousCritic,
+    )
+
+    obs, space = env.observation_space.shape, env.action_space
+    hidden, lr = [64, 64], 1e-3
+    adam = AdamOptimizerFactory(lr=lr)
+    if algo == "bcq":
+        policy = DiscreteBCQPolicy(
+            model=Net(state_shape=obs, action_shape=space.n, hidden_sizes=hidden),
+            imitator=Net(state_shape=obs, action_shape=space.n, hidden_sizes=hidden),
+            action_space=space,
+            unlikely_action_threshold=0.3,
+            target_update_freq=320,
+        )
+        return DiscreteBCQ(policy=policy, optim=adam, gamma=0.99, target_update_freq=320, imitation_logits_penalty=0.01)
+    if algo == "cql-discrete":
+        net = Net(state_shape=obs, action_shape=space.n, hidden_sizes=hidden, num_atoms=200)
+        policy = QRDQNPolicy(model=net, action_space=space)
+        return DiscreteCQL(
+            policy=policy, optim=adam, min_q_weight=1.0, gamma=0.99, num_quantiles=200, target_update_freq=500
+        )
+    act = space.shape
+    if algo == "bc":
+        actor = ContinuousActorDeterministic(preprocess_net=Net(state_shape=obs, hidden_sizes=hidden), action_shape=act)
+        policy = ImitationPolicy(actor=actor, action_space=space, action_scaling=True, action_bound_method="clip")
+        return OfflineImitationLearning(policy=policy, optim=adam)
+    critics = [
+        ContinuousCritic(preprocess_net=Net(state_shape=obs, action_shape=act, hidden_sizes=hidden, concat=True))
+        for _ in range(2)
+    ]
+    if algo == "td3-bc":
+        actor = ContinuousActorDeterministic(preprocess_net=Net(state_shape=obs, hidden_sizes=hidden), action_shape=act)
+        policy = ContinuousDeterministicPolicy(actor=actor, action_space=space, action_scaling=True)
+        return TD3BC(
+            policy=policy,
+            policy_optim=adam,
+            critic=critics[0],
+            critic_optim=adam,
+            critic2=critics[1],
+            critic2_optim=adam,
+            tau=0.005,
+            gamma=0.99,
+            policy_noise=0.2,
+            update_actor_freq=2,
+            noise_clip=0.5,
+            alpha=2.5,
+        )
+    actor = ContinuousActorProbabilistic(
+        preprocess_net=Net(state_shape=obs, hidden_sizes=hidden),
+        action_shape=act,
+        unbounded=True,
+        conditioned_sigma=True,
+    )
+    policy = SACPolicy(actor=actor, action_space=space, action_scaling=True)
+    alpha = AutoAlpha(target_entropy=-float(np.prod(act)), log_alpha=0.0, optim=AdamOptimizerFactory(lr=lr))
+    return CQL(
+        policy=policy,
+        policy_optim=adam,
+        critic=critics[0],
+        critic_optim=adam,
+        critic2=critics[1],
+        critic2_optim=adam,
+        cql_weight=1.0,
+        with_lagrange=False,
+        calibrated=False,
+        tau=0.005,
+        gamma=0.99,
+        alpha=alpha,
+        min_action=-1.0,
+        max_action=1.0,
+        num_repeat_actions=10,
+    )
+
+
+def run_tianshou(algo: str, env_id: str, data: Path, seed: int, steps: int) -> dict[str, Any]:
+    """One Tianshou offline run on the same dataset: ``steps`` gradient steps in 5 epochs with a 10-episode test
+    after each; its final policy's return (10 more episodes, untimed), wall and CPU seconds."""
+    import gymnasium as gym
+    from tianshou.data import Collector, ReplayBuffer
+    from tianshou.env import DummyVectorEnv
+    from tianshou.trainer import OfflineTrainerParams
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    env = gym.make(env_id)
+    algorithm = tianshou_algorithm(algo, env)
+    t = read(data)
+    a = t.arrays
+    action = a["action"]
+    if isinstance(env.action_space, gym.spaces.Box):  # the policy's [-1, 1] scale, as its collectors store actions
+        action = algorithm.policy.map_action_inverse(action.astype(np.float32))
+    done = a["terminated"] | a["truncated"]
+    buffer = ReplayBuffer.from_data(a["obs"], action, a["reward"], a["terminated"], a["truncated"], done, a["next_obs"])
+    test_envs = DummyVectorEnv([lambda: gym.make(env_id) for _ in range(10)])
+    test_envs.seed(seed)
+    test = Collector(algorithm, test_envs)
+    per_epoch = max(steps // 5, 1)
+    algorithm.run_training(
+        OfflineTrainerParams(
+            buffer=buffer,
+            test_collector=test,
+            max_epochs=5,
+            epoch_num_steps=per_epoch,
+            test_step_num_episodes=10,
+            batch_size=256,
+            verbose=False,
+            show_progress=False,
+        )
+    )
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    test.reset()
+    stats = test.collect(n_episode=10)
+    return {"eval_return": float(np.mean(stats.returns)), "wall_s": wall, "cpu_s": cpu}
+
+
+def spread(xs: list[float]) -> dict[str, float]:
+    """Median, min and max."""
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per algorithm and library: score, return, wall and CPU spreads; ratios of medians pickaxe / Tianshou."""
+    out: dict[str, Any] = {}
+    for algo in dict.fromkeys(r["algo"] for r in rows):
+        entry: dict[str, Any] = {}
+        for lib in ("pickaxe", "tianshou"):
+            group = [r for r in rows if r["algo"] == algo and r["lib"] == lib]
+            entry[lib] = {k: spread([r[k] for r in group]) for k in ("score", "eval_return", "wall_s", "cpu_s")}
+        for k in ("wall_s", "cpu_s"):
+            entry[f"{k[:-2]}_ratio"] = entry["pickaxe"][k]["median"] / entry["tianshou"][k]["median"]
+        entry["seeds"] = len([r for r in rows if r["algo"] == algo and r["lib"] == "pickaxe"])
+        entry["differences"] = DIFFERENCES[algo]
+        out[algo] = entry
+    return out
+
+
+def table(result: dict[str, Any]) -> str:
+    """Markdown: per algorithm the normalised score and wall/CPU seconds of both, median [min, max], and ratios."""
+
+    def fmt(s: dict[str, float], d: int = 1) -> str:
+        return f"{s['median']:.{d}f} [{s['min']:.{d}f}, {s['max']:.{d}f}]"
+
+    lines = [
+        "| algorithm | pickaxe score | Tianshou score | pickaxe wall s | Tianshou wall s | wall ratio | CPU ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for algo, e in result.items():
+        p, t = e["pickaxe"], e["tianshou"]
+        lines.append(
+            f"| {algo} | {fmt(p['score'])} | {fmt(t['score'])} | {fmt(p['wall_s'], 2)} | {fmt(t['wall_s'], 2)} | "
+            f"{e['wall_ratio']:.2f} | {e['cpu_ratio']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def cli(argv: list[str] | None = None) -> None:
+    """Parse the options, make the datasets, run both libraries seed by seed, print the table and the JSON line."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="runs/tianshou-offline", help="folder of the runs and datasets (reused)")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--algos", default=",".join(ALGOS), help=f"comma-separated, of {','.join(ALGOS)}")
+    parser.add_argument("--dataset", default="medium", choices=["expert", "medium", "random"])
+    parser.add_argument("--steps", type=int, default=2000, help="gradient steps of 256 transitions (multiple of 5)")
+    parser.add_argument("--source-steps", type=int, default=None, help="cut the source runs short (smoke runs)")
+    args = parser.parse_args(argv)
+    try:
+        import tianshou
+    except ImportError:
+        raise SystemExit(TIANSHOU_MISSING) from None
+    algos = args.algos.split(",")
+    unknown = [a for a in algos if a not in ALGOS]
+    if unknown:
+        raise SystemExit(f"unknown algorithm {unknown[0]!r}; fix: --algos from {','.join(ALGOS)}")
+    torch.set_num_threads(1)
+    out = Path(args.out)
+    print(f"load average {os.getloadavg()[0]:.2f}, tianshou {tianshou.__version__}, torch {torch.__version__}")
+    rows: list[dict[str, Any]] = []
+    for algo in algos:
+        env, recipe = ALGOS[algo]
+        data = make_dataset(env, args.dataset, out, args.source_steps)
+        meta = read(data).metadata
+        env_id = "CartPole-v1" if env == "cartpole" else "Pendulum-v1"
+        for seed in range(args.seeds):
+            p = run_pickaxe(recipe, data, seed, out / env / f"{algo}-s{seed}", args.steps)
+            t = run_tianshou(algo, env_id, data, seed, args.steps)
+            for lib, r in (("pickaxe", p), ("tianshou", t)):
+                score = normalised(r["eval_return"], meta)
+                rows.append({"algo": algo, "lib": lib, "seed": seed, **r, "score": score})
+                print(json.dumps(rows[-1]), flush=True)
+    result = summary(rows)
+    print(table(result))
+    print(json.dumps({"dataset": args.dataset, "steps": args.steps, "algos": result, "runs": rows}))
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,57 @@
+"""The Tianshou side-by-side benchmarks (benchmarks/tianshou_offline.py, tianshou_online.py) run end to end at a
+minimal budget and end with their JSON line; skipped where Tianshou is not installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _last_json(out: str) -> dict[str, Any]:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_offline_bcq_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Discrete BCQ on a CartPole medium dataset, 5 gradient steps a side: every figure present for both."""
+    pytest.importorskip("tianshou")
+    monkeypatch.syspath_prepend(str(BENCH))
+    bench = _load("tianshou_offline")
+    monkeypatch.setattr(sys, "argv", ["tianshou_offline.py"])
+    bench.cli(["--out", str(tmp_path), "--algos", "bcq", "--seeds", "1", "--steps", "5", "--source-steps", "1024"])
+    result = _last_json(capsys.readouterr().out)
+    assert result["steps"] == 5 and result["dataset"] == "medium"
+    bcq = result["algos"]["bcq"]
+    assert bcq["seeds"] == 1 and bcq["wall_ratio"] > 0 and bcq["cpu_ratio"] > 0
+    assert {r["lib"] for r in result["runs"]} == {"pickaxe", "tianshou"}
+    for lib in ("pickaxe", "tianshou"):
+        assert 0 < bcq[lib]["eval_return"]["median"] <= 500
+        assert bcq[lib]["score"]["median"] is not None
+
+
+def test_online_npg_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """NPG on CartPole at a 1,024-step budget a side: both runs recorded, unsolved seeds as null."""
+    pytest.importorskip("tianshou")
+    bench = _load("tianshou_online")
+    bench.cli(["--out", str(tmp_path), "--algos", "npg", "--seeds", "1", "--budget", "npg=1024"])
+    result = _last_json(capsys.readouterr().out)
+    npg = result["algos"]["npg"]
+    assert npg["budget"] == 1024 and npg["settings_tianshou"]["trust_region_size"] == 0.5
+    for lib in ("pickaxe", "tianshou"):
+        assert npg[lib]["solved"] in (0, 1)
+        assert len(npg[lib]["steps"]) == 1 and npg[lib]["best_return"][0] > 0
+    runs = {r["lib"]: r for r in result["runs"]}
+    assert runs["tianshou"]["trained_steps"] >= 1024 and runs["pickaxe"]["trained_steps"] == 1024
