@@ -189,6 +189,7 @@ def test_learners_other_than_rank_0_do_not_load_the_reward_model(monkeypatch: py
     from pickaxe.recipes.llm import LLM_RECIPES
 
     loaded: list[str] = []
+
     def load(path: str, tokenizer: object, device: object, **options: object) -> object:
         loaded.append(path)
         return lambda *a: 0.0

@@ -250,12 +250,7 @@ def test_call_many_runs_sandboxed_python_concurrently(tmp_path: Path, monkeypatc
     root.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(root))
     limits = SandboxLimits(cpu_s=2, memory_mb=128, wall_s=120)
-    code = (
-        "import os, time\n"
-        f"while not os.path.exists({str(root / 'go')!r}):\n"
-        "    time.sleep(0.01)\n"
-        "print({})\n"
-    )
+    code = f"import os, time\nwhile not os.path.exists({str(root / 'go')!r}):\n    time.sleep(0.01)\nprint({{}})\n"
     results: list[ToolResult] = []
     with make_tools(["python"], limits=limits) as box:
         calls = [("python", {"code": code.replace("{}", str(i))}) for i in range(4)]
