@@ -8,13 +8,14 @@ from typing import Any
 from pickaxe.errors import PickaxeError
 from pickaxe.recipes.classic import CLASSIC_RECIPES
 from pickaxe.recipes.explore import EXPLORE_RECIPES
+from pickaxe.recipes.goals import GOAL_RECIPES
 from pickaxe.recipes.llm import LLM_RECIPES  # configs only: loads no LLM libraries
 from pickaxe.recipes.offline import OFFLINE_RECIPES
 from pickaxe.recipes.recipe import Recipe
 
 __all__ = ["RECIPES", "Recipe", "RecipeError", "get_recipe"]
 
-RECIPES: dict[str, Recipe] = {**CLASSIC_RECIPES, **EXPLORE_RECIPES, **OFFLINE_RECIPES, **LLM_RECIPES}
+RECIPES: dict[str, Recipe] = {**CLASSIC_RECIPES, **EXPLORE_RECIPES, **GOAL_RECIPES, **OFFLINE_RECIPES, **LLM_RECIPES}
 
 
 class RecipeError(PickaxeError, KeyError):

@@ -64,11 +64,21 @@ def offline_metrics(cfg: Any) -> set[str]:
         return set()
 
 
+GOALS = ("eval/success_rate",)
+"""``EnvEvaluator``'s metric on envs that report ``info["is_success"]`` (goal envs)."""
+
+
+def goal_metrics(cfg: Any) -> set[str]:
+    """A hindsight-replay run's success rate (``--algo.her``: its env is a goal env, whose episodes report success;
+    runs of other algorithms on such envs log it too, but only these are known to before the env is made)."""
+    return set(GOALS) if getattr(cfg.algo, "her", "none") != "none" else set()
+
+
 def eval_metric_names(cfg: Any) -> tuple[set[str], tuple[str, ...]]:
     """The ``eval/`` metrics the run of ``cfg`` logs at every evaluation: exact names, and prefixes any name under
     which is logged (an agent run's per-term metrics, whose names its tools decide)."""
     if cfg.KIND == "classic":
-        return set(CLASSIC) | offline_metrics(cfg), ()
+        return set(CLASSIC) | offline_metrics(cfg) | goal_metrics(cfg), ()
     algo, name = cfg.algo, cfg.algo_name()
     if name == "rm":
         return set(REWARD_MODEL), ()
@@ -93,8 +103,17 @@ def eval_metric_names(cfg: Any) -> tuple[set[str], tuple[str, ...]]:
 
 
 def check_select_metric(cfg: Any) -> None:
-    """``--select.metric`` names a metric the run logs at its evaluations (``ConfigError`` listing them otherwise)."""
-    metric = cfg.select.metric
+    """``--select.metric`` and (with a target) ``--trainer.target-metric`` name metrics the run logs at its
+    evaluations (``ConfigError`` listing them otherwise)."""
+    check_logged_metric(cfg, cfg.select.metric, "--select.metric")
+    trainer = getattr(cfg, "trainer", None)
+    if trainer is not None and trainer.target_return is not None:
+        check_logged_metric(cfg, trainer.target_metric, "--trainer.target-metric")
+
+
+def check_logged_metric(cfg: Any, metric: str | None, flag: str) -> None:
+    """``metric`` (given by ``flag``) is one the run logs at its evaluations (``ConfigError`` listing them
+    otherwise)."""
     if metric is None:
         return
     names, prefixes = eval_metric_names(cfg)
@@ -106,5 +125,5 @@ def check_select_metric(cfg: Any) -> None:
     hint = f"did you mean {close[0]!r}? " if close else ""
     shown = ", ".join(sorted(names)) + "".join(f", {p}*" for p in prefixes)
     raise ConfigError(
-        f"--select.metric {metric!r} is not a metric this run logs at its evaluations; {hint}this run logs: {shown}"
+        f"{flag} {metric!r} is not a metric this run logs at its evaluations; {hint}this run logs: {shown}"
     )
