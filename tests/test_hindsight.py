@@ -281,3 +281,16 @@ def test_pointmaze_goals_relabel_with_its_own_reward_and_report_success() -> Non
         sample["reward"].numpy(), maze.compute_reward(achieved, desired, {}).astype(np.float32)
     )
     assert "success" in evaluate_episodes(Uniform(), envs, episodes=2)
+
+
+def test_a_her_runs_policy_acts_on_the_envs_own_goal_dicts(tmp_path: Path) -> None:
+    import pickaxe as px
+
+    cfg = _her_config("sac", steps=128, learning_starts=64)
+    px.train(cfg, tmp_path / "run")
+    policy = px.load(tmp_path / "run")
+    env = PointGoalEnv()
+    obs, _ = env.reset(seed=0)
+    flat = np.concatenate([obs["observation"], obs["desired_goal"], obs["achieved_goal"]])
+    np.testing.assert_array_equal(policy.act(obs), policy.act(flat))
+    assert len(policy.play(episodes=1).returns) == 1

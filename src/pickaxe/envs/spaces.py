@@ -144,7 +144,13 @@ class GoalObservation(gym.ObservationWrapper):
 
     def observation(self, observation: dict[str, np.ndarray]) -> np.ndarray:
         """The three parts concatenated, as float32."""
-        return np.concatenate([np.asarray(observation[k], dtype=np.float32) for k in GOAL_KEYS])
+        return goal_vector(observation)
+
+
+def goal_vector(observation: dict[str, np.ndarray]) -> np.ndarray:
+    """One goal Dict observation as ``GoalObservation`` lays it out: ``[observation, desired_goal, achieved_goal]``,
+    float32."""
+    return np.concatenate([np.asarray(observation[k], dtype=np.float32).reshape(-1) for k in GOAL_KEYS])
 
 
 def needs_flattening(space: gym.Space) -> bool:
