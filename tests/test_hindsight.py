@@ -22,6 +22,7 @@ from pickaxe.data.hindsight import GoalLayout, HindsightReplay, goal_steps, rela
 from pickaxe.envs import make
 from pickaxe.envs.goals import PointGoalEnv
 from pickaxe.envs.spaces import GoalBox
+from pickaxe.errors import ConfigError
 from pickaxe.recipes import get_recipe
 from pickaxe.rollout.collector import Collector
 from pickaxe.train.build import build_trainer
@@ -198,7 +199,7 @@ def test_state_dict_restores_the_next_samples_and_the_episodes_in_progress() -> 
 def test_goal_observations_reach_the_networks_as_observation_and_desired_goal() -> None:
     envs = make("pickaxe/PointGoal-v0", 2, 0)
     space = envs.single_observation_space
-    assert isinstance(space, GoalBox) and space.layout == GoalLayout(2, 2) and space.shape == (6,)
+    assert isinstance(space, GoalBox) and (space.observation, space.goal, space.shape) == (2, 2, (6,))
     obs, _ = envs.reset(seed=0)
     raw = envs.unwrapped.envs[0].unwrapped
     np.testing.assert_array_equal(obs[0, 2:4], raw.goal)  # [observation, desired_goal, achieved_goal]
@@ -228,11 +229,13 @@ def test_her_sac_learns_to_reach_goals_the_untrained_policy_misses() -> None:
     # 2,048 steps at 32 gradient steps of 64 per 32 env steps: success 1.0 on seeds 0-3 (untrained: 0.0), ~11 s CPU
     cfg = _her_config("sac", steps=2048, learning_starts=256, gradient_steps=32, batch_size=64)
     cfg.trainer.eval_every, cfg.trainer.eval_episodes = 2048, 40
+    cfg.trainer.target_return = 0.9  # of eval/success_rate, the recipe's target metric
     trainer = build_trainer(cfg)
     before = trainer.evaluate()["eval/success_rate"]
-    trainer.fit()
+    result = trainer.fit()
     after = trainer.evaluate()["eval/success_rate"]
     assert before <= 0.15 and after >= before + 0.5, (before, after)
+    assert (result.solved_step == 2048) == (after >= 0.9)  # the target is a success rate
 
 
 @pytest.mark.parametrize("algo", ["ddpg"])
@@ -256,13 +259,20 @@ def test_her_on_an_env_without_goals_is_one_line_and_exit_2(capsys: pytest.Captu
     assert len(err.splitlines()) == 1 and "goal observations" in err and "--algo.her none" in err
     assert main(["train", "pointgoal-her-sac", "--trainer.target-metric", "eval/sucess_rate"]) == 2
     assert "did you mean 'eval/success_rate'" in capsys.readouterr().err
+    cfg = get_recipe("pointgoal-her-sac")
+    cfg.algo.her = "none"
+    cfg.check()  # a goal env's success rate is a target without hindsight replay too
+    cfg = get_recipe("pendulum-sac")
+    cfg.trainer.target_metric = "eval/success_rate"
+    with pytest.raises(ConfigError, match="not a metric this run logs"):
+        cfg.check()
 
 
 def test_pointmaze_goals_relabel_with_its_own_reward_and_report_success() -> None:
     pytest.importorskip("gymnasium_robotics")
     envs = make("gymnasium_robotics:PointMaze_UMaze-v3", 2, 0, max_episode_steps=5)
     space = envs.single_observation_space
-    assert isinstance(space, GoalBox) and space.layout == GoalLayout(4, 2)
+    assert isinstance(space, GoalBox) and (space.observation, space.goal) == (4, 2)
     buf = replay_for(SACConfig(her="future"), envs, torch.device("cpu"), 0)
     assert isinstance(buf, HindsightReplay)
 
@@ -275,7 +285,7 @@ def test_pointmaze_goals_relabel_with_its_own_reward_and_report_success() -> Non
 
     buf.extend(Collector(envs, Uniform(), steps=20).collect())  # [10, 2]: two 5-step episodes per env
     sample = buf.sample(200)
-    lay, maze = space.layout, envs.unwrapped.envs[0].unwrapped
+    lay, maze = GoalLayout(space.observation, space.goal), envs.unwrapped.envs[0].unwrapped
     achieved, desired = sample["next_obs"][:, lay.achieved].numpy(), sample["obs"][:, lay.desired].numpy()
     np.testing.assert_array_equal(
         sample["reward"].numpy(), maze.compute_reward(achieved, desired, {}).astype(np.float32)

@@ -9,7 +9,7 @@ import gymnasium as gym
 import torch
 
 from pickaxe.data.buffers import ReplayBuffer
-from pickaxe.data.hindsight import GoalFunction, HindsightReplay
+from pickaxe.data.hindsight import GoalFunction, GoalLayout, HindsightReplay
 from pickaxe.envs.spaces import GOAL_KEYS, GoalBox, SpaceError
 from pickaxe.models.mlp import single_spaces
 
@@ -48,7 +48,7 @@ def replay_for(config: Any, envs: Any, device: torch.device, seed: int) -> Repla
     return HindsightReplay(
         config.buffer_size,
         envs.num_envs,
-        obs_space.layout,
+        GoalLayout(obs_space.observation, obs_space.goal),
         reward,
         terminated,
         strategy=strategy,

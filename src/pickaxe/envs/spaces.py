@@ -28,7 +28,6 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.wrappers import DtypeObservation, FlattenObservation
 
-from pickaxe.data.hindsight import GoalLayout
 from pickaxe.errors import PickaxeError
 
 
@@ -103,8 +102,9 @@ GOAL_KEYS = ("observation", "desired_goal", "achieved_goal")
 """The parts of a goal-conditioned observation, in the order ``GoalObservation`` lays them out."""
 
 
-def goal_layout(space: gym.Space) -> GoalLayout | None:
-    """The flat layout of a goal ``Dict`` observation space (see the module docstring), or None for any other."""
+def goal_sizes(space: gym.Space) -> tuple[int, int] | None:
+    """``(observation features, goal features)`` of a goal ``Dict`` observation space (see the module docstring), or
+    None for any other space."""
     if not isinstance(space, spaces.Dict) or set(space.spaces) != set(GOAL_KEYS):
         return None
     parts = [space.spaces[k] for k in GOAL_KEYS]
@@ -112,18 +112,24 @@ def goal_layout(space: gym.Space) -> GoalLayout | None:
         return None
     if parts[1].shape != parts[2].shape:
         return None
-    return GoalLayout(int(parts[0].shape[0]), int(parts[1].shape[0]))
+    return int(parts[0].shape[0]), int(parts[1].shape[0])
 
 
 class GoalBox(spaces.Box):
-    """A flat goal observation ``[observation, desired_goal, achieved_goal]`` (float32) with its ``layout``."""
+    """A flat goal observation ``[observation, desired_goal, achieved_goal]`` (float32): ``observation`` features,
+    then ``goal`` features of each goal (``pickaxe.data.hindsight.GoalLayout`` in the replay)."""
 
-    def __init__(self, low: np.ndarray, high: np.ndarray, layout: GoalLayout) -> None:
+    def __init__(self, low: np.ndarray, high: np.ndarray, observation: int, goal: int) -> None:
         super().__init__(low, high, dtype=np.float32)
-        self.layout = layout
+        self.observation, self.goal = observation, goal
+
+    @property
+    def policy_features(self) -> int:
+        """What the networks read: the observation and the desired goal (the leading features)."""
+        return self.observation + self.goal
 
     def __repr__(self) -> str:
-        return f"GoalBox(observation={self.layout.observation}, goal={self.layout.goal})"
+        return f"GoalBox(observation={self.observation}, goal={self.goal})"
 
 
 class GoalObservation(gym.ObservationWrapper):
@@ -132,15 +138,15 @@ class GoalObservation(gym.ObservationWrapper):
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
-        layout = goal_layout(env.observation_space)
-        if layout is None:
+        sizes = goal_sizes(env.observation_space)
+        if sizes is None:
             raise SpaceError(f"GoalObservation needs a Dict of {', '.join(GOAL_KEYS)}, got {env.observation_space}")
         parts = [env.observation_space[k] for k in GOAL_KEYS]
         with warnings.catch_warnings():  # float64 bounds cast to float32: expected
             warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
             low = np.concatenate([p.low for p in parts]).astype(np.float32)
             high = np.concatenate([p.high for p in parts]).astype(np.float32)
-        self.observation_space = GoalBox(low, high, layout)
+        self.observation_space = GoalBox(low, high, *sizes)
 
     def observation(self, observation: dict[str, np.ndarray]) -> np.ndarray:
         """The three parts concatenated, as float32."""
@@ -165,7 +171,7 @@ def adapt_observations(env: gym.Env) -> gym.Env:
     space = env.observation_space
     env_id = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
     check_observation_space(space, env_id)
-    if goal_layout(space) is not None:
+    if goal_sizes(space) is not None:
         return GoalObservation(env)
     if not needs_flattening(space):
         return env

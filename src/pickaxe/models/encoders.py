@@ -92,7 +92,7 @@ def encoder_for(space: gym.Space) -> tuple[nn.Module, int]:
         cnn = NatureCNN(tuple(space.shape))
         return cnn, cnn.features
     if isinstance(space, GoalBox):
-        n = space.layout.policy_features
+        n = space.policy_features
         return GoalEncoder(n), n
     if isinstance(space, gym.spaces.Box):
         n = int(np.prod(space.shape))

@@ -59,7 +59,7 @@ def _pointmaze_her_sac() -> TrainConfig:
         model=ModelConfig(hidden=(128, 128), activation="relu"),
         collector=CollectorConfig(steps=32),
         trainer=TrainerConfig(
-            total_steps=40_000, eval_every=4_000, eval_episodes=50, target_return=0.9, target_metric=SUCCESS
+            total_steps=24_000, eval_every=2_000, eval_episodes=50, target_return=0.9, target_metric=SUCCESS
         ),
     )  # fmt: skip
 
