@@ -68,10 +68,12 @@ def _import_env_module(module: str, env_id: str) -> None:
     try:
         importlib.import_module(module)
     except ImportError as e:
-        raise EnvError(
-            f"environment {env_id!r}: cannot import module {module!r} ({e}); fix: install it or add its folder "
-            "to PYTHONPATH"
-        ) from None
+        fix = (
+            "pip install 'pickaxe[goals]'"
+            if module == "gymnasium_robotics"
+            else "install it or add its folder to PYTHONPATH"
+        )
+        raise EnvError(f"environment {env_id!r}: cannot import module {module!r} ({e}); fix: {fix}") from None
 
 
 def check_env_id(env_id: str) -> None:
