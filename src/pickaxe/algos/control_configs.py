@@ -7,6 +7,9 @@ Update-to-data ratio: the Trainer collects ``collector.steps`` env steps (all en
 ``update``, which takes ``gradient_steps`` gradient steps, so a run makes ``gradient_steps / collector.steps``
 gradient steps per env step (SB3's ``train_freq=1, gradient_steps=1`` is ``collector.steps = num_envs = 1``,
 ``gradient_steps = 1``).
+
+Goal envs: ``her`` (``future``, ``final``, ``episode``) replaces the uniform replay with hindsight experience replay,
+``her_k`` relabelled goals per transition.
 """
 
 from __future__ import annotations
@@ -56,6 +59,12 @@ class SACConfig:
     """Clip the joint gradient norm of critics, actor and temperature (None: no clipping, as in the paper)."""
     log_std_min: float = ranged(-5.0, ge=-20, le=0)
     log_std_max: float = ranged(2.0, ge=0, le=20)
+    her: Literal["none", "future", "final", "episode"] = "none"
+    """Hindsight experience replay on a goal env (``pickaxe.data.hindsight``): the relabelling strategy, ``none`` for
+    the plain replay. Needs observations with ``observation``, ``achieved_goal`` and ``desired_goal``."""
+    her_k: int = ranged(4, ge=1, le=64)
+    """Hindsight goals per original transition: ``her_k`` of every ``her_k + 1`` sampled transitions are
+    relabelled."""
 
     def __post_init__(self) -> None:
         validate(self)
@@ -98,6 +107,12 @@ class TD3Config:
     """Two critics and the min of their targets (False: one critic, as DDPG)."""
     max_grad_norm: float | None = ranged(None, gt=0)
     """Clip the joint gradient norm of the critics and actor (None: no clipping)."""
+    her: Literal["none", "future", "final", "episode"] = "none"
+    """Hindsight experience replay on a goal env (``pickaxe.data.hindsight``): the relabelling strategy, ``none`` for
+    the plain replay. Needs observations with ``observation``, ``achieved_goal`` and ``desired_goal``."""
+    her_k: int = ranged(4, ge=1, le=64)
+    """Hindsight goals per original transition: ``her_k`` of every ``her_k + 1`` sampled transitions are
+    relabelled."""
 
     def __post_init__(self) -> None:
         validate(self)

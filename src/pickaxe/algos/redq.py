@@ -16,8 +16,11 @@ from torch import nn
 
 from pickaxe.algos.core import td_target
 from pickaxe.algos.extra_configs import REDQConfig
+from pickaxe.algos.hindsight import replay_for
 from pickaxe.algos.sac import SAC, temperature_loss
 from pickaxe.data.batch import Batch
+from pickaxe.data.buffers import ReplayBuffer
+from pickaxe.data.hindsight import HindsightReplay
 from pickaxe.models.continuous import ActionScale, QEnsemble, SquashedGaussianActor, box_action_dim, frozen
 from pickaxe.models.mlp import single_spaces
 
@@ -61,8 +64,9 @@ class REDQ(SAC):
         action_space: gym.Space,
         config: REDQConfig | None = None,
         seed: int = 0,
+        buffer: ReplayBuffer | HindsightReplay | None = None,
     ) -> None:
-        super().__init__(actor, critic, action_space, config or REDQConfig(), seed=seed)
+        super().__init__(actor, critic, action_space, config or REDQConfig(), seed=seed, buffer=buffer)
         self.subset_generator = torch.Generator().manual_seed(seed + 1)
 
     def _losses(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -140,4 +144,5 @@ def build_redq(config: REDQConfig, envs: Any, model: Any, device: torch.device, 
     ActionScale(action_space)  # refuses unbounded Boxes before anything is built
     actor = SquashedGaussianActor(obs_space, dim, hidden, activation, config.log_std_min, config.log_std_max)
     critic = QEnsemble(obs_space, dim, config.ensemble_size, hidden, activation)
-    return REDQ(actor.to(device), critic.to(device), action_space, config, seed=seed)
+    buffer = replay_for(config, envs, device, seed)
+    return REDQ(actor.to(device), critic.to(device), action_space, config, seed=seed, buffer=buffer)

@@ -23,8 +23,10 @@ from torch import nn
 from pickaxe.algos.base import Algorithm, clip_and_step
 from pickaxe.algos.control_configs import SACConfig
 from pickaxe.algos.core import adam, td_target
+from pickaxe.algos.hindsight import replay_for
 from pickaxe.data.batch import Batch
 from pickaxe.data.buffers import ReplayBuffer
+from pickaxe.data.hindsight import HINDSIGHT_KEYS, HindsightReplay
 from pickaxe.models.continuous import (
     ActionScale,
     CategoricalActor,
@@ -41,7 +43,15 @@ REPLAY_KEYS = ("obs", "action", "reward", "terminated", "next_obs")
 bootstrap)."""
 
 
-def minibatches_of_update(buffer: ReplayBuffer, batch_size: int, count: int) -> list[dict[str, torch.Tensor]]:
+def replay_keys(buffer: ReplayBuffer | HindsightReplay) -> tuple[str, ...]:
+    """The keys of a collected batch that ``buffer`` stores (a hindsight replay needs truncation too: it ends
+    episodes)."""
+    return HINDSIGHT_KEYS if isinstance(buffer, HindsightReplay) else REPLAY_KEYS
+
+
+def minibatches_of_update(
+    buffer: ReplayBuffer | HindsightReplay, batch_size: int, count: int
+) -> list[dict[str, torch.Tensor]]:
     """``count`` uniform minibatches of ``batch_size`` for one update, drawn in ONE sample of the replay (the buffer
     does not change within an update) and split into plain tensors: one replay index instead of ``count``."""
     data = buffer.sample(batch_size * count)
@@ -154,8 +164,8 @@ class _Learned(nn.Module):
 # -------------------------------------------------------------------------------------------------- the algorithm
 class SAC(Algorithm):
     """SAC for Box (squashed Gaussian) and Discrete (categorical) actions: stores each collected batch in a uniform
-    replay buffer, then takes ``gradient_steps`` gradient steps, each followed by a Polyak update of the target
-    critics."""
+    replay buffer (or ``buffer``: a ``HindsightReplay`` on goal envs), then takes ``gradient_steps`` gradient steps,
+    each followed by a Polyak update of the target critics."""
 
     def __init__(
         self,
@@ -164,6 +174,7 @@ class SAC(Algorithm):
         action_space: gym.Space,
         config: SACConfig | None = None,
         seed: int = 0,
+        buffer: ReplayBuffer | HindsightReplay | None = None,
     ) -> None:
         self.config = cfg = config or SACConfig()
         self.policy = SACPolicy(actor, action_space)
@@ -190,7 +201,8 @@ class SAC(Algorithm):
         else:
             self.learned.log_alpha.requires_grad_(False)
         self.optimizer = adam(groups, lr=cfg.lr)
-        self.buffer = ReplayBuffer(cfg.buffer_size, seed=seed, device=device)
+        self.buffer = buffer if buffer is not None else ReplayBuffer(cfg.buffer_size, seed=seed, device=device)
+        self.replay_keys = replay_keys(self.buffer)
         self.num_updates = 0
 
     def set_progress(self, step: int, total_steps: int) -> None:
@@ -244,7 +256,7 @@ class SAC(Algorithm):
     def update(self, batch: Batch) -> dict[str, float]:
         """Store ``batch``; once ``learning_starts`` steps are stored, take ``gradient_steps`` gradient steps."""
         cfg = self.config
-        self.buffer.extend(batch.select(*REPLAY_KEYS))
+        self.buffer.extend(batch.select(*self.replay_keys))
         if len(self.buffer) < max(cfg.learning_starts, 1):
             return {}
         groups = self.optimizer.param_groups
@@ -298,7 +310,8 @@ class SAC(Algorithm):
 
 def build_sac(config: SACConfig, envs: Any, model: Any, device: torch.device, seed: int) -> SAC:
     """SAC sized from ``envs``' spaces (Box actions: squashed Gaussian; Discrete: categorical) with ``model``'s
-    hidden sizes and activation for actor and critics; ``seed`` seeds the replay."""
+    hidden sizes and activation for actor and critics; ``seed`` seeds the replay (hindsight replay with
+    ``config.her``)."""
     obs_space, action_space = single_spaces(envs)
     hidden, activation = tuple(model.hidden), model.activation
     if isinstance(action_space, gym.spaces.Discrete):
@@ -310,4 +323,5 @@ def build_sac(config: SACConfig, envs: Any, model: Any, device: torch.device, se
         ActionScale(action_space)  # refuses unbounded Boxes before anything is built
         actor = SquashedGaussianActor(obs_space, dim, hidden, activation, config.log_std_min, config.log_std_max)
         critic = QEnsemble(obs_space, dim, 2, hidden, activation)
-    return SAC(actor.to(device), critic.to(device), action_space, config, seed=seed)
+    buffer = replay_for(config, envs, device, seed)
+    return SAC(actor.to(device), critic.to(device), action_space, config, seed=seed, buffer=buffer)

@@ -24,9 +24,11 @@ from torch import nn
 from pickaxe.algos.base import Algorithm, clip_and_step
 from pickaxe.algos.control_configs import DDPGConfig, TD3Config
 from pickaxe.algos.core import adam, td_target
-from pickaxe.algos.sac import REPLAY_KEYS, minibatches_of_update
+from pickaxe.algos.hindsight import replay_for
+from pickaxe.algos.sac import minibatches_of_update, replay_keys
 from pickaxe.data.batch import Batch
 from pickaxe.data.buffers import ReplayBuffer
+from pickaxe.data.hindsight import HindsightReplay
 from pickaxe.models.continuous import ActionScale, DeterministicActor, QEnsemble, box_action_dim, frozen, polyak
 from pickaxe.models.mlp import single_spaces
 
@@ -80,9 +82,9 @@ class _Learned(nn.Module):
 
 
 class TD3(Algorithm):
-    """TD3 (``TD3Config``) or DDPG (``DDPGConfig``): stores each collected batch in a uniform replay buffer, then
-    takes ``gradient_steps`` critic steps, with an actor step and a Polyak update of both targets every
-    ``policy_delay``-th."""
+    """TD3 (``TD3Config``) or DDPG (``DDPGConfig``): stores each collected batch in a uniform replay buffer (or
+    ``buffer``: a ``HindsightReplay`` on goal envs), then takes ``gradient_steps`` critic steps, with an actor step
+    and a Polyak update of both targets every ``policy_delay``-th."""
 
     def __init__(
         self,
@@ -91,6 +93,7 @@ class TD3(Algorithm):
         action_space: gym.spaces.Box,
         config: TD3Config | None = None,
         seed: int = 0,
+        buffer: ReplayBuffer | HindsightReplay | None = None,
     ) -> None:
         self.config = cfg = config or TD3Config()
         self.policy = TD3Policy(actor, action_space, cfg.exploration_noise)
@@ -105,7 +108,8 @@ class TD3(Algorithm):
             {"params": list(actor.parameters()), "lr": cfg.lr},
         ]
         self.optimizer = adam(groups, lr=cfg.lr)
-        self.buffer = ReplayBuffer(cfg.buffer_size, seed=seed, device=device)
+        self.buffer = buffer if buffer is not None else ReplayBuffer(cfg.buffer_size, seed=seed, device=device)
+        self.replay_keys = replay_keys(self.buffer)
         self.num_updates = 0
 
     def set_progress(self, step: int, total_steps: int) -> None:
@@ -137,7 +141,7 @@ class TD3(Algorithm):
     def update(self, batch: Batch) -> dict[str, float]:
         """Store ``batch``; once ``learning_starts`` steps are stored, take ``gradient_steps`` gradient steps."""
         cfg = self.config
-        self.buffer.extend(batch.select(*REPLAY_KEYS))
+        self.buffer.extend(batch.select(*self.replay_keys))
         if len(self.buffer) < max(cfg.learning_starts, 1):
             return {}
         self.optimizer.param_groups[0]["lr"] = cfg.critic_lr or cfg.lr
@@ -192,14 +196,15 @@ class TD3(Algorithm):
 
 def build_td3(config: TD3Config, envs: Any, model: Any, device: torch.device, seed: int) -> TD3:
     """TD3 (or DDPG, for a ``DDPGConfig``) sized from ``envs``' spaces with ``model``'s hidden sizes and activation;
-    ``seed`` seeds the replay. Needs a bounded Box action space."""
+    ``seed`` seeds the replay (hindsight replay with ``config.her``). Needs a bounded Box action space."""
     obs_space, action_space = single_spaces(envs)
     dim = box_action_dim(action_space)
     ActionScale(action_space)  # refuses unbounded Boxes before anything is built
     hidden, activation = tuple(model.hidden), model.activation
     actor = DeterministicActor(obs_space, dim, hidden, activation)
     critic = QEnsemble(obs_space, dim, 2 if config.twin else 1, hidden, activation)
-    return TD3(actor.to(device), critic.to(device), action_space, config, seed=seed)
+    buffer = replay_for(config, envs, device, seed)
+    return TD3(actor.to(device), critic.to(device), action_space, config, seed=seed, buffer=buffer)
 
 
 def build_ddpg(config: DDPGConfig, envs: Any, model: Any, device: torch.device, seed: int) -> TD3:

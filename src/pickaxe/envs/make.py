@@ -10,7 +10,7 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
 from pickaxe.envs.atari import BASE_KWARGS, atari_wrapper, is_atari
-from pickaxe.envs.spaces import adapt_observations, check_action_space
+from pickaxe.envs.spaces import GOAL_KEYS, GoalBox, SpaceError, adapt_observations, check_action_space
 from pickaxe.envs.state import Snapshot
 from pickaxe.errors import PickaxeError
 
@@ -68,10 +68,12 @@ def _import_env_module(module: str, env_id: str) -> None:
     try:
         importlib.import_module(module)
     except ImportError as e:
-        raise EnvError(
-            f"environment {env_id!r}: cannot import module {module!r} ({e}); fix: install it or add its folder "
-            "to PYTHONPATH"
-        ) from None
+        fix = (
+            "pip install 'pickaxe[goals]'"
+            if module == "gymnasium_robotics"
+            else "install it or add its folder to PYTHONPATH"
+        )
+        raise EnvError(f"environment {env_id!r}: cannot import module {module!r} ({e}); fix: {fix}") from None
 
 
 def check_env_id(env_id: str) -> None:
@@ -180,7 +182,13 @@ def spaces_of(env_id: str, env_kwargs: dict[str, Any] | None = None) -> tuple[gy
         envs.close()
 
 
-def check_env_spaces(env_id: str, env_kwargs: dict[str, Any] | None, algo: str | None) -> None:
-    """Make one env and check that its spaces fit the networks and ``algo`` (one-line ``SpaceError`` if not)."""
-    _, action_space = spaces_of(env_id, env_kwargs)  # making it checks the observation space
+def check_env_spaces(env_id: str, env_kwargs: dict[str, Any] | None, algo: str | None, goals: bool = False) -> None:
+    """Make one env and check that its spaces fit the networks and ``algo`` (one-line ``SpaceError`` if not);
+    ``goals``: that its observations are goal observations (hindsight replay needs them)."""
+    obs_space, action_space = spaces_of(env_id, env_kwargs)  # making it checks the observation space
     check_action_space(action_space, algo, env_id)
+    if goals and not isinstance(obs_space, GoalBox):
+        raise SpaceError(
+            f"hindsight replay needs goal observations (a Dict of {', '.join(GOAL_KEYS)}), environment {env_id!r} "
+            f"gives {obs_space}; fix: use --algo.her none or a goal env"
+        )

@@ -4,6 +4,10 @@ networks take, so every env a user names reaches the collector, the replay buffe
 Observations, adapted by ``pickaxe.envs.make`` with gymnasium's own wrappers:
 
 - ``Box``: unchanged (a rank-3 uint8 Box is an image: the networks put the Nature CNN on it);
+- a goal ``Dict`` (exactly ``observation``, ``achieved_goal`` and ``desired_goal``, Boxes of rank 1, the two goals
+  of one shape: gymnasium-robotics' ``GoalEnv``): ``GoalObservation`` makes it the float32 ``GoalBox``
+  ``[observation, desired_goal, achieved_goal]``; the networks read the observation and the desired goal, the
+  hindsight replay (``pickaxe.data.hindsight``) reads and rewrites the goals;
 - ``Discrete``: one-hot; ``MultiDiscrete``: concatenated one-hots; ``MultiBinary``: the bits; ``Dict`` and ``Tuple``
   (of any of these, nested): every part flattened and concatenated in gymnasium's order (``Dict`` keys sorted).
   All of them go through ``FlattenObservation`` then ``DtypeObservation(float32)``. An image inside a Dict or Tuple
@@ -95,17 +99,81 @@ def check_action_space(space: gym.Space, algo: str | None = None, env_id: str = 
         )
 
 
+GOAL_KEYS = ("observation", "desired_goal", "achieved_goal")
+"""The parts of a goal-conditioned observation, in the order ``GoalObservation`` lays them out."""
+
+
+def goal_sizes(space: gym.Space) -> tuple[int, int] | None:
+    """``(observation features, goal features)`` of a goal ``Dict`` observation space (see the module docstring), or
+    None for any other space."""
+    if not isinstance(space, spaces.Dict) or set(space.spaces) != set(GOAL_KEYS):
+        return None
+    parts = [space.spaces[k] for k in GOAL_KEYS]
+    if not all(isinstance(p, spaces.Box) and len(p.shape) == 1 for p in parts):
+        return None
+    if parts[1].shape != parts[2].shape:
+        return None
+    return int(parts[0].shape[0]), int(parts[1].shape[0])
+
+
+class GoalBox(spaces.Box):
+    """A flat goal observation ``[observation, desired_goal, achieved_goal]`` (float32): ``observation`` features,
+    then ``goal`` features of each goal (``pickaxe.data.hindsight.GoalLayout`` in the replay)."""
+
+    def __init__(self, low: np.ndarray, high: np.ndarray, observation: int, goal: int) -> None:
+        super().__init__(low, high, dtype=np.float32)
+        self.observation, self.goal = observation, goal
+
+    @property
+    def policy_features(self) -> int:
+        """What the networks read: the observation and the desired goal (the leading features)."""
+        return self.observation + self.goal
+
+    def __repr__(self) -> str:
+        return f"GoalBox(observation={self.observation}, goal={self.goal})"
+
+
+class GoalObservation(gym.ObservationWrapper):
+    """A goal ``Dict`` observation as one float32 vector ``[observation, desired_goal, achieved_goal]``
+    (``GoalBox``); the env's ``compute_reward`` is reached through ``unwrapped`` as before."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        sizes = goal_sizes(env.observation_space)
+        if sizes is None:
+            raise SpaceError(f"GoalObservation needs a Dict of {', '.join(GOAL_KEYS)}, got {env.observation_space}")
+        parts = [env.observation_space[k] for k in GOAL_KEYS]
+        with warnings.catch_warnings():  # float64 bounds cast to float32: expected
+            warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
+            low = np.concatenate([p.low for p in parts]).astype(np.float32)
+            high = np.concatenate([p.high for p in parts]).astype(np.float32)
+        self.observation_space = GoalBox(low, high, *sizes)
+
+    def observation(self, observation: dict[str, np.ndarray]) -> np.ndarray:
+        """The three parts concatenated, as float32."""
+        return goal_vector(observation)
+
+
+def goal_vector(observation: dict[str, np.ndarray]) -> np.ndarray:
+    """One goal Dict observation as ``GoalObservation`` lays it out: ``[observation, desired_goal, achieved_goal]``,
+    float32."""
+    return np.concatenate([np.asarray(observation[k], dtype=np.float32).reshape(-1) for k in GOAL_KEYS])
+
+
 def needs_flattening(space: gym.Space) -> bool:
     """Whether ``space`` must be flattened to a Box before a network sees it."""
     return not isinstance(space, spaces.Box)
 
 
 def adapt_observations(env: gym.Env) -> gym.Env:
-    """``env`` with observations a network takes: a Box as it is, any other space flattened to float32 (one-hot
-    for the discrete kinds) with ``FlattenObservation``; an unsupported space raises ``SpaceError``."""
+    """``env`` with observations a network takes: a Box as it is, a goal Dict as a ``GoalBox``
+    (``GoalObservation``), any other space flattened to float32 (one-hot for the discrete kinds) with
+    ``FlattenObservation``; an unsupported space raises ``SpaceError``."""
     space = env.observation_space
     env_id = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
     check_observation_space(space, env_id)
+    if goal_sizes(space) is not None:
+        return GoalObservation(env)
     if not needs_flattening(space):
         return env
     with warnings.catch_warnings():  # float64 bounds (of a Dict's parts) cast to float32: expected, not news

@@ -1,7 +1,7 @@
 """Capturing and restoring an environment's full state, so a resumed run continues mid-episode exactly.
 
-Supported exactly: gymnasium's classic-control and toy-text envs (their dynamics state is a handful of
-plain attributes), MuJoCo envs (``mj_getState`` with the full integration state) and ALE/Atari envs
+Supported exactly: gymnasium's classic-control and toy-text envs and ``pickaxe/PointGoal-v0`` (their dynamics state
+is a handful of plain attributes), MuJoCo envs (``mj_getState`` with the full integration state) and ALE/Atari envs
 (``cloneState(include_rng=True)``, serialized to bytes: emulator, RAM and sticky-action RNG), each through its
 wrappers (the Atari stack's max-pool buffers, life counters and frame-stack deque are wrapper attributes and are
 captured with them; the no-op count comes from the env's RNG, captured too). For every other
@@ -20,7 +20,7 @@ import numpy as np
 
 Support = Literal["exact", "deterministic"]
 _PLAIN = (bool, int, float, str, type(None), np.ndarray, np.generic)
-_CLASSIC_MODULES = ("gymnasium.envs.classic_control", "gymnasium.envs.toy_text")
+_CLASSIC_MODULES = ("gymnasium.envs.classic_control", "gymnasium.envs.toy_text", "pickaxe.envs.goals")
 # attributes that are configuration or rendering, never dynamics
 _SKIP = {"render_mode", "screen", "clock", "isopen", "spec", "metadata", "_saved_kwargs", "_cached_spec"}
 _DEQUE = "deque:"

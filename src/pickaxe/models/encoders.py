@@ -1,8 +1,9 @@
 """Observation encoders: the first stage of every classic-RL network, chosen from the observation space.
 
 A flat (or flattenable) Box goes through as a float vector; an image Box (rank 3, uint8) goes through the Nature
-CNN. Every network (actor-critic, Q-network, continuous-control actors and critics) puts its MLP on top of
-``encoder_for(space)``, so a new kind of observation is taught once, here.
+CNN; a goal observation (``GoalBox``: ``[observation, desired_goal, achieved_goal]``) goes through as its
+observation and desired goal, the achieved goal left out. Every network (actor-critic, Q-network, continuous-control
+actors and critics) puts its MLP on top of ``encoder_for(space)``, so a new kind of observation is taught once, here.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
+
+from pickaxe.envs.spaces import GoalBox
 
 
 def is_image_space(space: gym.Space) -> bool:
@@ -33,6 +36,18 @@ class FlatEncoder(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """``[B, *shape]`` -> ``[B, features]`` float32."""
         return obs.flatten(1).float()
+
+
+class GoalEncoder(nn.Module):
+    """A flat goal observation's leading ``features`` (the observation and the desired goal) as float32."""
+
+    def __init__(self, features: int) -> None:
+        super().__init__()
+        self.features = features
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """``[B, observation + 2 goal]`` -> ``[B, observation + goal]`` float32."""
+        return obs[:, : self.features].float()
 
 
 class NatureCNN(nn.Module):
@@ -68,13 +83,17 @@ class NatureCNN(nn.Module):
 
 
 def encoder_for(space: gym.Space) -> tuple[nn.Module, int]:
-    """``(encoder, features)`` for observations of ``space``: the Nature CNN for images, else the flattened Box.
+    """``(encoder, features)`` for observations of ``space``: the Nature CNN for images, the observation and desired
+    goal of a ``GoalBox``, else the flattened Box.
 
     Non-Box spaces (Discrete, MultiDiscrete, MultiBinary, Dict, Tuple) are flattened to a Box by ``pickaxe.envs.make``
     before they reach a network; handing one in here directly is refused with the fix."""
     if is_image_space(space):
         cnn = NatureCNN(tuple(space.shape))
         return cnn, cnn.features
+    if isinstance(space, GoalBox):
+        n = space.policy_features
+        return GoalEncoder(n), n
     if isinstance(space, gym.spaces.Box):
         n = int(np.prod(space.shape))
         return FlatEncoder(n), n

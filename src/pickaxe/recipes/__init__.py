@@ -8,6 +8,7 @@ from typing import Any
 from pickaxe.errors import PickaxeError
 from pickaxe.recipes.classic import CLASSIC_RECIPES
 from pickaxe.recipes.explore import EXPLORE_RECIPES
+from pickaxe.recipes.goals import GOAL_RECIPES
 from pickaxe.recipes.llm import LLM_RECIPES  # configs only: loads no LLM libraries
 from pickaxe.recipes.multiagent import MULTIAGENT_RECIPES
 from pickaxe.recipes.offline import OFFLINE_RECIPES
@@ -18,6 +19,7 @@ __all__ = ["RECIPES", "Recipe", "RecipeError", "get_recipe"]
 RECIPES: dict[str, Recipe] = {
     **CLASSIC_RECIPES,
     **EXPLORE_RECIPES,
+    **GOAL_RECIPES,
     **OFFLINE_RECIPES,
     **MULTIAGENT_RECIPES,
     **LLM_RECIPES,

@@ -20,7 +20,7 @@ from torch import nn
 
 from pickaxe.algos.base import Algorithm
 from pickaxe.envs.make import make, split_env_id
-from pickaxe.envs.spaces import adapt_observations
+from pickaxe.envs.spaces import GoalBox, adapt_observations, goal_vector
 from pickaxe.errors import PickaxeError
 from pickaxe.models.recurrent import is_recurrent
 from pickaxe.runs.model import checkpoint_choice, load_model
@@ -110,7 +110,9 @@ class ClassicPolicy:
         if raw is not self.observation_space and not flat_already:
             single = raw.contains(obs) if not isinstance(obs, list) else False
             items = [obs] if single else list(obs)
-            flat = np.stack([gym.spaces.flatten(raw, o) for o in items]).astype(np.float32)
+            goals = isinstance(self.observation_space, GoalBox)  # laid out by GoalObservation, not in key order
+            flat = np.stack([goal_vector(o) if goals else gym.spaces.flatten(raw, o) for o in items])
+            flat = flat.astype(np.float32)
             return flat, single
         array = np.asarray(obs, dtype=np.float32)
         if array.shape == shape:

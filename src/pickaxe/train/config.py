@@ -40,7 +40,9 @@ class TrainerConfig:
     """Env steps between evaluations (0: only at the end)."""
     eval_episodes: int = ranged(10, ge=1)
     target_return: float | None = None
-    """The eval mean return that counts as solved (recorded as ``solved_step``); None: no target."""
+    """The value of ``target_metric`` that counts as solved (recorded as ``solved_step``); None: no target."""
+    target_metric: str = "eval/return_mean"
+    """The eval metric ``target_return`` is a value of (goal envs: ``eval/success_rate``)."""
     stop_at_target: bool = True
     """Stop at the first evaluation that reaches ``target_return`` (False: train on, still record when)."""
     log_every: int = ranged(0, ge=0)
@@ -397,7 +399,14 @@ class TrainConfig(RunConfig):
         check_env_id(self.env.id)
         from pickaxe.envs.make import check_env_spaces
 
-        check_env_spaces(self.env.id, self.env.kwargs, self.algo_name())  # spaces a network and the algo can take
+        her = getattr(self.algo, "her", "none")
+        if her != "none" and self.warm_start.run is not None:
+            raise ConfigError(
+                f"--algo.her {her} cannot start from an offline run's datasets (they hold no episodes per env): drop "
+                "--warm-start.run or use --algo.her none"
+            )
+        # spaces a network and the algo can take (goal observations for hindsight replay)
+        check_env_spaces(self.env.id, self.env.kwargs, self.algo_name(), goals=her != "none")
         self.check_data()
         self.check_warm_start()
         self.dist.check(llm=False)

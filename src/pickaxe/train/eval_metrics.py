@@ -64,13 +64,31 @@ def offline_metrics(cfg: Any) -> set[str]:
         return set()
 
 
+GOALS = ("eval/success_rate",)
+"""``EnvEvaluator``'s metric on envs that report ``info["is_success"]`` (goal envs)."""
+
+
+def goal_metrics(cfg: Any) -> set[str]:
+    """A hindsight-replay run's success rate (``--algo.her``: its env is a goal env, whose episodes report success).
+    Other classic runs on goal envs log it too: ``check_logged_metric`` makes the env to see, when asked for it."""
+    return set(GOALS) if getattr(cfg.algo, "her", "none") != "none" else set()
+
+
+def on_goal_env(cfg: Any) -> bool:
+    """Whether a classic run's env gives goal observations (its episodes report success); made here and closed."""
+    from pickaxe.envs.make import spaces_of
+    from pickaxe.envs.spaces import GoalBox
+
+    return cfg.KIND == "classic" and isinstance(spaces_of(cfg.env.id, cfg.env.kwargs)[0], GoalBox)
+
+
 def eval_metric_names(cfg: Any) -> tuple[set[str], tuple[str, ...]]:
     """The ``eval/`` metrics the run of ``cfg`` logs at every evaluation: exact names, and prefixes any name under
     which is logged (an agent run's per-term metrics, whose names its tools decide)."""
     if cfg.KIND == "classic":
         if getattr(type(cfg.algo), "multiagent", False):  # MultiAgentEvaluator: the total and each agent's return
             return set(CLASSIC), ("eval/agent/",)
-        return set(CLASSIC) | offline_metrics(cfg), ()
+        return set(CLASSIC) | offline_metrics(cfg) | goal_metrics(cfg), ()
     algo, name = cfg.algo, cfg.algo_name()
     if name == "rm":
         return set(REWARD_MODEL), ()
@@ -95,12 +113,23 @@ def eval_metric_names(cfg: Any) -> tuple[set[str], tuple[str, ...]]:
 
 
 def check_select_metric(cfg: Any) -> None:
-    """``--select.metric`` names a metric the run logs at its evaluations (``ConfigError`` listing them otherwise)."""
-    metric = cfg.select.metric
+    """``--select.metric`` and (with a target) ``--trainer.target-metric`` name metrics the run logs at its
+    evaluations (``ConfigError`` listing them otherwise)."""
+    check_logged_metric(cfg, cfg.select.metric, "--select.metric")
+    trainer = getattr(cfg, "trainer", None)
+    if trainer is not None and trainer.target_return is not None:
+        check_logged_metric(cfg, trainer.target_metric, "--trainer.target-metric")
+
+
+def check_logged_metric(cfg: Any, metric: str | None, flag: str) -> None:
+    """``metric`` (given by ``flag``) is one the run logs at its evaluations (``ConfigError`` listing them
+    otherwise)."""
     if metric is None:
         return
     names, prefixes = eval_metric_names(cfg)
     if metric in names or any(metric.startswith(p) for p in prefixes):
+        return
+    if metric in GOALS and on_goal_env(cfg):
         return
     import difflib
 
@@ -108,5 +137,5 @@ def check_select_metric(cfg: Any) -> None:
     hint = f"did you mean {close[0]!r}? " if close else ""
     shown = ", ".join(sorted(names)) + "".join(f", {p}*" for p in prefixes)
     raise ConfigError(
-        f"--select.metric {metric!r} is not a metric this run logs at its evaluations; {hint}this run logs: {shown}"
+        f"{flag} {metric!r} is not a metric this run logs at its evaluations; {hint}this run logs: {shown}"
     )

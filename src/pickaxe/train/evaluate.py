@@ -16,6 +16,23 @@ from pickaxe.eval.stats import stratified_bootstrap_ci, wilson_interval
 from pickaxe.models.policy import Policy, rollout_act
 from pickaxe.models.recurrent import is_recurrent
 
+SUCCESS_KEYS = ("is_success", "success")
+"""The info keys that report an episode's success (gymnasium-robotics: Fetch's ``is_success``, the mazes'
+``success``), read at the episode's last step."""
+
+
+def step_success(info: dict, done: np.ndarray, same_step: bool) -> np.ndarray | None:
+    """Each sub-env's success flag at its last step where ``done`` (NaN where the env reported none), from the
+    vector env's ``info`` (with ``SAME_STEP`` autoreset the last step's info is ``final_info``); None when no sub-env
+    reports one."""
+    source = info.get("final_info", {}) if same_step else info
+    for key in SUCCESS_KEYS:
+        if key in source:
+            values = np.asarray(source[key], dtype=np.float64).reshape(-1)
+            reported = np.asarray(source.get("_" + key, np.ones_like(done)), dtype=bool).reshape(-1)
+            return np.where(reported & done, values, np.nan)
+    return None
+
 
 def evaluate(
     policy: Policy,
@@ -24,7 +41,20 @@ def evaluate(
     device: str | torch.device = "cpu",
     deterministic: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Run ``episodes`` full episodes and return their ``(returns, lengths)``.
+    """Run ``episodes`` full episodes and return their ``(returns, lengths)`` (:func:`evaluate_episodes`)."""
+    out = evaluate_episodes(policy, envs, episodes, device, deterministic)
+    return out["return"], out["length"]
+
+
+def evaluate_episodes(
+    policy: Policy,
+    envs: gym.vector.VectorEnv,
+    episodes: int = 10,
+    device: str | torch.device = "cpu",
+    deterministic: bool = True,
+) -> dict[str, np.ndarray]:
+    """Run ``episodes`` full episodes: their ``return`` and ``length``, and ``success`` (1.0 or 0.0, from
+    ``info["is_success"]`` or ``info["success"]`` at the last step) when the env reports it.
 
     Episodes are split evenly over the sub-envs and each sub-env runs exactly its share, so short
     episodes are not over-represented. A ``SeededVectorEnv`` is re-seeded every call, which makes an
@@ -41,6 +71,7 @@ def evaluate(
     done_count = np.zeros(n, dtype=np.int64)
     returns: list[float] = []
     lengths: list[int] = []
+    successes: list[float] = []
     device = torch.device(device)
     state = policy.initial_state(n, device) if is_recurrent(policy) else None  # its own, not the collector's
     with torch.no_grad():
@@ -54,14 +85,16 @@ def evaluate(
             act_np = action.cpu().numpy()
             if clip is not None:
                 act_np = np.clip(act_np, *clip)
-            obs, reward, term, trunc, _ = envs.step(act_np)
+            obs, reward, term, trunc, info = envs.step(act_np)
             ep_ret += reward
             ep_len += 1
             done = term | trunc
+            success = step_success(info, done, same_step) if np.count_nonzero(done) else None
             for i in np.flatnonzero(done):
                 if done_count[i] < quota[i]:
                     returns.append(float(ep_ret[i]))
                     lengths.append(int(ep_len[i]))
+                    successes.append(float("nan") if success is None else float(success[i]))
                 done_count[i] += 1
             ep_ret[done], ep_len[done] = 0.0, 0
             if state is not None and np.count_nonzero(done):
@@ -69,7 +102,10 @@ def evaluate(
             if not same_step and np.count_nonzero(done):
                 reset_obs, _ = envs.reset(options={"reset_mask": done})
                 obs = np.where(done.reshape(-1, *[1] * (np.ndim(obs) - 1)), reset_obs, obs)
-    return np.array(returns), np.array(lengths)
+    out = {"return": np.array(returns), "length": np.array(lengths)}
+    if successes and not np.isnan(successes).all():
+        out["success"] = np.nan_to_num(np.array(successes), nan=0.0)  # an episode that reports none did not succeed
+    return out
 
 
 BOOTSTRAP_REPS = 2000

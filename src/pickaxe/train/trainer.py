@@ -23,6 +23,7 @@ from pickaxe.algos.base import Algorithm, all_finite, first_nonfinite
 from pickaxe.errors import CheckpointError, NonFiniteError, PickaxeError
 from pickaxe.eval.alarms import AlarmConfig, AlarmMonitor
 from pickaxe.eval.selection import SelectConfig, candidates_from_records, resolve_metric, select_best
+from pickaxe.eval.stats import wilson_interval
 from pickaxe.faults import fault_point
 from pickaxe.rollout.collector import Collector
 from pickaxe.runs.checkpoint import CheckpointInfo, CheckpointManager, no_checkpoint_error
@@ -32,7 +33,7 @@ from pickaxe.runs.policies import list_policies, prune_policies, save_policy
 from pickaxe.runs.run import Run
 from pickaxe.runs.tracking import read_metrics
 from pickaxe.train.config import TrainerConfig
-from pickaxe.train.evaluate import evaluate, mean_ci
+from pickaxe.train.evaluate import evaluate_episodes, mean_ci
 from pickaxe.train.overrides import Override, OverrideLog, mutable_keys
 from pickaxe.utils import get_rng_state, seed_everything, set_rng_state, set_torch_threads
 
@@ -78,7 +79,8 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 
 METRIC = "eval/return_mean"
-"""The eval metric that decides ``best_eval_return``, ``target_return`` and the best checkpoints."""
+"""The eval metric that decides ``best_eval_return`` and the best checkpoints (``target_return`` is a value of
+``trainer.target_metric``, by default this one)."""
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 """Signals that make ``fit`` checkpoint at the next iteration boundary and stop (a second one aborts)."""
 
@@ -97,22 +99,33 @@ class EnvEvaluator:
         self.device = device
 
     def samples(self, algo: Algorithm) -> dict[str, np.ndarray]:
-        """Per-episode ``return`` and ``length`` of ``algo.policy`` with ``deterministic=True``."""
-        returns, lengths = evaluate(algo.policy, self.envs, self.episodes, self.device)
-        return {"return": returns, "length": lengths}
+        """Per-episode ``return`` and ``length`` of ``algo.policy`` with ``deterministic=True``, and ``success`` when
+        the env reports it (goal envs' ``info["is_success"]``)."""
+        return evaluate_episodes(algo.policy, self.envs, self.episodes, self.device)
 
     def __call__(self, algo: Algorithm) -> dict[str, float]:
-        """Evaluate ``algo.policy`` with ``deterministic=True``."""
+        """Evaluate ``algo.policy`` with ``deterministic=True``; ``eval/success_rate`` (with its Wilson 95% CI) when
+        the env reports success."""
         values = self.samples(algo)
         returns, lengths = values["return"], values["length"]
         low, high = mean_ci(returns)
-        return {
+        out = {
             "eval/return_mean": float(returns.mean()),
             "eval/return_mean_ci_low": low,
             "eval/return_mean_ci_high": high,
             "eval/return_std": float(returns.std()),
             "eval/length_mean": float(lengths.mean()),
         }
+        if "success" in values:
+            out.update(success_metrics(values["success"]))
+        return out
+
+
+def success_metrics(success: np.ndarray) -> dict[str, float]:
+    """``eval/success_rate`` of per-episode successes (1.0 or 0.0) with its Wilson 95% CI."""
+    hits, n = int(np.sum(success)), len(success)
+    low, high = wilson_interval(hits, n)
+    return {"eval/success_rate": hits / max(n, 1), "eval/success_rate_ci_low": low, "eval/success_rate_ci_high": high}
 
 
 class Trainer:
@@ -345,8 +358,10 @@ class Trainer:
             result.eval_return = metric
             improved = result.best_eval_return is None or metric > result.best_eval_return
             result.best_eval_return = max(metric, result.best_eval_return or -float("inf"))
-            if cfg.target_return is not None and metric >= cfg.target_return and result.solved_step is None:
-                result.solved_step, result.solved_wall_s = self.step, self._trained_s(elapsed)
+        target = record.get(cfg.target_metric) if evaluated else None
+        reached = target is not None and cfg.target_return is not None and target >= cfg.target_return
+        if reached and result.solved_step is None:
+            result.solved_step, result.solved_wall_s = self.step, self._trained_s(elapsed)
         due = cfg.save_every > 0 and self.step >= self._next_save
         if due:
             while self._next_save <= self.step:
