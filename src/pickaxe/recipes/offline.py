@@ -11,7 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from pickaxe.algos.offline_configs import BCConfig, BCQConfig, CQLConfig, CRRConfig, IQLConfig, TD3BCConfig
+from pickaxe.algos.offline_configs import (
+    BCConfig,
+    BCQConfig,
+    CQLConfig,
+    CQLOnlineConfig,
+    CRRConfig,
+    IQLConfig,
+    IQLOnlineConfig,
+    TD3BCConfig,
+)
 from pickaxe.recipes.recipe import Recipe
 from pickaxe.train.config import CollectorConfig, EnvConfig, ModelConfig, TrainConfig, TrainerConfig
 
@@ -28,6 +37,29 @@ def _offline(recipe: str, algo: Any, env_id: str, gradient_steps: int, evals: in
         collector=CollectorConfig(steps=2048),
         trainer=TrainerConfig(total_steps=total, eval_every=total // evals, eval_episodes=10),
     )
+
+
+def _online(recipe: str, algo: Any, env_id: str) -> TrainConfig:
+    """An offline algorithm trained online (``--warm-start.run`` an offline run of it): 4 envs, 32-step collects, 16
+    gradient steps of 256 replay transitions after each (half a step per env step, as pendulum-sac), 10,000 env
+    steps, an evaluation of 10 episodes every 1,000 (the offline recipes' evaluation, so a warm start's step-0
+    evaluation repeats the offline run's last one)."""
+    return TrainConfig(
+        recipe=recipe,
+        algo=algo,
+        env=EnvConfig(id=env_id, num_envs=4, eval_envs=10),
+        model=ModelConfig(hidden=(64, 64), activation="relu"),
+        collector=CollectorConfig(steps=32),
+        trainer=TrainerConfig(total_steps=10_000, eval_every=1_000, eval_episodes=10),
+    )
+
+
+def _iql_online() -> IQLOnlineConfig:
+    return IQLOnlineConfig(lr=1e-3, buffer_size=100_000, gradient_steps=16)
+
+
+def _cql_online() -> CQLOnlineConfig:
+    return CQLOnlineConfig(lr=1e-3, buffer_size=100_000, gradient_steps=16)
 
 
 OFFLINE_RECIPES: dict[str, Recipe] = {
@@ -82,6 +114,26 @@ OFFLINE_RECIPES: dict[str, Recipe] = {
             "pendulum-crr",
             "CRR (exp weights, V from 4 policy samples) on a Pendulum-v1 dataset (--data.dataset DIR)",
             lambda: _offline("pendulum-crr", CRRConfig(lr=1e-3), "Pendulum-v1", 2_000),
+        ),
+        Recipe(
+            "cartpole-iql-online",
+            "IQL trained online on CartPole-v1, replay seeded from the dataset (--warm-start.run a cartpole-iql run)",
+            lambda: _online("cartpole-iql-online", _iql_online(), "CartPole-v1"),
+        ),
+        Recipe(
+            "cartpole-cql-online",
+            "Discrete CQL trained online on CartPole-v1, penalty kept (--warm-start.run a cartpole-cql run)",
+            lambda: _online("cartpole-cql-online", _cql_online(), "CartPole-v1"),
+        ),
+        Recipe(
+            "pendulum-iql-online",
+            "IQL trained online on Pendulum-v1, replay seeded from the dataset (--warm-start.run a pendulum-iql run)",
+            lambda: _online("pendulum-iql-online", _iql_online(), "Pendulum-v1"),
+        ),
+        Recipe(
+            "pendulum-cql-online",
+            "CQL(H) on SAC trained online on Pendulum-v1, penalty kept (--warm-start.run a pendulum-cql run)",
+            lambda: _online("pendulum-cql-online", _cql_online(), "Pendulum-v1"),
         ),
     )
 }

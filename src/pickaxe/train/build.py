@@ -52,6 +52,8 @@ ALGORITHMS: dict[str, str] = {
     "td3-bc": "pickaxe.algos.td3_bc:build_td3_bc",
     "iql": "pickaxe.algos.iql:build_iql",
     "cql": "pickaxe.algos.cql:build_cql",
+    "iql-online": "pickaxe.algos.offline_online:build_iql_online",
+    "cql-online": "pickaxe.algos.offline_online:build_cql_online",
     "reinforce": "pickaxe.algos.reinforce:build_reinforce",
     "npg": "pickaxe.algos.trpo:build_npg",
     "trpo": "pickaxe.algos.trpo:build_trpo",
@@ -144,6 +146,7 @@ def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = Fal
         progress=progress,
         torch_threads=cfg.torch_threads,
         select=cfg.select,
+        eval_at_start=cfg.warm_start.run is not None,
     )
 
 

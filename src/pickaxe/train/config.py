@@ -22,7 +22,17 @@ from pickaxe.algos.extra_configs import (
     ReinforceConfig,
     TRPOConfig,
 )
-from pickaxe.algos.offline_configs import BCConfig, BCQConfig, CQLConfig, CRRConfig, IQLConfig, TD3BCConfig, is_offline
+from pickaxe.algos.offline_configs import (
+    BCConfig,
+    BCQConfig,
+    CQLConfig,
+    CQLOnlineConfig,
+    CRRConfig,
+    IQLConfig,
+    IQLOnlineConfig,
+    TD3BCConfig,
+    is_offline,
+)
 from pickaxe.config_keys import check_field, ranged, validate
 from pickaxe.errors import ConfigError
 from pickaxe.eval.selection import SelectConfig
@@ -144,9 +154,13 @@ class DataConfig:
         self.mix = tuple(str(Path(p).absolute()) for p in self.mix)
 
 
-WARM_STARTS: dict[str, tuple[str, ...]] = {"td3": ("td3-bc",)}
+WARM_STARTS: dict[str, tuple[str, ...]] = {"td3": ("td3-bc",), "iql-online": ("iql",), "cql-online": ("cql",)}
 """Online algorithm -> the offline algorithms whose runs ``--warm-start.run`` continues with it (the same networks
-under the same names, so every weight carries over: TD3+BC's actor, twin critics and targets are TD3's)."""
+under the same names, so every weight carries over: TD3+BC's actor, twin critics and targets are TD3's; IQL and CQL
+continue as themselves, trained online)."""
+CONTINUES_TRAINING = ("iql-online", "cql-online")
+"""Online algorithms that are their offline algorithm trained online: they continue its whole training state
+(optimizer moments, temperature), read from the offline run's final checkpoint, not only its weights."""
 
 
 @dataclass
@@ -337,6 +351,8 @@ class TrainConfig(RunConfig):
         "td3-bc": TD3BCConfig,
         "iql": IQLConfig,
         "cql": CQLConfig,
+        "iql-online": IQLOnlineConfig,
+        "cql-online": CQLOnlineConfig,
         "reinforce": ReinforceConfig,
         "npg": NPGConfig,
         "trpo": TRPOConfig,
@@ -428,6 +444,11 @@ class TrainConfig(RunConfig):
             )
         if not (run / "model.safetensors").is_file():
             raise ConfigError(f"--warm-start.run {run} has not finished (no model.safetensors): `pickaxe resume` it")
+        if name in CONTINUES_TRAINING and not (run / "checkpoints" / "latest").exists():
+            raise ConfigError(
+                f"--warm-start.run {run} keeps no checkpoint, whose optimizer state {name} continues: give a run "
+                "folder with its checkpoints/"
+            )
         env_id = source.get("env", {}).get("id")
         if env_id != self.env.id:
             raise ConfigError(
