@@ -22,7 +22,7 @@ from pickaxe.algos.offline_configs import (
     TD3BCConfig,
 )
 from pickaxe.recipes.recipe import Recipe
-from pickaxe.train.config import CollectorConfig, EnvConfig, ModelConfig, TrainConfig, TrainerConfig
+from pickaxe.train.config import CollectorConfig, DataConfig, EnvConfig, ModelConfig, TrainConfig, TrainerConfig
 
 
 def _offline(recipe: str, algo: Any, env_id: str, gradient_steps: int, evals: int = 5) -> TrainConfig:
@@ -36,6 +36,7 @@ def _offline(recipe: str, algo: Any, env_id: str, gradient_steps: int, evals: in
         model=ModelConfig(hidden=(64, 64), activation="relu"),
         collector=CollectorConfig(steps=2048),
         trainer=TrainerConfig(total_steps=total, eval_every=total // evals, eval_episodes=10),
+        data=DataConfig(make="medium"),  # without --data.dataset: the env's medium dataset, made once and cached
     )
 
 

@@ -202,6 +202,15 @@ def build_offline_trainer(cfg: TrainConfig, run: Run | None = None, progress: bo
     device = resolve_device(cfg.device)
     paths = [cfg.data.dataset, *cfg.data.mix]
     transitions = read_mixed(paths)
+    if run is not None:  # where the data came from, in the run (a dataset pickaxe made: its source run and weights)
+        meta = transitions.metadata
+        run.event(
+            f"dataset {cfg.data.dataset}: {len(transitions)} transitions",
+            echo=False,
+            datasets=paths,
+            source=meta.get("pickaxe_source"),
+            collect=meta.get("pickaxe_collect"),
+        )
     e = cfg.env
     eval_envs = make(e.id, max(e.eval_envs, 1), seeds["eval_env"], "sync", evaluation=True, **e.kwargs)
     try:

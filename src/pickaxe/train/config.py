@@ -143,6 +143,12 @@ class DataConfig:
     mix: tuple[str, ...] = ()
     """More datasets whose transitions join --data.dataset's, sampled as one (e.g. medium-expert: --data.dataset
     EXPERT --data.mix MEDIUM); the first dataset's random/expert references score the run."""
+    make: Literal["expert", "medium", "random"] | None = None
+    """Without --data.dataset: the dataset of this kind made from pickaxe's own source run of the env (CartPole:
+    cartpole-ppo; Pendulum: pendulum-sac; Hopper: hopper-ppo; HalfCheetah: halfcheetah-sac; seed 0), made once and
+    cached under $PICKAXE_DATASETS (default ~/.cache/pickaxe/datasets), keyed by env, kind and the source's settings."""
+    source_steps: int | None = ranged(None, ge=1)
+    """Env steps of the source run that --data.make trains (None: its recipe's budget, stopping at its target)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.mix, str):
@@ -471,16 +477,16 @@ class TrainConfig(RunConfig):
         ``collector.steps`` a multiple of ``algo.batch_size``; online ones take no dataset."""
         d = self.data
         if not is_offline(self.algo):
-            if d.dataset is not None or d.mix:
+            if d.dataset is not None or d.mix or d.make is not None:
                 raise ConfigError(
-                    "--data.dataset is for the offline algorithms (bc, td3-bc, iql, cql, bcq, crr); "
-                    f"{self.algo_name()} learns from the env: drop --data.dataset"
+                    "--data.dataset and --data.make are for the offline algorithms (bc, td3-bc, iql, cql, bcq, crr); "
+                    f"{self.algo_name()} learns from the env: drop --data.dataset (and --data.make)"
                 )
             return
-        if d.dataset is None:
+        if d.dataset is None and d.make is None:
             raise ConfigError(
                 f"{self.algo_name()} learns from a dataset: add --data.dataset DIR (`pickaxe collect RUN --episodes N "
-                "--out DIR` makes one from a run's policy)"
+                "--out DIR` makes one from a run's policy) or --data.make expert|medium|random"
             )
         if self.dist.learners > 1 or self.dist.placement != "colocated":
             raise ConfigError(
@@ -496,7 +502,8 @@ class TrainConfig(RunConfig):
         from pickaxe.offline.dataset import check_fits, verify
 
         obs_space, action_space = spaces_of(self.env.id, self.env.kwargs)
-        for path in (d.dataset, *d.mix):
+        made = () if d.dataset is None else (d.dataset,)  # --data.make: made (and checked) once the config is
+        for path in (*made, *d.mix):
             verify(path)
             check_fits(path, obs_space, action_space, self.env.id)
 
