@@ -58,3 +58,18 @@ def test_no_dataset_for_an_env_without_a_source_is_one_line(
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "pickaxe makes datasets of CartPole-v1" in err and "not of Acrobot-v1: give --data.dataset DIR" in err
     assert not (tmp_path / "never").exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["hopper-iql", "halfcheetah-td3-bc"])
+def test_a_mujoco_offline_recipe_makes_its_dataset_and_trains(
+    recipe: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("mujoco")
+    monkeypatch.setenv("PICKAXE_DATASETS", str(tmp_path / "cache"))
+    tiny = ["--data.source-steps", "2048", "--trainer.total-steps", "1024", "--trainer.eval-every", "1024"]
+    tiny += ["--trainer.eval-episodes", "1", "--env.eval-envs", "1", "--collector.steps", "512", "--no-progress"]
+    assert main(["train", recipe, *tiny, "--run-dir", str(tmp_path / "run")]) == 0
+    data = read(next((tmp_path / "cache").glob("*-medium-*")))
+    assert data.metadata["pickaxe_source"]["recipe"] == {"hopper-iql": "hopper-ppo"}.get(recipe, "halfcheetah-sac")
+    assert data.metadata["pickaxe_collect"]["noise"] == 0.5

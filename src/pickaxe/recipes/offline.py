@@ -1,10 +1,12 @@
-"""Offline-RL recipes: behaviour cloning, TD3+BC, IQL, CQL, discrete BCQ and CRR on CartPole and Pendulum datasets
-(torch-free).
+"""Offline-RL recipes: behaviour cloning, TD3+BC, IQL, CQL, discrete BCQ and CRR on CartPole and Pendulum datasets,
+IQL and TD3+BC on Hopper and HalfCheetah datasets, and IQL and CQL trained online to continue them (torch-free).
 
-Each needs ``--data.dataset DIR``: a dataset ``pickaxe collect`` made from one of pickaxe's own runs (expert: the
+Each takes ``--data.dataset DIR``: a dataset ``pickaxe collect`` made from one of pickaxe's own runs (expert: the
 run's final policy; medium: ``--epsilon``/``--noise`` or an earlier step; random: ``--epsilon 1``), or any Minari
-dataset of the same env. ``trainer.total_steps`` counts transitions sampled: ``total_steps / algo.batch_size``
-gradient steps. ``benchmarks/offline.py`` makes the datasets and measures these recipes over seeds (docs/offline.md).
+dataset of the same env; without it, the ``--data.make`` kind (medium) of the env's dataset, made once from a source
+run and cached (``recipes/datasets.py``). ``trainer.total_steps`` counts transitions sampled: ``total_steps /
+algo.batch_size`` gradient steps. ``benchmarks/offline.py`` makes the datasets and measures these recipes over seeds
+(docs/offline.md).
 """
 
 from __future__ import annotations
@@ -38,6 +40,17 @@ def _offline(recipe: str, algo: Any, env_id: str, gradient_steps: int, evals: in
         trainer=TrainerConfig(total_steps=total, eval_every=total // evals, eval_episodes=10),
         data=DataConfig(make="medium"),  # without --data.dataset: the env's medium dataset, made once and cached
     )
+
+
+def _mujoco(recipe: str, algo: Any, env_id: str, source_steps: int) -> TrainConfig:
+    """An offline run on a MuJoCo dataset at a CPU budget: 256x256 relu nets (D4RL's), 10,000 gradient steps of 256
+    (the papers take 1M), five evaluations of 5 episodes; without --data.dataset the medium dataset of a source run
+    of ``source_steps`` env steps."""
+    cfg = _offline(recipe, algo, env_id, 10_000)
+    cfg.env.eval_envs, cfg.trainer.eval_episodes = 5, 5
+    cfg.model.hidden = (256, 256)
+    cfg.data = DataConfig(make="medium", source_steps=source_steps)
+    return cfg
 
 
 def _online(recipe: str, algo: Any, env_id: str) -> TrainConfig:
@@ -115,6 +128,26 @@ OFFLINE_RECIPES: dict[str, Recipe] = {
             "pendulum-crr",
             "CRR (exp weights, V from 4 policy samples) on a Pendulum-v1 dataset (--data.dataset DIR)",
             lambda: _offline("pendulum-crr", CRRConfig(lr=1e-3), "Pendulum-v1", 2_000),
+        ),
+        Recipe(
+            "hopper-iql",
+            "IQL on a Hopper-v5 dataset (mujoco; default: the medium dataset of a 300k-step hopper-ppo); CPU budget",
+            lambda: _mujoco("hopper-iql", IQLConfig(lr=3e-4), "Hopper-v5", 300_000),
+        ),
+        Recipe(
+            "hopper-td3-bc",
+            "TD3+BC on a Hopper-v5 dataset (mujoco; default: the medium dataset of a 300k-step hopper-ppo); CPU budget",
+            lambda: _mujoco("hopper-td3-bc", TD3BCConfig(lr=3e-4), "Hopper-v5", 300_000),
+        ),
+        Recipe(
+            "halfcheetah-iql",
+            "IQL on a HalfCheetah-v5 dataset (mujoco; default: the medium dataset of halfcheetah-sac); CPU budget",
+            lambda: _mujoco("halfcheetah-iql", IQLConfig(lr=3e-4), "HalfCheetah-v5", 100_000),
+        ),
+        Recipe(
+            "halfcheetah-td3-bc",
+            "TD3+BC on a HalfCheetah-v5 dataset (mujoco; default: the medium dataset of halfcheetah-sac); CPU budget",
+            lambda: _mujoco("halfcheetah-td3-bc", TD3BCConfig(lr=3e-4), "HalfCheetah-v5", 100_000),
         ),
         Recipe(
             "cartpole-iql-online",
