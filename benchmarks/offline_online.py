@@ -11,6 +11,7 @@ episodes).
 Usage::
 
     python benchmarks/offline_online.py --out runs/offline-bench --seeds 3 --envs pendulum
+    python benchmarks/offline_online.py --seeds 3 --scratch-seeds 1     # from scratch at seed 0 only
 
 The last line printed is one JSON object with every run's figures; a markdown table is printed before it.
 """
@@ -48,9 +49,9 @@ def _train(run: Path, *args: str) -> dict[int, float]:
     return {int(r["step"]): r["eval/return_mean"] for r in read_metrics(run) if "eval/return_mean" in r}
 
 
-def run_env(name: str, out: Path, seeds: int, algos: list[str]) -> list[dict[str, Any]]:
-    """Source run, medium dataset, then per algorithm and seed the offline run, its continuation and the online
-    recipe from scratch; one record per (algorithm, seed, start)."""
+def run_env(name: str, out: Path, seeds: int, algos: list[str], scratch_seeds: int) -> list[dict[str, Any]]:
+    """Source run, medium dataset, then per algorithm and seed the offline run, its continuation and (the first
+    ``scratch_seeds`` seeds) the online recipe from scratch; one record per (algorithm, seed, start)."""
     spec = ENVS[name]
     source = out / name / "source"
     if not (source / "model.safetensors").exists():
@@ -69,6 +70,8 @@ def run_env(name: str, out: Path, seeds: int, algos: list[str]) -> list[dict[str
                 "warm start": ["--warm-start.run", str(offline)],
                 "scratch": ["--algo.learning-starts", "1000"],
             }
+            if seed >= scratch_seeds:
+                del runs["scratch"]
             for what, flags in runs.items():
                 tag = "o2o" if what == "warm start" else "scratch"
                 run = out / name / f"{algo}-online-{tag}-s{seed}"
@@ -91,6 +94,8 @@ def run_env(name: str, out: Path, seeds: int, algos: list[str]) -> list[dict[str
 
 def _at(evals: dict[str, float], step: int) -> float | None:
     """The first evaluation at or after env step ``step`` (evaluations fall on collect boundaries: 1,024, 2,016...)."""
+    if step == 0:
+        return evals.get("0")
     later = sorted((int(k), v) for k, v in evals.items() if int(k) >= step)
     return later[0][1] if later else None
 
@@ -100,13 +105,18 @@ def _cell(values: list[float]) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """Markdown: per env, algorithm and start the median [min, max] evaluation at each of ``CHECKPOINTS``."""
+    """Markdown: per env, algorithm and start the median [min, max] over seeds of the evaluation at each of
+    ``CHECKPOINTS`` and of the run's lowest evaluation after step 0 (a dip after the warm start)."""
     head = " | ".join(f"step {s:,}" if s == 0 else f"step ~{s:,}" for s in CHECKPOINTS)
-    lines = [f"| env | online run | {head} | seeds |", "|---|---|" + "---|" * len(CHECKPOINTS) + "---|"]
+    lines = [
+        f"| env | online run | {head} | lowest evaluation after step 0 | seeds |",
+        "|---|---|" + "---|" * len(CHECKPOINTS) + "---|---|",
+    ]
     keys = sorted({(r["env"], r["algo"], r["start"]) for r in rows}, key=lambda k: (k[0], k[1], k[2] != "scratch"))
     for env, algo, start in keys:
         group = [r for r in rows if (r["env"], r["algo"], r["start"]) == (env, algo, start)]
         cells = [_cell([v for r in group if (v := _at(r["evals"], s)) is not None]) for s in CHECKPOINTS]
+        cells.append(_cell([min(v for k, v in r["evals"].items() if k != "0") for r in group]))
         origin = "from scratch" if start == "scratch" else f"warm start from `{env}-{algo}`"
         what = f"`{env}-{algo}-online`, {origin}"
         lines.append(f"| {env} | {what} | {' | '.join(cells)} | {len(group)} |")
@@ -120,11 +130,13 @@ def cli() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--envs", default="pendulum,cartpole")
     parser.add_argument("--algos", default="iql,cql")
+    parser.add_argument("--scratch-seeds", type=int, default=None, help="seeds of the from-scratch runs (all)")
     args = parser.parse_args()
     out = Path(args.out)
+    scratch = args.seeds if args.scratch_seeds is None else args.scratch_seeds
     rows: list[dict[str, Any]] = []
     for name in args.envs.split(","):
-        rows += run_env(name, out, args.seeds, args.algos.split(","))
+        rows += run_env(name, out, args.seeds, args.algos.split(","), scratch)
     print(table(rows))
     print(json.dumps({"runs": rows}))
 
