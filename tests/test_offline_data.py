@@ -142,7 +142,7 @@ def test_dataset_and_flags_must_fit_the_run(
     assert "do not fit env Pendulum-v1" in err
     err = _train_error(capsys, "cartpole-dqn", "--data.dataset", data, "--run-dir", run_dir)
     assert "drop --data.dataset" in err
-    err = _train_error(capsys, "cartpole-iql", "--run-dir", run_dir)
+    err = _train_error(capsys, "cartpole-iql", "--data.make", "None", "--run-dir", run_dir)
     assert "add --data.dataset DIR" in err
     steps = ["--collector.steps", "1000"]
     err = _train_error(capsys, "cartpole-cql", "--data.dataset", data, *steps, "--run-dir", run_dir)

@@ -260,7 +260,11 @@ def train(
     live view; ``track`` also sends metrics to ``wandb`` / ``mlflow``.
     """
     cfg = configure(recipe_or_config, rewards, tools, **overrides)
+    from pickaxe.recipes.datasets import ensure_dataset
     from pickaxe.train.build import train as train_run
+
+    cfg.check()  # before a dataset is made for it
+    ensure_dataset(cfg)  # an offline recipe given no dataset: its --data.make one, made once and cached
 
     with _supplying(rewards, tools):
         result, run = train_run(cfg, run_dir=run_dir, progress=progress, track=tuple(track), overwrite=overwrite)

@@ -167,6 +167,9 @@ def _train(args: list[str]) -> int:
         return _plan([name, *(a for a in args[1:] if a != "--dry-run")])
     cfg, opts = parse_train(name, args[1:])
     cfg.check()  # every input and value, before torch and the builders are imported (and before a supervisor forks)
+    from pickaxe.recipes.datasets import ensure_dataset
+
+    ensure_dataset(cfg)  # an offline recipe given no --data.dataset: its --data.make dataset, made once and cached
     if opts.max_restarts is not None:
         from pickaxe.runs.run import default_run_dir
 

@@ -10,6 +10,7 @@ read once on the host by ``clip_and_step``.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import gymnasium as gym
@@ -61,11 +62,16 @@ class OfflineAlgorithm(Algorithm):
 
     def update(self, batch: Batch) -> dict[str, float]:
         """One gradient step per ``batch_size`` transitions of ``batch``; metrics are means over the steps."""
+        return self.learn(split_minibatches(batch, self.config.batch_size))
+
+    def learn(self, minibatches: Iterable[dict[str, torch.Tensor]]) -> dict[str, float]:
+        """One guarded gradient step per minibatch (from a dataset batch, or a replay buffer when the algorithm
+        trains online); metrics are means over the steps."""
         cfg = self.config
         self.set_learning_rates()
         max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else math.inf
         sums, steps = np.zeros(len(self.metric_names) + 1), 0
-        for mb in split_minibatches(batch, cfg.batch_size):
+        for mb in minibatches:
             total, stats = self.losses(mb)
             self.optimizer.zero_grad(set_to_none=True)
             total.backward()

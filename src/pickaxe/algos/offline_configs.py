@@ -215,6 +215,59 @@ class CRRConfig:
         validate(self)
 
 
+ONLINE_MUTABLE = ("gradient_steps", "exploration_epsilon")
+"""What the online continuations add to their offline algorithm's live-changeable fields."""
+
+
+@dataclass
+class IQLOnlineConfig(IQLConfig):
+    """IQL trained online (the IQL paper's fine-tuning, Kostrikov et al. 2021, Sec. 5.3): the same losses on minibatches
+    of a replay buffer that the collector fills, usually started from an offline IQL run (``--warm-start.run``) with
+    the replay seeded from its dataset. Acts by sampling its policy."""
+
+    summary: ClassVar[str] = (
+        "IQL trained online from a replay buffer (offline-to-online fine-tuning: --warm-start.run an iql run); Box and "
+        "Discrete actions"
+    )
+    offline: ClassVar[bool] = False
+    mutable: ClassVar[tuple[str, ...]] = (*OFFLINE_MUTABLE, *ONLINE_MUTABLE)
+    """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""
+
+    buffer_size: int = ranged(1_000_000, ge=1)
+    """Replay capacity (the offline dataset and the online steps together; the oldest are overwritten)."""
+    learning_starts: int = ranged(0, ge=0)
+    """No gradient step until the replay holds this many transitions (a seeded replay usually holds more)."""
+    gradient_steps: int = ranged(1, ge=1, le=10_000)
+    """Gradient steps per collected batch."""
+    exploration_epsilon: float = ranged(0.0, ge=0, le=1)
+    """Discrete actions: a uniformly random action with this probability on top of the sampled policy."""
+
+
+@dataclass
+class CQLOnlineConfig(CQLConfig):
+    """CQL trained online, conservative penalty kept (the CQL fine-tuning of Nakamoto et al. 2023, "Cal-QL"): CQL's
+    losses on minibatches of a replay buffer that the collector fills, usually started from an offline CQL run
+    (``--warm-start.run``) with the replay seeded from its dataset; ``cql_alpha 0`` makes it SAC (Box) or DQN
+    (Discrete) from the CQL weights. Acts by sampling its policy (Box) or epsilon-greedily (Discrete)."""
+
+    summary: ClassVar[str] = (
+        "CQL trained online from a replay buffer, penalty kept (offline-to-online fine-tuning: --warm-start.run a cql "
+        "run); on SAC for Box actions, on DQN for Discrete ones"
+    )
+    offline: ClassVar[bool] = False
+    mutable: ClassVar[tuple[str, ...]] = (*OFFLINE_MUTABLE, "cql_alpha", *ONLINE_MUTABLE)
+    """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""
+
+    buffer_size: int = ranged(1_000_000, ge=1)
+    """Replay capacity (the offline dataset and the online steps together; the oldest are overwritten)."""
+    learning_starts: int = ranged(0, ge=0)
+    """No gradient step until the replay holds this many transitions (a seeded replay usually holds more)."""
+    gradient_steps: int = ranged(1, ge=1, le=10_000)
+    """Gradient steps per collected batch."""
+    exploration_epsilon: float = ranged(0.05, ge=0, le=1)
+    """Discrete actions: a uniformly random action with this probability instead of the greedy one."""
+
+
 OFFLINE_CONFIGS = (BCConfig, TD3BCConfig, IQLConfig, CQLConfig, BCQConfig, CRRConfig)
 """Every offline algorithm's config type (an ``offline`` class attribute marks each)."""
 

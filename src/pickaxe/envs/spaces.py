@@ -47,6 +47,8 @@ ACTION_SPACES: dict[str, tuple[str, ...]] = {
     "td3-bc": ("Box",),
     "iql": ("Box", "Discrete"),
     "cql": ("Box", "Discrete"),
+    "iql-online": ("Box", "Discrete"),
+    "cql-online": ("Box", "Discrete"),
     "redq": ("Box",),
     "iqn": ("Discrete",),
     "fqf": ("Discrete",),

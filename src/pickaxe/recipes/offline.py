@@ -1,10 +1,13 @@
-"""Offline-RL recipes: behaviour cloning, TD3+BC, IQL, CQL, discrete BCQ and CRR on CartPole and Pendulum datasets;
-GAIL, which imitates a dataset while it interacts with the env (torch-free).
+"""Offline-RL recipes: behaviour cloning, TD3+BC, IQL, CQL, discrete BCQ and CRR on CartPole and Pendulum datasets,
+IQL and TD3+BC on Hopper and HalfCheetah datasets, IQL and CQL trained online to continue them, and GAIL, which
+imitates a dataset while it interacts with the env (torch-free).
 
-Each needs ``--data.dataset DIR``: a dataset ``pickaxe collect`` made from one of pickaxe's own runs (expert: the
+Each takes ``--data.dataset DIR``: a dataset ``pickaxe collect`` made from one of pickaxe's own runs (expert: the
 run's final policy; medium: ``--epsilon``/``--noise`` or an earlier step; random: ``--epsilon 1``), or any Minari
-dataset of the same env. ``trainer.total_steps`` counts transitions sampled: ``total_steps / algo.batch_size``
-gradient steps. ``benchmarks/offline.py`` makes the datasets and measures these recipes over seeds (docs/offline.md).
+dataset of the same env; without it, the ``--data.make`` kind (medium) of the env's dataset, made once from a source
+run and cached (``recipes/datasets.py``). ``trainer.total_steps`` counts transitions sampled: ``total_steps /
+algo.batch_size`` gradient steps. ``benchmarks/offline.py`` makes the datasets and measures these recipes over seeds
+(docs/offline.md).
 """
 
 from __future__ import annotations
@@ -12,9 +15,18 @@ from __future__ import annotations
 from typing import Any
 
 from pickaxe.algos.imitation_configs import GAILConfig
-from pickaxe.algos.offline_configs import BCConfig, BCQConfig, CQLConfig, CRRConfig, IQLConfig, TD3BCConfig
+from pickaxe.algos.offline_configs import (
+    BCConfig,
+    BCQConfig,
+    CQLConfig,
+    CQLOnlineConfig,
+    CRRConfig,
+    IQLConfig,
+    IQLOnlineConfig,
+    TD3BCConfig,
+)
 from pickaxe.recipes.recipe import Recipe
-from pickaxe.train.config import CollectorConfig, EnvConfig, ModelConfig, TrainConfig, TrainerConfig
+from pickaxe.train.config import CollectorConfig, DataConfig, EnvConfig, ModelConfig, TrainConfig, TrainerConfig
 
 
 def _offline(recipe: str, algo: Any, env_id: str, gradient_steps: int, evals: int = 5) -> TrainConfig:
@@ -28,6 +40,7 @@ def _offline(recipe: str, algo: Any, env_id: str, gradient_steps: int, evals: in
         model=ModelConfig(hidden=(64, 64), activation="relu"),
         collector=CollectorConfig(steps=2048),
         trainer=TrainerConfig(total_steps=total, eval_every=total // evals, eval_episodes=10),
+        data=DataConfig(make="medium"),  # without --data.dataset: the env's medium dataset, made once and cached
     )
 
 
@@ -72,6 +85,40 @@ def _pendulum_gail() -> TrainConfig:
         collector=CollectorConfig(steps=4096),
         trainer=TrainerConfig(total_steps=300_000, eval_every=20_000),
     )
+
+
+def _mujoco(recipe: str, algo: Any, env_id: str, source_steps: int) -> TrainConfig:
+    """An offline run on a MuJoCo dataset at a CPU budget: 256x256 relu nets (D4RL's), 10,000 gradient steps of 256
+    (the papers take 1M), five evaluations of 5 episodes; without --data.dataset the medium dataset of a source run
+    of ``source_steps`` env steps."""
+    cfg = _offline(recipe, algo, env_id, 10_000)
+    cfg.env.eval_envs, cfg.trainer.eval_episodes = 5, 5
+    cfg.model.hidden = (256, 256)
+    cfg.data = DataConfig(make="medium", source_steps=source_steps)
+    return cfg
+
+
+def _online(recipe: str, algo: Any, env_id: str) -> TrainConfig:
+    """An offline algorithm trained online (``--warm-start.run`` an offline run of it): 4 envs, 32-step collects, 16
+    gradient steps of 256 replay transitions after each (half a step per env step, as pendulum-sac), 10,000 env
+    steps, an evaluation of 10 episodes every 1,000 (the offline recipes' evaluation, so a warm start's step-0
+    evaluation repeats the offline run's last one)."""
+    return TrainConfig(
+        recipe=recipe,
+        algo=algo,
+        env=EnvConfig(id=env_id, num_envs=4, eval_envs=10),
+        model=ModelConfig(hidden=(64, 64), activation="relu"),
+        collector=CollectorConfig(steps=32),
+        trainer=TrainerConfig(total_steps=10_000, eval_every=1_000, eval_episodes=10),
+    )
+
+
+def _iql_online() -> IQLOnlineConfig:
+    return IQLOnlineConfig(lr=1e-3, buffer_size=100_000, gradient_steps=16)
+
+
+def _cql_online() -> CQLOnlineConfig:
+    return CQLOnlineConfig(lr=1e-3, buffer_size=100_000, gradient_steps=16)
 
 
 OFFLINE_RECIPES: dict[str, Recipe] = {
@@ -137,6 +184,46 @@ OFFLINE_RECIPES: dict[str, Recipe] = {
             "GAIL (PPO with Gaussian actions on a discriminator's reward) imitating a Pendulum-v1 dataset "
             "(--data.dataset DIR)",
             _pendulum_gail,
+        ),
+        Recipe(
+            "hopper-iql",
+            "IQL on a Hopper-v5 dataset (mujoco; default: the medium dataset of a 300k-step hopper-ppo); CPU budget",
+            lambda: _mujoco("hopper-iql", IQLConfig(lr=3e-4), "Hopper-v5", 300_000),
+        ),
+        Recipe(
+            "hopper-td3-bc",
+            "TD3+BC on a Hopper-v5 dataset (mujoco; default: the medium dataset of a 300k-step hopper-ppo); CPU budget",
+            lambda: _mujoco("hopper-td3-bc", TD3BCConfig(lr=3e-4), "Hopper-v5", 300_000),
+        ),
+        Recipe(
+            "halfcheetah-iql",
+            "IQL on a HalfCheetah-v5 dataset (mujoco; default: the medium dataset of halfcheetah-sac); CPU budget",
+            lambda: _mujoco("halfcheetah-iql", IQLConfig(lr=3e-4), "HalfCheetah-v5", 100_000),
+        ),
+        Recipe(
+            "halfcheetah-td3-bc",
+            "TD3+BC on a HalfCheetah-v5 dataset (mujoco; default: the medium dataset of halfcheetah-sac); CPU budget",
+            lambda: _mujoco("halfcheetah-td3-bc", TD3BCConfig(lr=3e-4), "HalfCheetah-v5", 100_000),
+        ),
+        Recipe(
+            "cartpole-iql-online",
+            "IQL trained online on CartPole-v1, replay seeded from the dataset (--warm-start.run a cartpole-iql run)",
+            lambda: _online("cartpole-iql-online", _iql_online(), "CartPole-v1"),
+        ),
+        Recipe(
+            "cartpole-cql-online",
+            "Discrete CQL trained online on CartPole-v1, penalty kept (--warm-start.run a cartpole-cql run)",
+            lambda: _online("cartpole-cql-online", _cql_online(), "CartPole-v1"),
+        ),
+        Recipe(
+            "pendulum-iql-online",
+            "IQL trained online on Pendulum-v1, replay seeded from the dataset (--warm-start.run a pendulum-iql run)",
+            lambda: _online("pendulum-iql-online", _iql_online(), "Pendulum-v1"),
+        ),
+        Recipe(
+            "pendulum-cql-online",
+            "CQL(H) on SAC trained online on Pendulum-v1, penalty kept (--warm-start.run a pendulum-cql run)",
+            lambda: _online("pendulum-cql-online", _cql_online(), "Pendulum-v1"),
         ),
     )
 }

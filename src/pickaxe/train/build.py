@@ -54,6 +54,8 @@ ALGORITHMS: dict[str, str] = {
     "td3-bc": "pickaxe.algos.td3_bc:build_td3_bc",
     "iql": "pickaxe.algos.iql:build_iql",
     "cql": "pickaxe.algos.cql:build_cql",
+    "iql-online": "pickaxe.algos.offline_online:build_iql_online",
+    "cql-online": "pickaxe.algos.offline_online:build_cql_online",
     "reinforce": "pickaxe.algos.reinforce:build_reinforce",
     "npg": "pickaxe.algos.trpo:build_npg",
     "trpo": "pickaxe.algos.trpo:build_trpo",
@@ -159,6 +161,7 @@ def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = Fal
         torch_threads=cfg.torch_threads,
         evaluator=evaluator,
         select=cfg.select,
+        eval_at_start=cfg.warm_start.run is not None,
     )
 
 
@@ -228,6 +231,15 @@ def build_offline_trainer(cfg: TrainConfig, run: Run | None = None, progress: bo
     device = resolve_device(cfg.device)
     paths = [cfg.data.dataset, *cfg.data.mix]
     transitions = read_mixed(paths)
+    if run is not None:  # where the data came from, in the run (a dataset pickaxe made: its source run and weights)
+        meta = transitions.metadata
+        run.event(
+            f"dataset {cfg.data.dataset}: {len(transitions)} transitions",
+            echo=False,
+            datasets=paths,
+            source=meta.get("pickaxe_source"),
+            collect=meta.get("pickaxe_collect"),
+        )
     e = cfg.env
     eval_envs = make(e.id, max(e.eval_envs, 1), seeds["eval_env"], "sync", evaluation=True, **e.kwargs)
     try:

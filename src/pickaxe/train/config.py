@@ -24,7 +24,17 @@ from pickaxe.algos.extra_configs import (
 )
 from pickaxe.algos.imitation_configs import GAILConfig, uses_demonstrations
 from pickaxe.algos.multiagent_configs import IDQNConfig, IPPOConfig, MAPPOConfig, is_multiagent, needs_state
-from pickaxe.algos.offline_configs import BCConfig, BCQConfig, CQLConfig, CRRConfig, IQLConfig, TD3BCConfig, is_offline
+from pickaxe.algos.offline_configs import (
+    BCConfig,
+    BCQConfig,
+    CQLConfig,
+    CQLOnlineConfig,
+    CRRConfig,
+    IQLConfig,
+    IQLOnlineConfig,
+    TD3BCConfig,
+    is_offline,
+)
 from pickaxe.config_keys import check_field, ranged, validate
 from pickaxe.errors import ConfigError
 from pickaxe.eval.selection import SelectConfig
@@ -138,6 +148,12 @@ class DataConfig:
     mix: tuple[str, ...] = ()
     """More datasets whose transitions join --data.dataset's, sampled as one (e.g. medium-expert: --data.dataset
     EXPERT --data.mix MEDIUM); the first dataset's random/expert references score the run."""
+    make: Literal["expert", "medium", "random"] | None = None
+    """Without --data.dataset: the dataset of this kind made from pickaxe's own source run of the env (CartPole:
+    cartpole-ppo; Pendulum: pendulum-sac; Hopper: hopper-ppo; HalfCheetah: halfcheetah-sac; seed 0), made once and
+    cached under $PICKAXE_DATASETS (default ~/.cache/pickaxe/datasets), keyed by env, kind and the source's settings."""
+    source_steps: int | None = ranged(None, ge=1)
+    """Env steps of the source run that --data.make trains (None: its recipe's budget, stopping at its target)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.mix, str):
@@ -149,9 +165,13 @@ class DataConfig:
         self.mix = tuple(str(Path(p).absolute()) for p in self.mix)
 
 
-WARM_STARTS: dict[str, tuple[str, ...]] = {"td3": ("td3-bc",)}
+WARM_STARTS: dict[str, tuple[str, ...]] = {"td3": ("td3-bc",), "iql-online": ("iql",), "cql-online": ("cql",)}
 """Online algorithm -> the offline algorithms whose runs ``--warm-start.run`` continues with it (the same networks
-under the same names, so every weight carries over: TD3+BC's actor, twin critics and targets are TD3's)."""
+under the same names, so every weight carries over: TD3+BC's actor, twin critics and targets are TD3's; IQL and CQL
+continue as themselves, trained online)."""
+CONTINUES_TRAINING = ("iql-online", "cql-online")
+"""Online algorithms that are their offline algorithm trained online: they continue its whole training state
+(optimizer moments, temperature), read from the offline run's final checkpoint, not only its weights."""
 
 
 @dataclass
@@ -346,6 +366,8 @@ class TrainConfig(RunConfig):
         "td3-bc": TD3BCConfig,
         "iql": IQLConfig,
         "cql": CQLConfig,
+        "iql-online": IQLOnlineConfig,
+        "cql-online": CQLOnlineConfig,
         "reinforce": ReinforceConfig,
         "npg": NPGConfig,
         "trpo": TRPOConfig,
@@ -480,6 +502,11 @@ class TrainConfig(RunConfig):
             )
         if not (run / "model.safetensors").is_file():
             raise ConfigError(f"--warm-start.run {run} has not finished (no model.safetensors): `pickaxe resume` it")
+        if name in CONTINUES_TRAINING and not (run / "checkpoints" / "latest").exists():
+            raise ConfigError(
+                f"--warm-start.run {run} keeps no checkpoint, whose optimizer state {name} continues: give a run "
+                "folder with its checkpoints/"
+            )
         env_id = source.get("env", {}).get("id")
         if env_id != self.env.id:
             raise ConfigError(
@@ -503,17 +530,21 @@ class TrainConfig(RunConfig):
         d = self.data
         imitates = uses_demonstrations(self.algo)
         if not is_offline(self.algo) and not imitates:
-            if d.dataset is not None or d.mix:
+            if d.dataset is not None or d.mix or d.make is not None:
                 raise ConfigError(
-                    "--data.dataset is for the offline algorithms (bc, td3-bc, iql, cql, bcq, crr) and gail; "
-                    f"{self.algo_name()} learns from the env: drop --data.dataset"
+                    "--data.dataset and --data.make are for the offline algorithms (bc, td3-bc, iql, cql, bcq, crr) "
+                    f"and gail; {self.algo_name()} learns from the env: drop --data.dataset (and --data.make)"
                 )
             return
-        if d.dataset is None:
-            what = "imitates demonstrations" if imitates else "learns from a dataset"
+        if imitates and (d.dataset is None or d.make is not None):
             raise ConfigError(
-                f"{self.algo_name()} {what}: add --data.dataset DIR (`pickaxe collect RUN --episodes N "
-                "--out DIR` makes one from a run's policy)"
+                f"{self.algo_name()} imitates demonstrations: add --data.dataset DIR (`pickaxe collect RUN "
+                "--episodes N --out DIR` makes one from a run's policy); --data.make is for the offline algorithms"
+            )
+        if d.dataset is None and d.make is None:
+            raise ConfigError(
+                f"{self.algo_name()} learns from a dataset: add --data.dataset DIR (`pickaxe collect RUN --episodes N "
+                "--out DIR` makes one from a run's policy) or --data.make expert|medium|random"
             )
         if imitates:
             if self.dist.learners > 1:
@@ -532,7 +563,8 @@ class TrainConfig(RunConfig):
         from pickaxe.offline.dataset import check_fits, verify
 
         obs_space, action_space = spaces_of(self.env.id, self.env.kwargs)
-        for path in (d.dataset, *d.mix):
+        made = () if d.dataset is None else (d.dataset,)  # --data.make: made (and checked) once the config is
+        for path in (*made, *d.mix):
             verify(path)
             check_fits(path, obs_space, action_space, self.env.id)
 

@@ -154,8 +154,11 @@ class Trainer:
         evaluator: Evaluator | None = None,
         select: SelectConfig | None = None,
         alarms: AlarmConfig | None = None,
+        eval_at_start: bool = False,
     ) -> None:
         self.algo = algo
+        self.eval_at_start = eval_at_start
+        """Evaluate the starting weights at step 0 (a warm-started run: the weights it starts from)."""
         self.collector = collector
         self.eval_envs = eval_envs
         self.run = run
@@ -201,8 +204,10 @@ class Trainer:
         if self.step == 0:
             self._next_eval = cfg.eval_every if cfg.eval_every > 0 else total
             self._next_save = cfg.save_every if cfg.save_every > 0 else total
-        self._set_status("running", phase="training", step=self.step, total_steps=total)
         try:
+            if self.step == 0 and self.eval_at_start and self.evaluator is not None and not result.history:
+                self.evaluate_start()
+            self._set_status("running", phase="training", step=self.step, total_steps=total)
             with self._stop_signals(), self._progress_bar(total) as bar:
                 self._loop(total, start, bar)
             result.steps, result.wall_s = self.step, time.perf_counter() - start
@@ -376,6 +381,25 @@ class Trainer:
             self.keep_evaluated(record)
         self._checkpoint_s += time.perf_counter() - t3
         return record
+
+    def evaluate_start(self) -> None:
+        """Evaluate the weights at step 0, before any update, logged and kept like every evaluation (a warm-started
+        run's curve then starts where the run it continues ended)."""
+        result, start = self.result, time.perf_counter()
+        self._set_status("running", phase="evaluating", step=self.step)
+        record: dict[str, Any] = dict(self.evaluate())
+        record.update(self.observe_alarms(record))
+        record["time/eval_s"] = time.perf_counter() - start
+        if self.run is not None:
+            self.run.log(record, self.step)
+        result.history.append({"step": self.step, **record})
+        metric = record.get(METRIC)
+        if metric is not None:
+            self._eval_metric = (self.step, metric)
+            result.eval_return = result.best_eval_return = metric
+            if self.config.target_return is not None and metric >= self.config.target_return:
+                result.solved_step, result.solved_wall_s = self.step, self._trained_s(0.0)
+        self.keep_evaluated(record)
 
     # ------------------------------------------------------------------- after an evaluation
     def observe_alarms(self, record: dict[str, Any]) -> dict[str, float]:
