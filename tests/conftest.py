@@ -4,6 +4,14 @@ import pytest
 import torch
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _datasets_in_a_test_folder(tmp_path_factory: pytest.TempPathFactory):
+    """Datasets an offline recipe makes go to this session's own folder, never the user's cache."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PICKAXE_DATASETS", str(tmp_path_factory.mktemp("datasets")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _one_thread():
     torch.set_num_threads(1)
