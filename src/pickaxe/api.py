@@ -263,10 +263,9 @@ def train(
     from pickaxe.recipes.datasets import ensure_dataset
     from pickaxe.train.build import train as train_run
 
-    cfg.check()  # before a dataset is made for it
-    ensure_dataset(cfg)  # an offline recipe given no dataset: its --data.make one, made once and cached
-
-    with _supplying(rewards, tools):
+    with _supplying(rewards, tools):  # the checks find the Python rewards and tools by name
+        cfg.check()  # before a dataset is made for it
+        ensure_dataset(cfg)  # an offline recipe given no dataset: its --data.make one, made once and cached
         result, run = train_run(cfg, run_dir=run_dir, progress=progress, track=tuple(track), overwrite=overwrite)
     return TrainedRun.read(run.path, result.history)
 
