@@ -150,18 +150,35 @@ def build_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = Fal
 
         start_from_offline(algo, cfg.warm_start, envs, e.id, device, seeds["buffer"])
     collector = Collector(envs, algo.policy, steps=cfg.collector.steps, device=device)
-    settle_for_training()  # as for LLM runs: keep the ~340k objects of imports and build out of full GC passes
-    return Trainer(
+    return settled_trainer(
+        cfg,
         algo,
         collector,
+        run,
+        progress,
+        evaluator,
         eval_envs=eval_envs,
+        eval_at_start=cfg.warm_start.run is not None,
+    )
+
+
+def settled_trainer(
+    cfg: TrainConfig, algo: Any, source: Any, run: Run | None, progress: bool, evaluator: Any, **more: Any
+) -> Trainer:
+    """The Trainer of a classic, offline or multi-agent run over ``source`` (a collector or a dataset sampler), once
+    its models are built: ``settle_for_training`` first (as for LLM runs: the ~340k objects of imports and build
+    kept out of full GC passes)."""
+    settle_for_training()
+    return Trainer(
+        algo,
+        source,
         run=run,
         config=cfg.trainer,
         progress=progress,
         torch_threads=cfg.torch_threads,
         evaluator=evaluator,
         select=cfg.select,
-        eval_at_start=cfg.warm_start.run is not None,
+        **more,
     )
 
 
@@ -255,17 +272,7 @@ def build_offline_trainer(cfg: TrainConfig, run: Run | None = None, progress: bo
         evaluator = OfflineEvaluator(eval_envs, cfg.trainer.eval_episodes, device, references(transitions.metadata))
     else:
         eval_envs.close()
-    settle_for_training()
-    return Trainer(
-        algo,
-        sampler,  # type: ignore[arg-type]
-        run=run,
-        config=cfg.trainer,
-        progress=progress,
-        torch_threads=cfg.torch_threads,
-        evaluator=evaluator,
-        select=cfg.select,
-    )
+    return settled_trainer(cfg, algo, sampler, run, progress, evaluator)
 
 
 def build_multiagent_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = False) -> Trainer:
@@ -286,17 +293,7 @@ def build_multiagent_trainer(cfg: TrainConfig, run: Run | None = None, progress:
     algo = build_algorithm(cfg, envs)
     collector = MultiAgentCollector(envs, algo.policy, steps=cfg.collector.steps, device=device)
     evaluator = MultiAgentEvaluator(eval_envs, cfg.trainer.eval_episodes, device) if eval_envs is not None else None
-    settle_for_training()
-    return Trainer(
-        algo,
-        collector,  # type: ignore[arg-type]
-        run=run,
-        config=cfg.trainer,
-        progress=progress,
-        torch_threads=cfg.torch_threads,
-        evaluator=evaluator,
-        select=cfg.select,
-    )
+    return settled_trainer(cfg, algo, collector, run, progress, evaluator)
 
 
 Builder = Callable[[Any, Run | None, bool], Trainer]
