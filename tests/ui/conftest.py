@@ -245,7 +245,7 @@ def page(browser: Any) -> Iterator[Any]:
 
     pg.route("**/*", route)
     pg.on("pageerror", lambda e: pg.js_errors.append(str(e)))
-    pg.set_default_timeout(15000)  # generous: the CI box is shared; waits end as soon as met
+    pg.set_default_timeout(60_000)  # a safety net only (a minute, as for every wait in the tests): waits end when met
     yield pg
     context.close()
 
