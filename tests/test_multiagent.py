@@ -336,3 +336,18 @@ def test_recipes_are_listed_with_their_algorithms() -> None:
 
     cfg.select = replace(cfg.select, metric="eval/agent/agent_2/return_mean")  # a per-agent metric can pick the best
     check_select_metric(cfg)
+
+
+def test_without_pettingzoo_a_multi_agent_recipe_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: on the base install, `pickaxe train simple-spread-mappo` said 'mpe2:simple_spread_v3' was no
+    PettingZoo env and pointed at that very id."""
+    import importlib.util
+
+    from pickaxe.errors import ConfigError
+    from pickaxe.recipes import get_recipe
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n in ("pettingzoo", "mpe2") else real(n, *a))
+    monkeypatch.setattr("pickaxe.envs.multiagent.parallel_factory", lambda env_id: None)  # as when mpe2 is missing
+    with pytest.raises(ConfigError, match=r"pip install 'pickaxe\[marl\]'"):
+        get_recipe("simple-spread-mappo").check()

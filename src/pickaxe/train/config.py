@@ -459,6 +459,10 @@ class TrainConfig(RunConfig):
                 )
             return False
         if not multi_env:
+            import importlib.util
+
+            if importlib.util.find_spec("pettingzoo") is None:  # e.g. mpe2's envs without the marl extra
+                raise ConfigError(f"{name} needs PettingZoo and its envs: pip install 'pickaxe[marl]'")
             raise ConfigError(
                 f"{name} trains the agents of a PettingZoo env, and {env_id!r} is not one: use --env.id module:name "
                 "(e.g. mpe2:simple_spread_v3)"
