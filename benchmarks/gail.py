@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -33,27 +34,15 @@ from pickaxe.offline.dataset import read
 from pickaxe.offline.scores import normalized_score, references
 from pickaxe.runs.run import read_metrics
 
-ENVS: dict[str, dict[str, Any]] = {
-    "cartpole": {"source": "cartpole-ppo", "expert": ["--episodes", "10"]},
-    "pendulum": {"source": "pendulum-sac", "expert": ["--episodes", "20"]},
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from offline import ENVS, check_exit, make_dataset  # the expert datasets of benchmarks/offline.py
+
 VARIANTS: dict[str, list[str]] = {"gail": [], "control (disc-steps 0)": ["--algo.disc-steps", "0"]}
-
-
-def _check(code: int, what: str) -> None:
-    if code != 0:
-        raise SystemExit(f"{what} failed with exit status {code}")
 
 
 def run_env(name: str, out: Path, seeds: int, variants: list[str]) -> list[dict[str, Any]]:
     """The source run, its expert dataset and ``{name}-gail`` on it per variant and seed; one record per run."""
-    spec = ENVS[name]
-    source = out / name / "source"
-    if not (source / "model.safetensors").exists():
-        _check(main(["train", spec["source"], "--run-dir", str(source), "--no-progress", "--overwrite"]), "source")
-    data_dir = out / name / "data-expert"
-    if not data_dir.exists():
-        _check(main(["collect", str(source), *spec["expert"], "--out", str(data_dir)]), "collect expert")
+    data_dir = make_dataset(name, "expert", out)
     data = read(data_dir)
     refs = references(data.metadata)
     rows = []
@@ -65,7 +54,7 @@ def run_env(name: str, out: Path, seeds: int, variants: list[str]) -> list[dict[
             if not (run / "model.safetensors").exists():
                 args = ["train", f"{name}-gail", "--data.dataset", str(data_dir), "--seed", str(seed)]
                 args += VARIANTS[variant]
-                _check(main([*args, "--run-dir", str(run), "--no-progress", "--overwrite"]), str(run))
+                check_exit(main([*args, "--run-dir", str(run), "--no-progress", "--overwrite"]), str(run))
             evals = [r for r in read_metrics(run) if "eval/return_mean" in r]
             rows.append(
                 {

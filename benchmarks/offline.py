@@ -53,23 +53,35 @@ ENVS: dict[str, dict[str, Any]] = {
 }
 
 
-def _check(code: int, what: str) -> None:
+def check_exit(code: int, what: str) -> None:
+    """Stop the benchmark when a ``pickaxe`` command it ran failed."""
     if code != 0:
         raise SystemExit(f"{what} failed with exit status {code}")
+
+
+def make_dataset(env: str, dataset: str, out: Path, source_steps: int | None = None) -> Path:
+    """The source run of ``env`` and its ``dataset`` (expert, medium or random) under ``out``, both reused when
+    present; ``source_steps`` cuts the source run short (a smoke run's cheap dataset). Every offline benchmark makes
+    its datasets here, so they compare on the same data."""
+    spec = ENVS[env]
+    source = out / env / "source"
+    if not (source / "model.safetensors").exists():
+        budget = ["--trainer.total-steps", str(source_steps)] if source_steps else []
+        args = ["train", spec["source"], *budget, "--run-dir", str(source), "--no-progress", "--overwrite"]
+        check_exit(main(args), "source")
+    path = out / env / f"data-{dataset}"
+    if not path.exists():
+        check_exit(main(["collect", str(source), *spec["datasets"][dataset], "--out", str(path)]), f"collect {dataset}")
+    return path
 
 
 def run_env(name: str, out: Path, seeds: int, only: set[str] | None = None) -> list[dict[str, Any]]:
     """The source run, its datasets and every offline recipe on each (those in ``only`` where given); one record per
     offline run."""
     spec = ENVS[name]
-    source = out / name / "source"
-    if not (source / "model.safetensors").exists():
-        _check(main(["train", spec["source"], "--run-dir", str(source), "--no-progress", "--overwrite"]), "source")
     rows = []
-    for dataset, flags in spec["datasets"].items():
-        path = out / name / f"data-{dataset}"
-        if not path.exists():
-            _check(main(["collect", str(source), *flags, "--out", str(path)]), f"collect {dataset}")
+    for dataset in spec["datasets"]:
+        path = make_dataset(name, dataset, out)
         data = read(path)
         behaviour = float(data.episode_returns.mean())
         for algo in [a for a in spec["algos"] if only is None or a in only]:
@@ -78,7 +90,7 @@ def run_env(name: str, out: Path, seeds: int, only: set[str] | None = None) -> l
                 start = time.perf_counter()
                 if not (run / "model.safetensors").exists():
                     args = ["train", f"{name}-{algo}", "--data.dataset", str(path), "--seed", str(seed)]
-                    _check(main([*args, "--run-dir", str(run), "--no-progress", "--overwrite"]), str(run))
+                    check_exit(main([*args, "--run-dir", str(run), "--no-progress", "--overwrite"]), str(run))
                 last = [r for r in read_metrics(run) if "eval/return_mean" in r][-1]
                 rows.append(
                     {

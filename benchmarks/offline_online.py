@@ -31,34 +31,23 @@ from pickaxe.offline.dataset import read
 from pickaxe.runs.run import read_metrics
 
 sys.path.insert(0, str(Path(__file__).parent))
-from offline import ENVS  # the datasets of benchmarks/offline.py
+from offline import check_exit, make_dataset  # the datasets of benchmarks/offline.py
 
 CHECKPOINTS = (0, 1_000, 5_000, 10_000)
 """Env steps whose evaluations the table shows (the first evaluation at or after each)."""
 
 
-def _check(code: int, what: str) -> None:
-    if code != 0:
-        raise SystemExit(f"{what} failed with exit status {code}")
-
-
 def _train(run: Path, *args: str) -> dict[int, float]:
     """Train ``args`` into ``run`` unless it finished before; its evaluations by env step."""
     if not (run / "model.safetensors").exists():
-        _check(main(["train", *args, "--run-dir", str(run), "--no-progress", "--overwrite"]), str(run))
+        check_exit(main(["train", *args, "--run-dir", str(run), "--no-progress", "--overwrite"]), str(run))
     return {int(r["step"]): r["eval/return_mean"] for r in read_metrics(run) if "eval/return_mean" in r}
 
 
 def run_env(name: str, out: Path, seeds: int, algos: list[str], scratch_seeds: int) -> list[dict[str, Any]]:
     """Source run, medium dataset, then per algorithm and seed the offline run, its continuation and (the first
     ``scratch_seeds`` seeds) the online recipe from scratch; one record per (algorithm, seed, start)."""
-    spec = ENVS[name]
-    source = out / name / "source"
-    if not (source / "model.safetensors").exists():
-        _check(main(["train", spec["source"], "--run-dir", str(source), "--no-progress", "--overwrite"]), "source")
-    data = out / name / "data-medium"
-    if not data.exists():
-        _check(main(["collect", str(source), *spec["datasets"]["medium"], "--out", str(data)]), "collect medium")
+    data = make_dataset(name, "medium", out)
     behaviour = float(read(data).episode_returns.mean())
     rows = []
     for algo in algos:

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from offline import ENVS
+from offline import check_exit, make_dataset
 
 from pickaxe.cli import main
 from pickaxe.offline.dataset import read
@@ -73,26 +73,6 @@ DIFFERENCES: dict[str, str] = {
 }
 
 
-def _check(code: int, what: str) -> None:
-    if code != 0:
-        raise SystemExit(f"{what} failed with exit status {code}")
-
-
-def make_dataset(env: str, dataset: str, out: Path, source_steps: int | None = None) -> Path:
-    """The source run and one dataset of ``env``, made as benchmarks/offline.py makes them (reused when present);
-    ``source_steps`` cuts the source run short (a smoke run's cheap dataset)."""
-    spec = ENVS[env]
-    source = out / env / "source"
-    if not (source / "model.safetensors").exists():
-        budget = ["--trainer.total-steps", str(source_steps)] if source_steps else []
-        args = ["train", spec["source"], *budget, "--run-dir", str(source), "--no-progress", "--overwrite"]
-        _check(main(args), "source")
-    path = out / env / f"data-{dataset}"
-    if not path.exists():
-        _check(main(["collect", str(source), *spec["datasets"][dataset], "--out", str(path)]), f"collect {dataset}")
-    return path
-
-
 def normalised(ret: float, meta: dict[str, Any]) -> float | None:
     """D4RL's 100 * (return - random) / (expert - random) with the references the dataset records."""
     lo, hi = meta.get("ref_min_score"), meta.get("ref_max_score")
@@ -109,7 +89,7 @@ def run_pickaxe(recipe: str, data: Path, seed: int, run: Path, steps: int) -> di
         args += ["--collector.steps", "256"]
     shutil.rmtree(run, ignore_errors=True)
     wall, cpu = time.perf_counter(), time.process_time()
-    _check(main([*args, "--run-dir", str(run), "--no-progress", "--overwrite"]), str(run))
+    check_exit(main([*args, "--run-dir", str(run), "--no-progress", "--overwrite"]), str(run))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     last = [r for r in read_metrics(run) if "eval/return_mean" in r][-1]
     return {"eval_return": float(last["eval/return_mean"]), "wall_s": wall, "cpu_s": cpu}
