@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import gymnasium as gym
@@ -19,6 +20,7 @@ import torch
 
 from classic_runs import assert_classic_resume_is_exact
 from pickaxe.algos.gail_core import (
+    absorbing_value,
     discriminator_accuracy,
     discriminator_loss,
     discriminator_reward,
@@ -70,25 +72,77 @@ def test_gradient_penalty_of_a_linear_discriminator() -> None:
     assert gradient_penalty(lambda x: x @ unit, expert, policy, torch.rand(6)).item() == pytest.approx(0.0, abs=1e-12)
 
 
+def test_absorbing_value_is_the_discounted_reward_of_staying_absorbed() -> None:
+    # gamma r + gamma^2 r + ... = gamma r / (1 - gamma)
+    assert absorbing_value(torch.tensor(-2.0), 0.9).item() == pytest.approx(-18.0)
+    assert absorbing_value(torch.tensor(1.0), 0.99).item() == pytest.approx(99.0)
+
+
+def test_absorbing_state_rewards_terminations_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A terminated step's reward gains gamma * r_abs / (1 - gamma) (r_abs: the discriminator's reward for the
+    absorbing row: zero observation and action, flag 1); truncated and ongoing steps keep the pair's reward."""
+    from pickaxe.algos.gail import GAIL, Discriminator
+    from pickaxe.algos.imitation_configs import GAILConfig
+    from pickaxe.algos.ppo import PPO
+    from pickaxe.data.batch import Batch
+    from pickaxe.models.actor_critic import ActorCritic
+
+    obs_space, act_space = gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2)
+    torch.manual_seed(0)
+    disc = Discriminator(obs_space, act_space, 8, absorbing=True)
+    rows = disc.inputs(torch.ones(2, 3), torch.tensor([1, 0]))
+    assert rows.shape == (2, 6) and rows[:, -1].tolist() == [0.0, 0.0]
+    assert disc.absorbing_rows(2).tolist() == [[0.0] * 5 + [1.0]] * 2
+    cfg = GAILConfig(reward="airl", absorbing=True, disc_steps=0, gamma=0.9, normalize_reward=False)
+    algo = GAIL(ActorCritic(obs_space, act_space), disc, cfg)
+    algo.use_demonstrations(object())
+    seen: dict[str, torch.Tensor] = {}
+
+    def ppo_update(self: PPO, batch: Batch) -> dict[str, float]:
+        seen["reward"] = batch["reward"].clone()
+        return {}
+
+    monkeypatch.setattr(PPO, "update", ppo_update)
+    obs = torch.randn(3, 1, 3)
+    action = torch.tensor([[0], [1], [1]])
+    batch = Batch(
+        {
+            "obs": obs,
+            "action": action,
+            "reward": torch.ones(3, 1),
+            "terminated": torch.tensor([[False], [True], [False]]),
+            "truncated": torch.tensor([[False], [False], [True]]),
+        },
+        batch_size=[3, 1],
+    )
+    metrics = algo.update(batch)
+    with torch.no_grad():
+        pair = disc.logits(disc.inputs(obs.flatten(0, 1), action.flatten(0, 1)))
+        absorbed = disc.logits(disc.absorbing_rows(1))[0]
+    expected = pair.clone()
+    expected[1] += 0.9 * absorbed / 0.1
+    assert seen["reward"].flatten().tolist() == pytest.approx(expected.tolist(), rel=1e-6)
+    assert metrics["gail/absorbing_reward"] == pytest.approx(float(absorbed))
+
+
 def _controller(obs: np.ndarray) -> int:
     """A hand-written CartPole controller that balances for the full 500 steps."""
     return int(obs[2] + 0.5 * obs[3] + 0.01 * obs[0] + 0.1 * obs[1] > 0)
 
 
-@pytest.fixture(scope="module")
-def expert(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Four 500-step episodes of the controller as a Minari dataset."""
+def _demonstrations(out: Path, episodes: int, act: Callable[[np.ndarray], int]) -> Path:
+    """``episodes`` CartPole episodes of ``act`` as a Minari dataset at ``out``."""
     pytest.importorskip("minari")
     from pickaxe.envs.make import spaces_of
     from pickaxe.offline.dataset import Episode, write
 
     env = gym.make("CartPole-v1")
-    episodes = []
-    for seed in range(4):
+    recorded = []
+    for seed in range(episodes):
         obs, _ = env.reset(seed=seed)
         states, actions, rewards, terminated, truncated = [obs], [], [], [], []
         while True:
-            action = _controller(obs)
+            action = act(obs)
             obs, reward, term, trunc, _ = env.step(action)
             states.append(obs)
             actions.append(action)
@@ -97,7 +151,7 @@ def expert(tmp_path_factory: pytest.TempPathFactory) -> Path:
             truncated.append(trunc)
             if term or trunc:
                 break
-        episodes.append(
+        recorded.append(
             Episode(
                 np.array(states, np.float32),
                 np.array(actions, np.int64),
@@ -107,9 +161,22 @@ def expert(tmp_path_factory: pytest.TempPathFactory) -> Path:
             )
         )
     obs_space, action_space = spaces_of("CartPole-v1")
-    out = tmp_path_factory.mktemp("gail") / "expert"
     refs = {"ref_min_score": 20.0, "ref_max_score": 500.0}  # D4RL references, as pickaxe collect records them
-    return write(out, episodes, obs_space, action_space, "cartpole/controller-v0", refs, env_id="CartPole-v1")
+    name = f"cartpole/{out.name}-v0"
+    return write(out, recorded, obs_space, action_space, name, refs, env_id="CartPole-v1")
+
+
+@pytest.fixture(scope="module")
+def expert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four 500-step episodes of the controller as a Minari dataset."""
+    return _demonstrations(tmp_path_factory.mktemp("gail") / "expert", 4, _controller)
+
+
+@pytest.fixture(scope="module")
+def random_demos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Eighty episodes of uniformly random actions (about 22 steps each, every one terminated)."""
+    rng = np.random.default_rng(0)
+    return _demonstrations(tmp_path_factory.mktemp("gail") / "random", 80, lambda obs: int(rng.integers(2)))
 
 
 def _config(data: Path, **trainer: int) -> object:
@@ -152,6 +219,37 @@ def test_gail_learns_cartpole_from_an_expert_dataset(expert: Path, tmp_path: Pat
     assert min(r["loss/discriminator"] for r in updates) < 2 * math.log(2)  # it tells the two apart
 
 
+def _best_eval(cfg: object, run_dir: Path) -> float:
+    from pickaxe.runs.run import Run
+    from pickaxe.train.build import build_trainer
+
+    run = Run(run_dir, config=cfg.to_dict(), seed=cfg.seed)
+    trainer = build_trainer(cfg, run)
+    try:
+        trainer.fit()
+    finally:
+        trainer.close()
+        run.close()
+    return max(r["eval/return_mean"] for r in read_metrics(run_dir) if "eval/return_mean" in r)
+
+
+def test_airl_with_absorbing_states_imitates_the_demonstrations(
+    expert: Path, random_demos: Path, tmp_path: Path
+) -> None:
+    """With AIRL's reward (no sign bias) and episode ends as absorbing states, what the policy learns comes from the
+    demonstrations: the controller's never-ending episodes teach balancing, a random policy's short ones do not (on
+    CartPole the default ``-log(1 - D)`` solves the task even with an untrained discriminator)."""
+    cfg = _config(expert, total_steps=20_480, eval_every=2_560)  # stops once an evaluation reaches 475
+    cfg.algo.reward, cfg.algo.absorbing = "airl", True
+    assert _best_eval(cfg, tmp_path / "expert") >= 475
+    records = read_metrics(tmp_path / "expert")
+    absorbed = [r["gail/absorbing_reward"] for r in records if "gail/absorbing_reward" in r]
+    assert absorbed[-1] < absorbed[0] and absorbed[-1] < 0  # the expert never ends an episode: ending is the policy's
+    cfg = _config(random_demos, total_steps=10_240, eval_every=2_560)
+    cfg.algo.reward, cfg.algo.absorbing = "airl", True
+    assert _best_eval(cfg, tmp_path / "random") < 150
+
+
 def test_killed_gail_run_resumes_exactly(expert: Path, tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
@@ -159,6 +257,7 @@ def test_killed_gail_run_resumes_exactly(expert: Path, tmp_path: Path) -> None:
     cfg.env.eval_envs = 2
     cfg.algo.disc_steps = 3
     cfg.algo.grad_penalty = 1.0
+    cfg.algo.absorbing = True
     # stopped at the checkpoint of step 2,048 and resumed in a fresh Trainer (tests/classic_runs.py)
     records = assert_classic_resume_is_exact(cfg, tmp_path, cut=2_048)
     assert any("loss/grad_penalty" in r for r in records)
@@ -167,6 +266,7 @@ def test_killed_gail_run_resumes_exactly(expert: Path, tmp_path: Path) -> None:
     flags = [
         "--data.dataset", str(expert), "--trainer.total-steps", "3072", "--trainer.eval-every", "1024",
         "--trainer.eval-episodes", "2", "--env.eval-envs", "2", "--algo.disc-steps", "3", "--algo.grad-penalty", "1",
+        "--algo.absorbing", "true",
     ]  # fmt: skip
     cmd = [sys.executable, "-m", "pickaxe.cli", "train", "cartpole-gail", *flags, "--run-dir", str(killed)]
     proc = subprocess.run(

@@ -26,6 +26,7 @@ from torch.nn import functional as F
 from pickaxe.algos.base import guarded_step
 from pickaxe.algos.core import adam
 from pickaxe.algos.gail_core import (
+    absorbing_value,
     discriminator_accuracy,
     discriminator_loss,
     discriminator_reward,
@@ -41,13 +42,16 @@ from pickaxe.models.mlp import mlp, obs_dim, single_spaces
 class Discriminator(nn.Module):
     """An MLP from ``(s, a)`` to the logit of "this pair is the expert's"."""
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, hidden: int) -> None:
+    def __init__(
+        self, observation_space: gym.Space, action_space: gym.Space, hidden: int, absorbing: bool = False
+    ) -> None:
         super().__init__()
+        self.absorbing = absorbing
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         if not self.discrete and not (isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1):
             raise ConfigError(f"gail takes Discrete or 1-D Box actions, got {action_space}; use ppo")
         self.act_dim = int(action_space.n) if self.discrete else int(action_space.shape[0])
-        self.in_dim = obs_dim(observation_space) + self.act_dim
+        self.in_dim = obs_dim(observation_space) + self.act_dim + int(absorbing)
         low = np.zeros(self.act_dim) if self.discrete else np.asarray(action_space.low, np.float32)
         high = np.zeros(self.act_dim) if self.discrete else np.asarray(action_space.high, np.float32)
         self.register_buffer("low", torch.as_tensor(low, dtype=torch.float32), persistent=False)
@@ -55,12 +59,23 @@ class Discriminator(nn.Module):
         self.net = mlp(self.in_dim, (hidden, hidden), 1, activation="tanh")
 
     def inputs(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """Rows ``[B, in_dim]`` of the flattened observation and the encoded action."""
+        """Rows ``[B, in_dim]`` of the flattened observation and the encoded action (and, with ``absorbing``, a 0
+        flag: not the absorbing state)."""
         if self.discrete:
             act = F.one_hot(action.long().reshape(-1), self.act_dim).float()
         else:
             act = torch.maximum(torch.minimum(action.reshape(-1, self.act_dim).float(), self.high), self.low)
-        return torch.cat([obs.reshape(act.shape[0], -1).float(), act], -1)
+        parts = [obs.reshape(act.shape[0], -1).float(), act]
+        if self.absorbing:
+            parts.append(act.new_zeros(act.shape[0], 1))
+        return torch.cat(parts, -1)
+
+    def absorbing_rows(self, n: int) -> torch.Tensor:
+        """``n`` rows ``[n, in_dim]`` of the absorbing state: zero observation and action, the flag 1 (Kostrikov et
+        al. 2019's encoding)."""
+        rows = self.low.new_zeros(n, self.in_dim)
+        rows[:, -1] = 1.0
+        return rows
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """The logit of each row of discriminator inputs ``x``, ``[B]``."""
@@ -92,10 +107,17 @@ class GAIL(PPO):
         if self.demonstrations is None:
             raise RuntimeError("GAIL has no demonstrations: train.build gives it the --data.dataset sampler")
         cfg: GAILConfig = self.config
-        x = self.discriminator.inputs(batch["obs"].flatten(0, 1), batch["action"].flatten(0, 1))
-        stats = self._train_discriminator(x, cfg)
+        disc = self.discriminator
+        x = disc.inputs(batch["obs"].flatten(0, 1), batch["action"].flatten(0, 1))
+        ends = int(batch["terminated"].sum()) if disc.absorbing else 0
+        pool = torch.cat([x, disc.absorbing_rows(ends)]) if ends else x
+        stats = self._train_discriminator(pool, cfg)
         with torch.no_grad():
-            reward = discriminator_reward(self.discriminator.logits(x), cfg.reward).view(batch.batch_size)
+            reward = discriminator_reward(disc.logits(x), cfg.reward).view(batch.batch_size)
+            if disc.absorbing:
+                absorbed = discriminator_reward(disc.logits(disc.absorbing_rows(1)), cfg.reward)[0]
+                reward = reward + batch["terminated"].to(reward.dtype) * absorbing_value(absorbed, cfg.gamma)
+                stats["gail/absorbing_reward"] = float(absorbed)
         stats["gail/env_reward_mean"] = float(batch["reward"].float().mean())
         stats["gail/reward_mean"] = float(reward.mean())
         batch.set("reward", reward.to(batch["reward"].dtype))
@@ -104,8 +126,8 @@ class GAIL(PPO):
         return metrics
 
     def _train_discriminator(self, policy_x: torch.Tensor, cfg: GAILConfig) -> dict[str, float]:
-        """``cfg.disc_steps`` guarded steps; the last step's cross-entropy (without the penalty), accuracies and
-        penalty."""
+        """``cfg.disc_steps`` guarded steps, each on a batch of demonstrations and as many rows drawn from the
+        rollout's ``policy_x``; the last step's cross-entropy (without the penalty), accuracies and penalty."""
         disc, n = self.discriminator, policy_x.shape[0]
         for group in self.disc_optimizer.param_groups:
             group["lr"] = cfg.disc_lr
@@ -113,6 +135,8 @@ class GAIL(PPO):
         for step in range(cfg.disc_steps):
             demo = self.demonstrations.collect(cfg.disc_batch_size)
             expert_x = disc.inputs(demo["obs"], demo["action"])
+            if disc.absorbing:  # each demonstrated termination also steps into the absorbing state
+                expert_x = torch.cat([expert_x, disc.absorbing_rows(int(demo["terminated"].sum()))])
             rows = torch.randint(n, (expert_x.shape[0],), device=policy_x.device)
             mine = policy_x[rows]
             expert_logits, policy_logits = disc.logits(expert_x), disc.logits(mine)
@@ -154,6 +178,6 @@ class GAIL(PPO):
 def build_gail(config: GAILConfig, envs: Any, model: Any, device: torch.device, seed: int) -> GAIL:
     """PPO's actor-critic (as ``build_ppo`` makes it) and a discriminator sized from ``envs``' spaces."""
     obs_space, action_space = single_spaces(envs)
-    disc = Discriminator(obs_space, action_space, config.disc_hidden).to(device)
+    disc = Discriminator(obs_space, action_space, config.disc_hidden, config.absorbing).to(device)
     policy = normalized(actor_critic(envs, model), envs, config).to(device)
     return GAIL(policy, disc, config)

@@ -28,6 +28,13 @@ def discriminator_reward(logits: torch.Tensor, form: str = "gail") -> torch.Tens
     raise ValueError(f"unknown GAIL reward form {form!r}; use gail or airl")
 
 
+def absorbing_value(reward: torch.Tensor, gamma: float) -> torch.Tensor:
+    """What a terminated step's reward gains when the episode's end is a step into an absorbing state that pays
+    ``reward`` forever (Kostrikov et al. 2019): ``gamma * reward / (1 - gamma)``, the discounted sum from the next
+    step on."""
+    return gamma * reward / (1.0 - gamma)
+
+
 def gradient_penalty(
     logit_fn: Callable[[torch.Tensor], torch.Tensor],
     expert_x: torch.Tensor,

@@ -48,6 +48,12 @@ class GAILConfig(PPOConfig):
     inputs (Gulrajani et al. 2017's form), added to the discriminator's loss (0: plain GAIL)."""
     reward: GAILReward = "gail"
     """``gail``: ``-log(1 - D)``; ``airl``: ``log D - log(1 - D)``."""
+    absorbing: bool = False
+    """Treat episode ends (terminations; truncations still bootstrap) as steps into an absorbing state that the
+    discriminator also judges (Kostrikov et al. 2019): the demonstrations' and the rollout's terminations each add an
+    absorbing row to the discriminator's data, and a terminated step's reward gains ``gamma * r_abs / (1 - gamma)``,
+    the discounted reward of staying absorbed forever. Removes the reward forms' built-in bias about ending episodes
+    (``gail`` rewards living on, ``airl`` can reward dying early)."""
 
 
 def uses_demonstrations(algo: object) -> bool:
