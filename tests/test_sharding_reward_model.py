@@ -130,3 +130,25 @@ def test_a_sharded_reward_model_run_logs_the_single_learner_rewards_and_weights(
     a, b = (load_file(tmp_path / s / "model.safetensors") for s in ("none", "fsdp"))
     assert a.keys() == b.keys() and all((a[k] - b[k]).abs().max() <= 1e-5 for k in a)
     assert json.loads((tmp_path / "fsdp" / "config.json").read_text())["dist"]["shard_reward_model"] is True
+
+
+@pytest.mark.slow
+def test_a_sharded_reward_model_run_moves_between_learner_counts(tmp_path: Path, reward_folder: Path) -> None:
+    """Nothing of the reward model is in a checkpoint (it is read from its folder): a run SIGKILLed on two sharded
+    learners, resumed on one (the reward model whole on rank 0) and then on two again ends on the uninterrupted
+    numbers."""
+    from pickaxe.runs.tracking import read_metrics
+    from test_sharded_runs import TINY, _close, _pickaxe
+
+    args = [*TINY, "--data.reward-model", str(reward_folder), "--dist.learners", "2", "--dist.shard", "fsdp"]
+    args += ["--trainer.save-every", "16", "--trainer.total-steps", "64"]
+    assert _pickaxe("train", *args, "--run-dir", str(tmp_path / "whole")).returncode == 0
+    run = tmp_path / "moved"
+    assert _pickaxe("train", *args, "--run-dir", str(run), fault="iteration:1").returncode != 0
+    one = _pickaxe("resume", str(run), "--no-progress", "--learners", "1", fault="iteration:1")
+    assert one.returncode != 0  # killed again, after a checkpoint written by one unsharded learner
+    two = _pickaxe("resume", str(run), "--no-progress", "--learners", "2", "--shard", "fsdp")
+    assert two.returncode == 0, two.stderr
+    whole, moved = read_metrics(tmp_path / "whole", deterministic=True), read_metrics(run, deterministic=True)
+    assert any("rollout/reward/proxy" in r for r in moved)
+    _close(whole, moved)
