@@ -49,11 +49,15 @@ def _learner(cases: dict[str, Any], out: Path) -> dict[str, Any]:
     algo.shard()  # the policy and, with it, the reward model (in float32 whatever the policy's autocast)
     model = algo.reward_scorer.model
     rows = cases["rows"]
+    # --collector.offload-reward-model: the shards wait on the host (FSDP's CPU offload; on a CPU nothing moves)
+    offloaded = RewardModelScorer(copy.deepcopy(cases["model"]), TOK, rows=4, offload_to="cpu")
+    offloaded.shard()
     return {
         "local": sum(p.to_local().numel() for p in model.parameters()),
         "dtensors": all(isinstance(p, DTensor) for p in model.parameters()),
         "scores": algo.reward_scorer.score_tokens(rows["input_ids"], rows["attention_mask"]),
         "texts": algo.reward_scorer.batch(["sort 12=", "sort 3="], ["12", ""]),  # one block: the other pads
+        "offloaded": offloaded.score_tokens(rows["input_ids"], rows["attention_mask"]),
     }
 
 
@@ -70,7 +74,22 @@ def test_each_learner_holds_half_the_reward_model_and_scores_as_the_whole_one(tm
     for learner in learners:
         assert learner["dtensors"] and learner["local"] <= 0.55 * total
         assert torch.equal(learner["scores"], want)  # the same blocks of rows as the whole model: the same numbers
-        assert learner["texts"] == texts
+        assert learner["texts"] == texts and torch.equal(learner["offloaded"], want)
+
+
+def test_the_builder_gives_the_algorithm_the_reward_model_only_when_it_is_sharded(reward_folder: Path) -> None:
+    from types import SimpleNamespace
+
+    from pickaxe.train.llm import build_env, keep_reward_model
+
+    for learners, shard, keep, kept in ((2, "fsdp", True, True), (2, "fsdp", False, False), (2, "none", True, False)):
+        cfg = _cfg(reward_folder, learners, shard)
+        cfg.dist.shard_reward_model = keep
+        env = build_env(cfg, 0, 1, TOK)
+        algo = SimpleNamespace(reward_scorer=None)
+        keep_reward_model(cfg, env, algo)  # type: ignore[arg-type]
+        proxy = env.rewards[env.reward_names.index("proxy")][0]
+        assert isinstance(proxy, RewardModelScorer) and (algo.reward_scorer is proxy) == kept
 
 
 # ------------------------------------------------------------------------------------------------ the run level
