@@ -41,6 +41,13 @@ GRPO_ONLY = {
 }  # fmt: skip
 """GRPO's extra rows: LoRA adapters (only they train), bfloat16 weights with bfloat16 AdamW moments, the KL reference
 whole on rank 0 (not sharded) and the same kept in host memory between its scoring passes."""
+PPO_ONLY = {
+    "fsdp, reward model whole on rank 0": ["--dist.shard", "fsdp", "--dist.no-shard-reward-model"],
+    "fsdp, offload params, reward model whole": ["--dist.shard", "fsdp", "--dist.offload", "params",
+                                                 "--dist.no-shard-reward-model"],
+}  # fmt: skip
+"""PPO's extra rows: its reward model whole on rank 0 (not sharded, as before it was)."""
+EXTRA = {"GRPO": GRPO_ONLY, "PPO": PPO_ONLY}
 
 
 def measure() -> dict[str, float]:
@@ -86,7 +93,7 @@ def main() -> None:
     print("|---|---|---|---:|---:|---:|---|")
     for shape in args.shapes.split(","):
         for algo, recipe in ALGOS.items():
-            for sharding, flags in {**SHARDING, **(GRPO_ONLY if algo == "GRPO" else {})}.items():
+            for sharding, flags in {**SHARDING, **EXTRA.get(algo, {})}.items():
                 cfg, _ = parse_train(recipe[0], [*recipe[1:], "--model.shape", shape, *COMMON, *flags])
                 plan = plan_memory(cfg, prompt_tokens=512, device_gib=args.device_gib)
                 gib = [round(r.peak("device") / GiB, 1) for r in plan.ranks]

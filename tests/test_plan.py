@@ -166,6 +166,28 @@ def test_an_offloaded_reward_model_is_counted_on_the_host_and_while_it_scores(tm
     assert moved.peak("device") < plain.peak("device")
 
 
+def test_sharding_divides_the_reward_model_unless_kept_whole(tmp_path: Path) -> None:
+    cfg = _cfg(GRPOConfig(kl_coef=0.0, autocast="bf16"))
+    cfg.data.reward_model = str(tmp_path / "not-written-yet")  # counted at the policy's shape
+    cfg.device = "cuda"
+    one = plan_memory(cfg).ranks[0]
+    cfg.dist.learners, cfg.dist.shard = 4, "fsdp"
+    zero, other = plan_memory(cfg).ranks
+    whole = _term(one, "reward model")
+    for rank in (zero, other):  # a quarter on every learner, rank 0 included, and the units it gathers to score
+        assert _term(rank, "reward model (1/4)") == pytest.approx(whole / 4, abs=1) and _term(rank, "reward model") == 0
+        gathered = next(t for t in rank.terms if t.name == "reward model gathered units")
+        assert gathered.phase == "score" and 0 < gathered.bytes <= whole  # float32 gathered: autocast leaves it
+    cfg.dist.shard_reward_model = False  # --dist.no-shard-reward-model: whole on rank 0 only, as before
+    kept_zero, kept_other = plan_memory(cfg).ranks
+    assert _term(kept_zero, "reward model") == whole and _term(kept_other, "reward model") == 0
+    assert kept_zero.peak("device") - zero.peak("device") >= whole * 3 / 4 - 1 - gathered.bytes
+    assert kept_other.peak("device") < other.peak("device")  # the other learners no longer hold any of it
+    cfg.dist.shard_reward_model, cfg.collector.offload_reward_model = True, True
+    offloaded = next(t for t in plan_memory(cfg).ranks[1].terms if t.name == "reward model (1/4)")
+    assert offloaded.where == "host"  # the shards wait on the host (FSDP's CPU offload)
+
+
 MEASURE = """
 import json, sys
 import torch

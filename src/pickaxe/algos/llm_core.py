@@ -296,6 +296,9 @@ class LMAlgorithm(Algorithm):
         self.reference = None if reference is None else reference.eval().requires_grad_(False)
         self.shard_reference = True  # whether shard() shards the reference (--dist.shard-reference)
         self.reference_sharded = False
+        # the run's frozen reward model scorer (``RewardModelScorer``), given by the builder when it is sharded with
+        # the learners' models (--dist.shard-reward-model); never in the state: it is read from its folder
+        self.reward_scorer: Any = None
         fused = next(model.parameters()).dtype == torch.float32
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, fused=fused or None)
@@ -342,8 +345,9 @@ class LMAlgorithm(Algorithm):
         export and LoRA's shared reference use it; ``update`` gathers the new weights into it) and ``model``
         becomes a sharded copy that trains; the other learners shard in place. A frozen ``reference`` the learner
         keeps is sharded in place on every learner, rank 0 included (each holds 1/N of it; scoring it is then a
-        collective), unless ``shard_reference`` is False. ``config.autocast`` ``bf16`` gives FSDP's bf16 mixed
-        precision (float32 master weights and reduction)."""
+        collective), unless ``shard_reference`` is False; so is a ``reward_scorer``'s reward model (its
+        ``shard``). ``config.autocast`` ``bf16`` gives FSDP's bf16 mixed precision (float32 master weights and
+        reduction)."""
         if not self.supports_sharding:
             raise PickaxeError(f"{type(self).__name__} cannot shard its model; use --dist.shard none")
         if self.sharded:
@@ -353,6 +357,8 @@ class LMAlgorithm(Algorithm):
             # frozen: sharded in place on every learner (no gradients, no optimizer), scored collectively
             shard_model(self.reference, offload, bf16=self.config.autocast == "bf16")
             self.reference_sharded = True
+        if self.reward_scorer is not None:  # the frozen reward model, 1/N on every learner: scored collectively
+            self.reward_scorer.shard(offload)
         self.sharded = True
 
     @torch.no_grad()

@@ -18,7 +18,8 @@ learner: rank 0's ``CheckpointManager`` calls the Leader's ``write_shards`` with
 the others write their shard files there and send back their digests for the manifest, and resuming reads each
 learner's rows of every sharded tensor (any learner count: the rows are cut from the saved files). A frozen reference
 the algorithm keeps (DPO's; the KL reference of GRPO and LLM PPO) is sharded too: rank 0's evaluation scores it
-through the Leader's ``score_reference``, which has every learner score its share of the rows.
+through the Leader's ``score_reference``, which has every learner score its share of the rows. So is the run's
+reward model (the algorithm's ``reward_scorer``): rank 0's collector and evaluation score through ``score_rewards``.
 """
 
 from __future__ import annotations
@@ -215,6 +216,10 @@ class Leader:
             if getattr(algo, "reference_sharded", False):  # a sharded reference: every learner scores with it
                 self._score = algo.score_reference
                 algo.score_reference = self.score_reference
+            scorer = getattr(algo, "reward_scorer", None)
+            if getattr(scorer, "sharded", False):  # a sharded reward model: every learner scores with it too
+                self._reward = scorer.score_tokens
+                scorer.score_tokens = self.score_rewards
 
     def write_shards(self, folder: Path) -> dict[str, dict[str, Any]]:
         """A sharded checkpoint's other files: every other learner writes its shards of the algorithm's state into
@@ -278,6 +283,15 @@ class Leader:
         self.busy = False
         return out
 
+    def score_rewards(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The sharded reward model's ``score_tokens`` on rank 0 (its collector's rewards, its evaluation's): the
+        rows are sent to the other learners, which score their share of them with their shards of it."""
+        _send(("reward", input_ids.detach().to("cpu"), attention_mask.detach().to("cpu")))
+        self.busy = True
+        out = self._reward(input_ids, attention_mask)
+        self.busy = False
+        return out
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Load ``state`` here and, once it loaded (a checkpoint that does not fit is refused first), on every
         learner."""
@@ -299,6 +313,9 @@ class Leader:
                 p.kill()
         for name in ("update", "load_state_dict", "set_progress", "score_reference"):  # the class's methods again
             vars(self.algo).pop(name, None)
+        scorer = getattr(self.algo, "reward_scorer", None)
+        if scorer is not None:  # its own method again too
+            vars(scorer).pop("score_tokens", None)
         data_parallel.shutdown()
 
 
@@ -326,6 +343,9 @@ def follow(algo: Any) -> int:
             continue
         if kind == "score":  # rank 0 evaluates with the sharded reference: this learner's share of the rows
             algo.score_reference(*message[1:])
+            continue
+        if kind == "reward":  # rank 0 scores completions with the sharded reward model: this learner's share
+            algo.reward_scorer.score_tokens(*message[1:])
             continue
         if kind == "write_async":
             from pickaxe.runs.checkpoint import start_rank_shards

@@ -8,6 +8,7 @@ chosen response, row ``2i + 1`` its rejected one. ``pair`` (an id per row, the s
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -101,7 +102,11 @@ class RewardModelScorer:
     ``batch(prompts, completions, metadatas)`` scores ``rows`` sequences per forward with one host read per call.
     Completions are encoded like training responses (:func:`encode_response`, EOS appended); the model scores in
     eval mode. Metadata is not used. With ``offload_to`` (a device) the model waits in host memory and visits that
-    device for each batch it scores (``--collector.offload-reward-model``)."""
+    device for each batch it scores (``--collector.offload-reward-model``).
+
+    :meth:`shard` splits the model across sharded learners (``--dist.shard fsdp``): each holds 1/N of it and
+    :meth:`score_tokens` becomes a collective every learner calls with the same rows (the launcher has the other
+    learners join rank 0's calls)."""
 
     __name__ = "reward_model"
 
@@ -110,6 +115,7 @@ class RewardModelScorer:
         self.tokenizer = tokenizer
         self.rows = rows
         self.offload_to = None if offload_to is None else torch.device(offload_to)
+        self.sharded = False
         if self.offload_to is not None:  # kept on the host; it visits the device only while it scores
             self.model.to("cpu")
 
@@ -132,12 +138,62 @@ class RewardModelScorer:
         prompt_ids = [list(self.tokenizer(p)["input_ids"]) for p in prompts]
         responses = [encode_response(self.tokenizer, c) for c in completions]
         data = pack(prompt_ids, responses, int(self.tokenizer.pad_token_id))
-        with visiting(self.model, self.offload_to):
-            device = next(self.model.parameters()).device
-            was_training = self.model.training
-            self.model.eval()
-            try:
-                scores = self.model.score(data["input_ids"].to(device), data["attention_mask"].to(device), self.rows)
-            finally:
-                self.model.train(was_training)
-            return scores.cpu().tolist()
+        return self.score_tokens(data["input_ids"], data["attention_mask"]).cpu().tolist()
+
+    def shard(self, offload: str = "none") -> None:
+        """Shard the reward model in place across the learners (FSDP2, one decoder layer per unit): every learner
+        calls it, each then holds 1/N of the weights. Frozen, it is sharded in float32 whatever the policy's
+        autocast, so its scores are the unsharded model's. With ``offload_to`` (or ``offload`` other than none)
+        the shards wait in host memory and visit the device a unit at a time while they score (FSDP's CPU offload
+        instead of the whole model's visit)."""
+        from pickaxe.models.sharding import shard_model
+
+        if self.offload_to is not None:  # the mesh is the device's; FSDP then keeps the shards on the host
+            self.model.to(self.offload_to)
+            offload = "params"
+        shard_model(self.model, offload)  # type: ignore[arg-type]
+        self.sharded = True
+
+    @torch.no_grad()
+    def score_tokens(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """``[B]`` float32 scores of packed rows (prompt left-padded, response right-padded: :func:`pack`), ``rows``
+        sequences per forward, in eval mode. Sharded, a collective every learner calls with the same rows: the
+        blocks of ``rows`` rows are dealt out among the learners (block j to learner j mod N, the blocks of the
+        unsharded call, so the same scores), a learner with fewer runs a discarded one-row pass (every forward of a
+        sharded model gathers its units from all learners), and the scores are summed over the learners."""
+        if not self.sharded:
+            with visiting(self.model, self.offload_to):
+                device = next(self.model.parameters()).device
+                with _eval_mode(self.model):
+                    return self.model.score(input_ids.to(device), attention_mask.to(device), self.rows)
+        import torch.distributed as dist
+
+        from pickaxe.models.sharding import compute_device
+
+        device = compute_device(self.model)
+        ids, attn = input_ids.to(device), attention_mask.to(device)
+        rank, world = dist.get_rank(), dist.get_world_size()
+        n, size = ids.shape[0], self.rows
+        blocks = -(-n // size)
+        mine = range(rank, blocks, world)
+        out = torch.zeros(n, dtype=torch.float32, device=device)
+        with _eval_mode(self.model):
+            for j in mine:
+                block = slice(j * size, (j + 1) * size)
+                out[block] = self.model(ids[block], attn[block])
+            for _ in range(-(-blocks // world) - len(mine)):  # padding passes: as many forwards as every learner
+                self.model(ids[:1], attn[:1])
+        self.model.reshard()  # no backward pass frees the root's gathered weights: free them now
+        dist.all_reduce(out)
+        return out
+
+
+@contextlib.contextmanager
+def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    """``model`` in eval mode for the block, back in its former mode after it (also after an error)."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)

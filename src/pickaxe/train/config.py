@@ -232,6 +232,10 @@ class DistConfig:
     """With --dist.shard fsdp: shard the frozen reference model too (DPO's, and GRPO's and PPO's KL reference unless
     it is the LoRA policy), so each learner holds 1/N of it and scores its share of every batch with the others;
     false keeps it whole (the KL reference on rank 0, scored there by the collector; DPO's on every learner)."""
+    shard_reward_model: bool = True
+    """With --dist.shard fsdp: shard the frozen reward model (--data.reward-model) too, so each learner holds 1/N of
+    it and scores its share of every batch of completions with the others (rank 0 asks them to join); false keeps
+    it whole on rank 0, which alone scores with it."""
 
     def __post_init__(self) -> None:
         validate(self)

@@ -299,8 +299,9 @@ def build_env(
         named = {"verify": source.verify}
     spec = d.reward or ("verify" if "verify" in named else "exact")
     rewards: list[tuple[str, Any, float]] = parse_reward_spec(spec, {**named, **python})
-    # without a tokenizer: a prompt stream (warm start, ptx); a learner other than rank 0 never scores a rollout
-    if d.reward_model and tokenizer is not None and not _follows(cfg):
+    # without a tokenizer: a prompt stream (warm start, ptx); a learner other than rank 0 scores rollouts only with
+    # its shard of a sharded reward model, when rank 0 asks
+    if d.reward_model and tokenizer is not None and (sharded_reward_model(cfg) or not _follows(cfg)):
         proxy = load_reward_model(d.reward_model, tokenizer, device or torch.device("cpu"),
                                   offload=cfg.collector.offload_reward_model)  # fmt: skip
         rewards = [(name, fn, 0.0) for name, fn, _ in rewards] + [("proxy", proxy, d.reward_model_weight)]
@@ -680,6 +681,7 @@ def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
         )
     else:
         raise ConfigError(f"no LLM algorithm for config type {type(cfg.algo).__name__}")
+    keep_reward_model(cfg, getattr(env, "prompts", env), algo)  # an agent's ToolEnv wraps the PromptEnv
     evaluator = TextEvaluator(env, engine, tokenizer, cfg.eval, e.max_new_tokens, seeds["eval"], scorer, encode)
     settle_for_training()  # the models are built: freeze them out of full GC passes, keep the allocator's blocks
     return LLMTrainer.assemble(cfg, algo, collector, evaluator, run, progress, resuming, (model, tokenizer))
@@ -710,6 +712,20 @@ def sharded_kl_reference(cfg: LLMTrainConfig, model: nn.Module) -> bool:
         and getattr(cfg.algo, "kl_coef", 0) > 0
         and not is_lora(model)
     )
+
+
+def sharded_reward_model(cfg: LLMTrainConfig) -> bool:
+    """Whether the run's reward model is sharded across its learners (``--data.reward-model`` with ``--dist.shard
+    fsdp`` on more than one learner and ``--dist.shard-reward-model``): then every learner loads it."""
+    d = cfg.dist
+    return bool(cfg.data.reward_model) and d.shard == "fsdp" and d.shard_reward_model and d.learners > 1
+
+
+def keep_reward_model(cfg: LLMTrainConfig, env: PromptEnv, algo: Algorithm) -> None:
+    """With a sharded reward model: ``env``'s scorer of it (the ``proxy`` reward) becomes ``algo.reward_scorer``,
+    sharded with the algorithm's models on every learner, which all join rank 0's scoring."""
+    if sharded_reward_model(cfg) and "proxy" in env.reward_names:
+        algo.reward_scorer = env.rewards[env.reward_names.index("proxy")][0]  # type: ignore[attr-defined]
 
 
 def reference_scorer(algo: Algorithm) -> Callable[..., torch.Tensor]:

@@ -217,8 +217,9 @@ class TextCollectorConfig:
     computes reference log-probs (frees its device memory between steps, for one copy each way per batch)."""
     offload_reward_model: bool = False
     """Keep the reward model (``data.reward_model``) in host memory and move it to the device only while it scores
-    a batch (frees its device memory between steps, for one copy each way per batch). On a CPU device nothing
-    moves."""
+    a batch (frees its device memory between steps, for one copy each way per batch). Sharded with the learners
+    (--dist.shard fsdp): its shards wait in host memory and visit the device a unit at a time while it scores (FSDP's
+    CPU offload). On a CPU device nothing moves."""
 
     def __post_init__(self) -> None:
         validate(self)

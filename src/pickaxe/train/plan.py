@@ -18,10 +18,12 @@ Torch-free and instant: it reads the config (and a ``--model.path`` or ``--data.
 
 ``--dist.shard fsdp`` divides the trained networks' weights, gradients and optimizer state by the learners, and
 rank 0 keeps an unsharded copy of the policy (what generation, evaluation and export read; the reward model when
-training one); the frozen reference (DPO's, and the KL reference of GRPO and PPO unless it is the LoRA policy) is
-sharded too: 1/N of it on every learner, rank 0 included, plus the units gathered while it scores; a reward model
-lives whole on rank 0. ``--dist.offload optimizer`` moves the optimizer state to host memory, ``params`` the
-sharded weights (the reference's too), gradients and optimizer state.
+training one); the frozen reference (DPO's, and the KL reference of GRPO and PPO unless it is the LoRA policy) and
+the reward model that scores the rollouts (``--data.reward-model``) are sharded too: 1/N of each on every learner,
+rank 0 included, plus the units gathered while it scores (``--dist.no-shard-reference``,
+``--dist.no-shard-reward-model``: whole on rank 0, DPO's reference on every learner). ``--dist.offload optimizer``
+moves the optimizer state to host memory, ``params`` the sharded weights (the frozen models' too), gradients and
+optimizer state; ``--collector.offload-reward-model`` keeps the reward model's shards on the host.
 """
 
 from __future__ import annotations
@@ -365,8 +367,11 @@ def plan_memory(cfg: LLMTrainConfig, prompt_tokens: int = 256, device_gib: float
     act = acts["checkpointing" if getattr(a, "gradient_checkpointing", False) else "no_checkpointing"]
     rm = isinstance(a, RewardModelConfig)
     dpo = isinstance(a, DPOConfig)  # each learner scores its share of the pairs with the reference
-    # sharded, every learner holds 1/n of the frozen reference (rank 0 included); unsharded, DPO's is whole everywhere
+    # sharded, every learner holds 1/n of the frozen reference and of the reward model (rank 0 included); unsharded,
+    # DPO's reference is whole everywhere, the reward model whole on rank 0 (best-of-n: no learners to shard over)
     split = [f for f in frozen if sharded and d.shard_reference and f.name == "reference model"]
+    split += [f for f in frozen if sharded and d.shard_reward_model and f.name == "reward model"
+              and not isinstance(a, BestOfNConfig)]  # fmt: skip
     everywhere = [f for f in frozen if dpo and f.name == "reference model" and not split]
 
     def rank(label: str, zero: bool) -> RankPlan:
@@ -395,11 +400,13 @@ def plan_memory(cfg: LLMTrainConfig, prompt_tokens: int = 256, device_gib: float
         for f in everywhere if not zero else []:
             r.add(f.name, f.weight_bytes, note="frozen")
         for f in split:
-            r.add(f"{f.name} (1/{n})", f.weight_bytes / n, "host" if d.offload == "params" else "device", note="frozen")
+            scorer = f.name == "reward model"  # sharded in its own dtype; --collector.offload-reward-model: on host
+            host = d.offload == "params" or (scorer and cfg.collector.offload_reward_model)
+            r.add(f"{f.name} (1/{n})", f.weight_bytes / n, "host" if host else "device", note="frozen")
             unit = max(f.shape.layer_parameters(), 1)
             root = f.parameters - f.shape.layers * f.shape.layer_parameters()
-            r.add(f"{f.name} gathered units", (root + 2 * unit) * (2 if bf16 else f.dtype_bytes), phase="score",
-                  note="transient")  # fmt: skip
+            r.add(f"{f.name} gathered units", (root + 2 * unit) * (2 if bf16 and not scorer else f.dtype_bytes),
+                  phase="score", note="transient")  # fmt: skip
         if zero:
             if sharded:  # the policy (the reward model, when training one) whole, beside the shards
                 whole = trained[0]

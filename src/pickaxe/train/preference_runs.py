@@ -40,6 +40,7 @@ from pickaxe.train.llm import (
     TextEvaluator,
     build_env,
     frozen_reference,
+    keep_reward_model,
     reference_scorer,
     start_policy,
 )
@@ -163,6 +164,7 @@ def build_dpo_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: boo
     algo.shard_reference = cfg.dist.shard_reference
     sharded = cfg.dist.shard == "fsdp" and cfg.dist.shard_reference and cfg.dist.learners > 1
     scorer = reference_scorer(algo) if sharded else reference
+    keep_reward_model(cfg, env, algo)  # and a reward model its evaluation scores with (--data.reward-model)
     text = TextEvaluator(env, engine, tokenizer, cfg.eval, cfg.engine.max_new_tokens, seeds["eval"], scorer)
     evaluator = DPOEvaluator(text, heldout, tokenizer)
     if progress:
