@@ -403,7 +403,7 @@ def test_agent_evaluation_is_a_pure_function_of_the_weights() -> None:
     """The evaluator re-seeds the rollout's sampler and restores it: two evaluations agree, and the training
     stream's sampler state is what it was (an agent rollout hides its engine's generator otherwise)."""
     from pickaxe.algos.sft import SFT, SFTConfig
-    from pickaxe.train.llm import TextEvaluator
+    from pickaxe.train.text_eval import TextEvaluator
     from pickaxe.train.llm_config import LLMEvalConfig
 
     env = tool_env()

@@ -17,6 +17,7 @@ from pickaxe.runs.tracking import read_metrics
 from pickaxe.train.build import train
 from pickaxe.train.config import TrainerConfig
 from pickaxe.train.llm_config import LLMEvalConfig, LMConfig, TextCollectorConfig
+from pickaxe.train.text_eval import TextEvaluator
 
 
 def _llm_cfg() -> Any:
@@ -47,8 +48,8 @@ def test_an_llm_run_reads_running_with_its_phase_from_its_first_moment(
 
     monkeypatch.setattr(llm, "build_model", watch("model load", llm.build_model))  # before any model exists
     monkeypatch.setattr(llm, "warm_start", watch("warm start", llm.warm_start))
-    evaluator = llm.TextEvaluator.__call__
-    monkeypatch.setattr(llm.TextEvaluator, "__call__", watch("evaluation", evaluator))
+    evaluator = TextEvaluator.__call__
+    monkeypatch.setattr(TextEvaluator, "__call__", watch("evaluation", evaluator))
     train(_llm_cfg(), run_dir=run_dir)
 
     for name, phase in (("model load", "loading"), ("warm start", "warm_start")):

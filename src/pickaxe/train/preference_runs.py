@@ -37,7 +37,6 @@ from pickaxe.rollout.pairs import pack_pairs
 from pickaxe.runs.run import Run
 from pickaxe.train.llm import (
     LLMTrainer,
-    TextEvaluator,
     build_env,
     frozen_reference,
     keep_reward_model,
@@ -45,6 +44,7 @@ from pickaxe.train.llm import (
     start_policy,
 )
 from pickaxe.train.llm_config import LLMTrainConfig
+from pickaxe.train.text_eval import TextEvaluator
 
 __all__ = ["build_dpo_trainer", "build_reward_model_trainer", "preference_data"]
 
