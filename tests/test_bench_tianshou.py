@@ -1,5 +1,5 @@
-"""The Tianshou side-by-side benchmarks (benchmarks/tianshou_offline.py, tianshou_online.py) run end to end at a
-minimal budget and end with their JSON line; skipped where Tianshou is not installed."""
+"""The Tianshou side-by-side benchmarks (benchmarks/tianshou_offline.py, tianshou_online.py, tianshou_her.py) run
+end to end at a minimal budget and end with their JSON line; skipped where Tianshou is not installed."""
 
 from __future__ import annotations
 
@@ -55,3 +55,19 @@ def test_online_npg_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         assert len(npg[lib]["steps"]) == 1 and npg[lib]["best_return"][0] > 0
     runs = {r["lib"]: r for r in result["runs"]}
     assert runs["tianshou"]["trained_steps"] >= 1024 and runs["pickaxe"]["trained_steps"] == 1024
+
+
+@pytest.mark.slow
+def test_her_ddpg_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """DDPG + HER on PointGoal at a 1,000-step budget a side: both runs evaluated by success rate, unsolved as null."""
+    pytest.importorskip("tianshou")
+    bench = _load("tianshou_her")
+    bench.cli(["--out", str(tmp_path), "--seeds", "1", "--budget", "1000"])
+    doc = _last_json(capsys.readouterr().out)
+    result = doc["result"]
+    assert result["budget"] == 1000 and result["settings_tianshou"]["her_future_k"] == 5
+    for lib in ("pickaxe", "tianshou"):
+        assert result[lib]["solved"] in (0, 1) and len(result[lib]["steps"]) == 1
+        assert 0.0 <= result[lib]["best_success"][0] <= 1.0
+    runs = {r["lib"]: r for r in doc["runs"]}
+    assert runs["tianshou"]["trained_steps"] >= 1000 and runs["pickaxe"]["trained_steps"] >= 1000

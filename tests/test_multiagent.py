@@ -351,3 +351,83 @@ def test_without_pettingzoo_a_multi_agent_recipe_says_which_extra_to_install(mon
     monkeypatch.setattr("pickaxe.envs.multiagent.parallel_factory", lambda env_id: None)  # as when mpe2 is missing
     with pytest.raises(ConfigError, match=r"pip install 'pickaxe\[marl\]'"):
         get_recipe("simple-spread-mappo").check()
+
+
+@pytest.fixture(scope="module")
+def toy_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished MAPPO run on the toy env with policies kept at env steps 256 and 512."""
+    from pickaxe.train.build import train
+
+    cfg = _toy_run(MAPPOConfig(epochs=2, minibatch_size=128), total=512)
+    cfg.trainer = replace(cfg.trainer, eval_every=256, eval_episodes=6)
+    run_dir = tmp_path_factory.mktemp("marl_eval") / "run"
+    train(cfg, run_dir=run_dir)
+    return run_dir
+
+
+def test_eval_checkpoints_gives_each_agent_and_the_total_with_cis_and_selects_on_the_total(
+    toy_run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pickaxe.cli import main
+    from pickaxe.runs.run import read_metrics
+
+    assert main(["eval", str(toy_run_dir), "--checkpoints", "all"]) == 0
+    out = capsys.readouterr().out
+    report = json.loads((toy_run_dir / "eval" / "checkpoints.json").read_text())
+    assert report["kind"] == "multiagent" and [r["step"] for r in report["rows"]] == [256, 512]
+    logged = {r["step"]: r for r in read_metrics(toy_run_dir) if "eval/return_mean" in r}
+    for row in report["rows"]:  # the run's own eval episodes again: the numbers and CIs its evaluations logged
+        record = logged[row["step"]]
+        for name in ("eval/return_mean", "eval/agent/agent_0/return_mean", "eval/agent/agent_1/return_mean"):
+            e = row["metrics"][name]
+            assert (e["mean"], e["low"], e["high"]) == tuple(record[name + s] for s in ("", "_ci_low", "_ci_high"))
+            assert e["n"] == 6 and e["low"] <= e["mean"] <= e["high"]
+            assert row["metrics"][name.replace("_mean", "_iqm")]["n"] == 6
+        agents = sum(row["metrics"][f"eval/agent/agent_{j}/return_mean"]["mean"] for j in range(2))
+        assert agents == pytest.approx(row["metrics"]["eval/return_mean"]["mean"])
+    # the best step: the run's rule on the team's total, as the run's own selection.json chose it
+    selection = json.loads((toy_run_dir / "selection.json").read_text())
+    assert report["best"]["metric"] == "eval/return_mean" and report["best"]["step"] == selection["step"]
+    # the table: per step a row for the total and one per agent
+    rows = [line.split() for line in out.splitlines() if "[" in line and "by rule" not in line]
+    assert [r[0] for r in rows if "total" in r] == ["256", "512"]
+    assert sum("agent_0" in r for r in rows) == 2 and sum("agent_1" in r for r in rows) == 2
+    assert "0 of 2 from the cache" in out
+    assert main(["eval", str(toy_run_dir), "--checkpoints", "best"]) == 0  # `best`: from the results above
+    assert "1 of 1 from the cache" in capsys.readouterr().out
+
+
+def test_eval_of_a_multi_agent_run_prints_each_agent_and_the_total_with_cis(
+    toy_run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pickaxe.cli import main
+    from pickaxe.runs.run import read_metrics
+
+    assert main(["eval", str(toy_run_dir)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    last = [r for r in read_metrics(toy_run_dir) if "eval/return_mean" in r][-1]
+    for name in ("return_mean", "agent/agent_0/return_mean", "agent/agent_1/return_mean"):
+        assert [out[name + s] for s in ("", "_ci_low", "_ci_high")] == [last[f"eval/{name}{s}"] for s in
+                                                                        ("", "_ci_low", "_ci_high")]  # fmt: skip
+    assert out["episodes"] == 6 and out["length_mean"] == last["eval/length_mean"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--checkpoints", "all", "--fqe"], ["multi-agent", "--fqe"]),
+        (["--fqe.dataset", "nowhere"], ["multi-agent", "--fqe"]),
+        (["--checkpoints", "all", "--select-metric", "eval/agent/bob/return_mean"], ["bob", "agent_1"]),
+        (["--checkpoints", "512", "--samples", "2"], ["--samples"]),
+        (["--checkpoints", "300"], ["300", "256, 512"]),
+    ],
+)
+def test_bad_eval_flags_of_a_multi_agent_run_are_one_line_and_exit_2(
+    toy_run_dir: Path, flags: list[str], words: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pickaxe.cli import main
+
+    assert main(["eval", str(toy_run_dir), *flags]) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and all(w in lines[0] for w in words), lines  # before anything is evaluated

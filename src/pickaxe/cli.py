@@ -452,6 +452,12 @@ def _eval(args: list[str]) -> int:
         cfg.eval.pass_k = cfg.eval.pass_k if opts.pass_k is None else opts.pass_k
         if cfg.eval.pass_k > max(cfg.eval.samples, 1) and (opts.samples is not None or opts.pass_k is not None):
             raise ConfigError(f"--pass-k {cfg.eval.pass_k} needs at least as many --samples, got {cfg.eval.samples}")
+    multiagent = getattr(type(getattr(cfg, "algo", None)), "multiagent", False)
+    if multiagent and use_fqe:
+        raise ConfigError(
+            f"{run_dir} is a multi-agent run: --fqe scores single-agent policies on a dataset; leave --fqe out "
+            "(--checkpoints evaluates every agent and the total in the env)"
+        )
     if use_fqe or opts.no_env:
         if choices is None:
             raise ConfigError("--fqe and --no-env score kept checkpoints: add --checkpoints all (or steps)")
@@ -462,11 +468,6 @@ def _eval(args: list[str]) -> int:
     if opts.select_metric is not None and choices is None:
         raise ConfigError("--select-metric picks among kept checkpoints: add --checkpoints all (or steps)")
     if choices is not None:
-        if getattr(type(getattr(cfg, "algo", None)), "multiagent", False):
-            raise ConfigError(
-                f"{run_dir} is a multi-agent run: --checkpoints is for single-agent and LLM runs; its evaluations per "
-                "step (total and per agent, with CIs) are in metrics.jsonl, and `pickaxe eval RUN` evaluates its model"
-            )
         from pickaxe.exp.checkpoint_eval import main as checkpoints_main
 
         return checkpoints_main(run_dir, cfg, choices, opts.episodes, cache=not opts.no_cache,
@@ -481,9 +482,12 @@ def _eval(args: list[str]) -> int:
             return 0
         import numpy as np
 
+        episodes = opts.episodes or cfg.trainer.eval_episodes
+        if multiagent:
+            print(json.dumps(_multiagent_eval(cfg, run_dir, episodes)))
+            return 0
         from pickaxe.train.build import evaluate_run
 
-        episodes = opts.episodes or cfg.trainer.eval_episodes
         returns, lengths = evaluate_run(cfg, run_dir, episodes)
     except FileNotFoundError as e:
         raise PickaxeError(str(e)) from None
@@ -497,6 +501,23 @@ def _eval(args: list[str]) -> int:
     }
     print(json.dumps(out))
     return 0
+
+
+def _multiagent_eval(cfg: Any, run_dir: Path, episodes: int) -> dict[str, Any]:
+    """``pickaxe eval RUN`` of a multi-agent run: the final model's total return and each agent's, each mean with its
+    95% CI (the run's own eval episodes: its last evaluation's numbers when ``episodes`` is the run's)."""
+    from pickaxe.train.build import evaluate_multiagent_samples
+    from pickaxe.train.multiagent import multiagent_estimates
+
+    values = evaluate_multiagent_samples(cfg, run_dir, episodes)
+    out: dict[str, Any] = {"run_dir": str(run_dir), "checkpoint": "final", "episodes": episodes}
+    for name, e in multiagent_estimates(values).items():
+        if name.endswith("_iqm"):
+            continue
+        key = name.removeprefix("eval/")
+        out.update({key: e.mean, f"{key}_ci_low": e.low, f"{key}_ci_high": e.high})
+    out["return_std"] = float(values["return"].std())
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- collect

@@ -163,6 +163,11 @@ def make(
         extra = "mujoco" if "mujoco" in str(e).lower() else "atari" if "ale" in str(e).lower() else None
         fix = f"pip install 'pickaxe[{extra}]'" if extra else "install the package the message names"
         raise EnvError(f"environment {env_id!r} needs a missing dependency ({e}); fix: {fix}") from e
+    except AssertionError as e:
+        error = fetch_mujoco_error(env_id)
+        if error is None:
+            raise
+        raise error from e
     except TypeError as e:
         if not env_kwargs:
             raise
@@ -170,6 +175,22 @@ def make(
             f"environment {env_id!r} does not take keyword arguments {env_kwargs} ({e}); fix --env.kwargs"
         ) from None
     return SeededVectorEnv(envs, seed)
+
+
+def fetch_mujoco_error(env_id: str) -> EnvError | None:
+    """The one-line error of a gymnasium-robotics Fetch task failing an assertion under MuJoCo 4 (gymnasium-robotics
+    1.4.2's ``set_joint_qpos`` asserts on a joint type that MuJoCo 4 reports differently); None otherwise."""
+    try:
+        import mujoco
+    except ImportError:
+        return None
+    version = str(getattr(mujoco, "__version__", "0"))
+    if not env_id.startswith("Fetch") or not version.split(".")[0].isdigit() or int(version.split(".")[0]) < 4:
+        return None
+    return EnvError(
+        f"environment {env_id!r} does not build with MuJoCo {version} (gymnasium-robotics' Fetch tasks assert on a "
+        "joint type); fix: pip install 'mujoco<4' (what pip install 'pickaxe[goals]' installs)"
+    )
 
 
 def spaces_of(env_id: str, env_kwargs: dict[str, Any] | None = None) -> tuple[gym.Space, gym.Space]:

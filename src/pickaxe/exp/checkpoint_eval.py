@@ -3,6 +3,7 @@
 The candidates are the run's kept policies (``RUN/policies``), full checkpoints and final model, one per env step
 (a policy is preferred: the same weights, the smallest file). Each chosen checkpoint is evaluated with the run's
 own evaluation code: classic runs on N episodes (mean and IQM of the return with 95% stratified-bootstrap CIs),
+multi-agent runs likewise for the team's total return and each agent's (the table has a row for each),
 LLM runs on the held-out prompts through the run's ``TextEvaluator`` (accuracy with its Wilson CI, pass@k, every
 reward term greedy and sampled, KL to the reference, length, entropy, each with a 95% CI). The per-sample values
 of a checkpoint are cached in ``RUN/eval/cache/<sha256[:16]>-<settings hash>.json``, keyed by the weights' digest
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pickaxe.algos.multiagent_configs import is_multiagent
 from pickaxe.errors import PickaxeError
 from pickaxe.eval.alarms import detect_alarms
 from pickaxe.eval.selection import METRICS, SelectConfig, candidates_from_records, resolve_metric, select_best
@@ -320,6 +322,37 @@ class _Classic(_Checkpoints):
             self._built[0].close()
 
 
+class _MultiAgent(_Classic):
+    """A multi-agent run's weights on its own eval envs: the team's total return and each agent's, with CIs."""
+
+    kind = "multiagent"
+
+    def _build(self) -> tuple[Any, Any, Any]:
+        if self._built is None:
+            from pickaxe.train.build import multiagent_evaluation_setup
+
+            self._built = multiagent_evaluation_setup(self.cfg)
+        return self._built
+
+    def samples(self, ref: CheckpointRef) -> dict[str, np.ndarray]:
+        from pickaxe.runs.policies import acting_networks
+        from pickaxe.train.multiagent import MultiAgentEvaluator
+
+        envs, algo, device = self._build()
+        _load(self.run_dir, acting_networks(algo.networks()), ref, device)
+        return MultiAgentEvaluator(envs, self.episodes, device).samples(algo)
+
+    def estimates(self, values: dict[str, np.ndarray]) -> dict[str, Estimate]:
+        from pickaxe.train.multiagent import multiagent_estimates
+
+        return multiagent_estimates(values)
+
+    def units(self, values: dict[str, np.ndarray], metric: str) -> np.ndarray | None:
+        if not (metric.startswith("eval/") and metric.endswith("_mean")):  # means pair by episode; IQMs do not
+            return None
+        return values.get(metric.removeprefix("eval/").removesuffix("_mean"))
+
+
 class _LLM(_Checkpoints):
     kind = "llm"
 
@@ -449,13 +482,22 @@ def evaluate_checkpoints(
     from pickaxe.train.config import TrainConfig
 
     run_dir = Path(run_dir)
+    multiagent = isinstance(cfg, TrainConfig) and is_multiagent(cfg.algo)
+    if multiagent and fqe is not None:
+        raise PickaxeError(f"{run_dir} is a multi-agent run: FQE scores single-agent policies; leave --fqe out")
+    if multiagent and select_metric is not None:
+        _check_multiagent_metric(run_dir, select_metric)
     refs = list_candidates(run_dir)
     chosen = choose(run_dir, cfg, refs, choices)
     evaluators: list[tuple[Any, str]] = []
     settings: dict[str, Any] = {}
     if env or fqe is None:
         online: _Checkpoints = (
-            _Classic(run_dir, cfg, episodes) if isinstance(cfg, TrainConfig) else _LLM(run_dir, cfg, episodes)
+            _LLM(run_dir, cfg, episodes)
+            if not isinstance(cfg, TrainConfig)
+            else _MultiAgent(run_dir, cfg, episodes)
+            if is_multiagent(cfg.algo)
+            else _Classic(run_dir, cfg, episodes)
         )
         digest = settings_hash(online.kind, online.settings, cfg.to_dict())
         evaluators.append((online, digest))
@@ -502,7 +544,7 @@ def evaluate_checkpoints(
             close = getattr(evaluator, "close", None)
             if close is not None:
                 close()
-    kind = "classic" if isinstance(cfg, TrainConfig) else "llm"
+    kind = "llm" if not isinstance(cfg, TrainConfig) else "multiagent" if is_multiagent(cfg.algo) else "classic"
     names = list(dict.fromkeys(k for r in rows for k in r["metrics"]))
     records = [_row_record(r) for r in rows]
     select = select_config(run_dir, cfg)
@@ -527,6 +569,18 @@ def evaluate_checkpoints(
                     cached=cached)  # fmt: skip
     _write_outputs(run_dir, report)
     return report
+
+
+def _check_multiagent_metric(run_dir: Path, metric: str) -> None:
+    """``--select-metric`` of a multi-agent run names a metric its evaluation gives (the agents as its logged
+    evaluations name them), checked before anything is evaluated."""
+    agents = agent_names(list(dict.fromkeys(k for r in _eval_records(run_dir) for k in r)))
+    if not agents:  # nothing logged yet to name the agents: checked against the results
+        return
+    names = [f"eval/return_{s}" for s in ("mean", "iqm")] + ["eval/length_mean"]
+    names += [f"eval/agent/{a}/return_{s}" for a in agents for s in ("mean", "iqm")]
+    if metric not in names:
+        raise PickaxeError(f"--select-metric {metric} is not evaluated for this run; evaluated: {', '.join(names)}")
 
 
 def _pairs(
@@ -652,18 +706,18 @@ HEADLINE = (
 
 def format_report(report: Report) -> str:
     """The table and summary lines ``pickaxe eval --checkpoints`` prints."""
-    shown = [m for m in HEADLINE if m in report.metrics]
-    if report.best and report.best["metric"] not in shown and report.best["metric"] in report.metrics:
-        shown.insert(0, report.best["metric"])
-    header = ["step", "source", *shown]
     best = report.best["step"] if report.best else None
-    lines = []
-    for r in report.rows:
-        cells = [f"{r['step']}{' *' if r['step'] == best else ''}", r["source"]]
-        for m in shown:
-            e = r["metrics"].get(m)
-            cells.append("-" if not e or e["mean"] is None else _fmt(e))
-        lines.append(cells)
+    if report.kind == "multiagent":
+        header, lines = _multiagent_table(report, best)
+    else:
+        shown = [m for m in HEADLINE if m in report.metrics]
+        if report.best and report.best["metric"] not in shown and report.best["metric"] in report.metrics:
+            shown.insert(0, report.best["metric"])
+        header = ["step", "source", *shown]
+        lines = [
+            [f"{r['step']}{' *' if r['step'] == best else ''}", r["source"], *(_cell(r, m) for m in shown)]
+            for r in report.rows
+        ]
     widths = [max(len(str(c)) for c in col) for col in zip(header, *lines, strict=True)]
     out = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *lines]]
     if report.best:
@@ -690,6 +744,31 @@ def format_report(report: Report) -> str:
     out.append(f"wrote {Path(report.run) / 'eval' / 'checkpoints.json'} (+ .csv, {plots}); {report.cached} of "
                f"{len(report.rows)} from the cache")  # fmt: skip
     return "\n".join(out)
+
+
+def _cell(row: dict[str, Any], metric: str) -> str:
+    e = row["metrics"].get(metric)
+    return "-" if not e or e["mean"] is None else _fmt(e)
+
+
+def agent_names(metrics: Sequence[str]) -> list[str]:
+    """The agents of a multi-agent run's ``eval/agent/<name>/return_mean`` metrics, in their order in ``metrics``."""
+    head, tail = "eval/agent/", "/return_mean"
+    return [m[len(head) : -len(tail)] for m in metrics if m.startswith(head) and m.endswith(tail)]
+
+
+def _multiagent_table(report: Report, best: int | None) -> tuple[list[str], list[list[str]]]:
+    """A multi-agent run's table: per step one row for the team's total return and one per agent (whatever their
+    number), each with its mean and IQM and 95% CIs."""
+    header = ["step", "source", "agent", "return_mean", "return_iqm"]
+    lines = []
+    for r in report.rows:
+        lines.append([f"{r['step']}{' *' if r['step'] == best else ''}", r["source"], "total",
+                      _cell(r, "eval/return_mean"), _cell(r, "eval/return_iqm")])  # fmt: skip
+        for agent in agent_names(report.metrics):
+            prefix = f"eval/agent/{agent}/return"
+            lines.append(["", "", agent, _cell(r, f"{prefix}_mean"), _cell(r, f"{prefix}_iqm")])
+    return header, lines
 
 
 def _fmt(e: dict[str, Any]) -> str:

@@ -64,6 +64,24 @@ def _pointmaze_her_sac() -> TrainConfig:
     )  # fmt: skip
 
 
+def _fetchreach_her_sac() -> TrainConfig:
+    # gymnasium-robotics' FetchReach-v4 (the `goals` extra, MuJoCo < 4): 50-step episodes, reward -1 until the
+    # gripper is within 5 cm of the goal; PointGoal's SAC settings with gamma 0.98, a CPU budget of 20,000 env steps
+    return TrainConfig(
+        recipe="fetchreach-her-sac",
+        algo=SACConfig(
+            lr=1e-3, gamma=0.98, tau=0.05, buffer_size=100_000, batch_size=256, learning_starts=500,
+            gradient_steps=16, her="future", her_k=4,
+        ),
+        env=EnvConfig(id="gymnasium_robotics:FetchReach-v4", num_envs=4),
+        model=ModelConfig(hidden=(64, 64), activation="relu"),
+        collector=CollectorConfig(steps=32),
+        trainer=TrainerConfig(
+            total_steps=20_000, eval_every=2_000, eval_episodes=50, target_return=0.9, target_metric=SUCCESS
+        ),
+    )  # fmt: skip
+
+
 GOAL_RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
@@ -82,6 +100,13 @@ GOAL_RECIPES: dict[str, Recipe] = {
             "SAC with hindsight replay on gymnasium-robotics' PointMaze_UMaze-v3 (pip install 'pickaxe[goals]'); "
             "stops at an eval success rate >= 0.9",
             _pointmaze_her_sac,
+        ),
+        Recipe(
+            "fetchreach-her-sac",
+            "SAC with hindsight replay on gymnasium-robotics' FetchReach-v4 "
+            "(pip install 'pickaxe[goals]', MuJoCo < 4); "
+            "stops at an eval success rate >= 0.9",
+            _fetchreach_her_sac,
         ),
     )
 }

@@ -8,7 +8,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -34,6 +34,9 @@ from pickaxe.train.llm_config import BestOfNConfig, LLMTrainConfig
 from pickaxe.train.runtime import settle_for_training
 from pickaxe.train.trainer import EnvEvaluator, FitResult, Trainer
 from pickaxe.utils import resolve_device, seed_everything, set_torch_threads
+
+if TYPE_CHECKING:
+    from pickaxe.envs.multiagent import MultiAgentVectorEnv
 
 
 def derive_seeds(seed: int) -> dict[str, int]:
@@ -558,20 +561,41 @@ def _evaluate_multiagent_run(
     cfg: TrainConfig, run_dir: str | Path, episodes: int, checkpoint: str | int
 ) -> tuple[np.ndarray, np.ndarray]:
     """``evaluate_run`` of a multi-agent run: the episode returns summed over the agents, and the lengths."""
+    values = evaluate_multiagent_samples(cfg, run_dir, episodes, checkpoint)
+    return values["return"], values["length"].astype(np.int64)
+
+
+def evaluate_multiagent_samples(
+    cfg: TrainConfig, run_dir: str | Path, episodes: int, checkpoint: str | int = "final"
+) -> dict[str, np.ndarray]:
+    """A multi-agent run's policy (its config and verified weights: ``checkpoint`` as for :func:`evaluate_run`) on its
+    own eval envs: per episode, the ``return`` summed over the agents, ``length`` and ``agent/<name>/return``
+    (``train.multiagent.multiagent_estimates`` summarises them with CIs)."""
+    from pickaxe.train.multiagent import MultiAgentEvaluator
+
+    envs, algo, device = multiagent_evaluation_setup(cfg)
+    try:
+        load_model(run_dir, acting_networks(algo.networks()), device, checkpoint=checkpoint)
+        return MultiAgentEvaluator(envs, episodes, device).samples(algo)
+    finally:
+        envs.close()
+
+
+def multiagent_evaluation_setup(cfg: TrainConfig) -> tuple[MultiAgentVectorEnv, Algorithm, torch.device]:
+    """``run_evaluation_setup`` of a multi-agent run: its own eval envs (eval seed and count, at least one: the
+    episodes its evaluations played) as a ``MultiAgentVectorEnv``, its algorithm rebuilt from ``cfg`` and the device;
+    the caller closes the envs."""
     from pickaxe.envs.multiagent import MultiAgentVectorEnv
-    from pickaxe.rollout.multiagent import play_episodes
 
     set_torch_threads(cfg.torch_threads)
     device = resolve_device(cfg.device)
     e = cfg.env
     envs = MultiAgentVectorEnv(e.id, e.eval_envs or 1, derive_seeds(cfg.seed)["eval_env"], **e.kwargs)
     try:
-        algo = build_algorithm(cfg, envs)
-        load_model(run_dir, acting_networks(algo.networks()), device, checkpoint=checkpoint)
-        returns, lengths = play_episodes(algo.policy, envs, episodes, device)
-        return returns.sum(1), lengths
-    finally:
+        return envs, build_algorithm(cfg, envs), device
+    except BaseException:
         envs.close()
+        raise
 
 
 def run_evaluation_setup(cfg: TrainConfig) -> tuple[SeededVectorEnv, Algorithm, torch.device]:
@@ -592,8 +616,8 @@ def run_eval_envs(cfg: TrainConfig) -> SeededVectorEnv:
     played; the caller closes them."""
     if is_multiagent(cfg.algo):
         raise PickaxeError(
-            f"{cfg.algo_name()} is a multi-agent run: `pickaxe eval RUN` evaluates its final model; per checkpoint, "
-            "its evaluations (total and per agent, with CIs) are in metrics.jsonl"
+            f"{cfg.algo_name()} is a multi-agent run: its evaluations (total and per agent, with CIs) come from "
+            "`pickaxe eval RUN` and `pickaxe eval RUN --checkpoints all`; pickaxe.load takes single-agent runs"
         )
     n = cfg.env.eval_envs or 1
     return make(cfg.env.id, n, derive_seeds(cfg.seed)["eval_env"], evaluation=True, **cfg.env.kwargs)
