@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import inspect
 import math
+import weakref
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
+from torch.optim import optimizer as torch_optimizer
 
 from pickaxe.data.batch import Batch
 from pickaxe.errors import NonFiniteError
@@ -44,6 +49,12 @@ def total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     """The L2 norm of all ``grads`` together. Over sharded gradients (DTensors) the full norm: each learner's sum
     of squares of its shards, summed over the learners (a collective, on the mesh's device: offloaded shards are on
     the host)."""
+    first = grads[0] if grads else None
+    if first is not None and type(first) is torch.Tensor and first.device.type in ("cpu", "cuda"):
+        device, dtype = first.device, first.dtype
+        if all(type(g) is torch.Tensor and g.device == device and g.dtype == dtype for g in grads):
+            # get_total_norm's own ops for one device and dtype, without its grouping (the same values)
+            return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
     sharded = [g for g in grads if isinstance(g, DTensor)]
     if not sharded:
         return nn.utils.get_total_norm(grads)
@@ -56,9 +67,15 @@ def total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     return total.sqrt()
 
 
-def clip_with_norm(params: list[torch.Tensor], max_norm: float, norm: torch.Tensor) -> None:
+def clip_with_norm(
+    params: list[torch.Tensor], max_norm: float, norm: torch.Tensor, norm_value: float | None = None
+) -> None:
     """Scale the gradients of ``params`` so that their total norm ``norm`` is at most ``max_norm``
-    (``clip_grads_with_norm_``; the factor moved to where the gradients are, for shards offloaded to the host)."""
+    (``clip_grads_with_norm_``; the factor moved to where the gradients are, for shards offloaded to the host).
+    Given ``norm_value`` (``norm`` already read on the host), a norm clearly below ``max_norm`` (or an infinite
+    ``max_norm``) skips the scaling: its factor would be clamped to exactly 1, and ``x * 1`` is ``x``."""
+    if norm_value is not None and (norm_value + 1e-6) * (1.0 + 1e-5) < max_norm:
+        return
     grad = params[0].grad
     device = grad.to_local().device if isinstance(grad, DTensor) else grad.device
     nn.utils.clip_grads_with_norm_(params, max_norm, norm.to(device))
@@ -155,6 +172,73 @@ def drop_absent_gradients(params: list[torch.Tensor], flags: list[float]) -> lis
     return kept
 
 
+@dataclass
+class StepPlan:
+    """What :func:`clip_and_step` finds once per optimizer rather than every step: the module it clips (weakly
+    held: a plan for another module is found afresh), that module's parameters, whether they are sharded
+    (DTensors), and the number of parameter groups the optimizer had. Sharding a module (``shard()``) builds a new
+    optimizer over its new parameters, so a new plan."""
+
+    module: weakref.ref
+    params: list[nn.Parameter]
+    sharded: bool
+    groups: int
+
+
+PLANS: weakref.WeakKeyDictionary[torch.optim.Optimizer, StepPlan] = weakref.WeakKeyDictionary()
+
+
+def step_plan(module: nn.Module, optimizer: torch.optim.Optimizer) -> StepPlan:
+    """The cached :class:`StepPlan` of ``module`` stepped by ``optimizer`` (made on first use, or when either
+    changed: another module, a parameter group added)."""
+    plan = PLANS.get(optimizer)
+    if plan is None or plan.module() is not module or plan.groups != len(optimizer.param_groups):
+        params = list(module.parameters())
+        sharded = any(isinstance(p, DTensor) for p in params)
+        plan = StepPlan(weakref.ref(module), params, sharded, len(optimizer.param_groups))
+        PLANS[optimizer] = plan
+    return plan
+
+
+def clear_grads(optimizer: torch.optim.Optimizer) -> None:
+    """``optimizer.zero_grad(set_to_none=True)``: every gradient of its parameters set to None (a plain loop,
+    without the profiler scope ``zero_grad`` opens on every call)."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            p.grad = None
+
+
+def unhooked_step(optimizer: torch.optim.Optimizer) -> Callable[[], Any] | None:
+    """``optimizer.step`` as the optimizer class defines it, without the wrappers torch puts around every call
+    (a profiler scope, the hook loops, the grad-mode switch; ``step_once`` runs it under ``no_grad`` as they
+    would), or None when anything hooks into the step (step hooks, global or the optimizer's, or an instance
+    ``step`` such as an LR scheduler's counter) or the optimizer is differentiable: then ``optimizer.step`` runs
+    as usual."""
+    hooks = (
+        getattr(torch_optimizer, "_global_optimizer_pre_hooks", True),
+        getattr(torch_optimizer, "_global_optimizer_post_hooks", True),
+        getattr(optimizer, "_optimizer_step_pre_hooks", True),
+        getattr(optimizer, "_optimizer_step_post_hooks", True),
+    )
+    if any(hooks) or "step" in vars(optimizer) or optimizer.defaults.get("differentiable", False):
+        return None
+    step = type(optimizer).step
+    if not getattr(step, "hooked", False):
+        return None
+    raw = inspect.unwrap(step)
+    return lambda: raw(optimizer)
+
+
+def step_once(optimizer: torch.optim.Optimizer) -> None:
+    """One ``optimizer.step()``, through :func:`unhooked_step` where nothing hooks into it (the same update)."""
+    raw = unhooked_step(optimizer)
+    if raw is None:
+        optimizer.step()
+        return
+    with torch.no_grad():
+        raw()
+
+
 def clip_and_step(
     module: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -183,12 +267,13 @@ def clip_and_step(
     in one collective and the norm is the full one over every learner's shards.
     """
     present = None
-    if is_sharded(module):
-        params = [p for p in module.parameters() if p.grad is not None]
+    plan = step_plan(module, optimizer)
+    if plan.sharded:
+        params = [p for p in plan.params if p.grad is not None]
         if data_parallel()[1] > 1:
             loss, sums = reduce_sums([loss, sums])
     elif reduce and data_parallel()[1] > 1:
-        params = [p for p in module.parameters() if p.requires_grad]
+        params = [p for p in plan.params if p.requires_grad]
         local = [t.detach().float().reshape(-1) for t in (loss, sums) if t is not None]
         summed, present = all_reduce_gradients(params, torch.cat(local) if local else None)
         if summed is not None and loss is not None:
@@ -196,7 +281,7 @@ def clip_and_step(
         elif summed is not None:
             sums = summed
     else:
-        params = [p for p in module.parameters() if p.grad is not None]
+        params = [p for p in plan.params if p.grad is not None]
     norm = total_norm([p.grad for p in params]) if params else torch.zeros(())
     parts = [norm.detach().float().reshape(1)]
     parts += [t.detach().float().reshape(-1).to(norm.device) for t in (loss, extra, sums, present) if t is not None]
@@ -214,8 +299,8 @@ def clip_and_step(
         optimizer.zero_grad(set_to_none=True)
         raise NonFiniteError(what)
     if params:
-        clip_with_norm(params, max_grad_norm, norm)
-    optimizer.step()
+        clip_with_norm(params, max_grad_norm, norm, values[0])
+    step_once(optimizer)
     return values
 
 

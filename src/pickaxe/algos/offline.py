@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pickaxe.algos.base import Algorithm, clip_and_step
+from pickaxe.algos.base import Algorithm, clear_grads, clip_and_step
 from pickaxe.algos.core import adam
 from pickaxe.algos.offline_configs import BCConfig
 from pickaxe.algos.offline_core import categorical_nll, gaussian_nll
@@ -73,7 +73,7 @@ class OfflineAlgorithm(Algorithm):
         sums, steps = np.zeros(len(self.metric_names) + 1), 0
         for mb in minibatches:
             total, stats = self.losses(mb)
-            self.optimizer.zero_grad(set_to_none=True)
+            clear_grads(self.optimizer)
             total.backward()
             sums += clip_and_step(self.learned, self.optimizer, max_norm, sums=stats, name=f"{self.prefix} loss")
             self.after_step()

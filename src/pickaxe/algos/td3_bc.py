@@ -4,6 +4,7 @@ alpha / mean|Q_1|`` (``offline_core.td3_bc_actor_loss``). Box actions, in the no
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any
 
@@ -70,10 +71,13 @@ class TD3BC(OfflineAlgorithm):
             y = td3_target(mb["reward"], self.critic_target(next_obs, next_a), mb["terminated"], cfg.gamma)
         q = self.critic(obs, a)
         critic_loss = 0.5 * (q - y.unsqueeze(0)).pow(2).mean(-1).sum()
-        pi = self.actor(obs)
-        with frozen(self.critic):
-            actor_loss, lam = td3_bc_actor_loss(self.critic(obs, pi)[0], pi, a, cfg.alpha)
-        total = critic_loss + actor_loss if self._actor_step() else critic_loss
+        actor_step = self._actor_step()
+        # between actor steps the actor loss is only reported: computed without a graph (the same values)
+        with contextlib.nullcontext() if actor_step else torch.no_grad():
+            pi = self.actor(obs)
+            with frozen(self.critic) if actor_step else contextlib.nullcontext():
+                actor_loss, lam = td3_bc_actor_loss(self.critic(obs, pi)[0], pi, a, cfg.alpha)
+        total = critic_loss + actor_loss if actor_step else critic_loss
         bc_mse = (pi - a).pow(2).mean()
         return total, torch.stack([critic_loss, actor_loss, q.mean(), torch.as_tensor(lam), bc_mse]).detach()
 

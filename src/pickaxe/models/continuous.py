@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import weakref
 from collections.abc import Iterator, Sequence
 
 import gymnasium as gym
@@ -20,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pickaxe.models.encoders import encoder_for
-from pickaxe.models.mlp import ACTIVATIONS, mlp
+from pickaxe.models.mlp import ACTIVATIONS, IN_PLACE, functional, mlp
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 _LOG_2 = math.log(2.0)
@@ -196,11 +197,13 @@ class QEnsemble(nn.Module):
         if action is not None:
             x = torch.cat([x, action.reshape(action.shape[0], -1)], dim=-1)
         h = x.unsqueeze(0).expand(self.n, *x.shape)
+        fn = functional(self.activation)
+        activate = self.activation if fn is None else IN_PLACE[fn]  # in place on baddbmm's fresh output
         last = len(self.weights) - 1
         for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
             h = torch.baddbmm(b, h, w)
             if i < last:
-                h = self.activation(h)
+                h = activate(h)
         return h.squeeze(-1) if self.action_dim else h
 
 
@@ -231,10 +234,21 @@ def frozen(module: nn.Module) -> Iterator[nn.Module]:
             p.requires_grad_(True)
 
 
+POLYAK_PAIRS: weakref.WeakKeyDictionary[nn.Module, tuple[weakref.ref, list[torch.Tensor], list[torch.Tensor]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per target module: its online module (weakly) and both parameter lists, found on the first ``polyak`` call."""
+
+
 @torch.no_grad()
 def polyak(target: nn.Module, online: nn.Module, tau: float) -> None:
-    """``target <- (1 - tau) target + tau online``, parameter by parameter (one fused call)."""
-    t, o = list(target.parameters()), list(online.parameters())
+    """``target <- (1 - tau) target + tau online``, parameter by parameter (one fused call). The parameter lists of
+    a (target, online) pair are found once (``POLYAK_PAIRS``), not walked at every call."""
+    pair = POLYAK_PAIRS.get(target)
+    if pair is None or pair[0]() is not online:
+        pair = (weakref.ref(online), list(target.parameters()), list(online.parameters()))
+        POLYAK_PAIRS[target] = pair
+    t, o = pair[1], pair[2]
     if tau >= 1.0:
         torch._foreach_copy_(t, o)
     else:

@@ -17,6 +17,14 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "el
 FUNCTIONAL: dict[type[nn.Module], Callable[[torch.Tensor], torch.Tensor]] = {nn.Tanh: torch.tanh, nn.ReLU: torch.relu}
 """The function an activation module of these types computes (an in-place ``nn.ReLU`` excepted: see ``functional``)."""
 
+IN_PLACE: dict[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]] = {
+    torch.tanh: torch.tanh_,
+    torch.relu: torch.relu_,
+}
+"""The in-place twin of each ``FUNCTIONAL`` function. Applied to a linear layer's fresh output it gives the same
+values and gradients (their backward uses the result, and a linear layer's backward does not use its output) without
+allocating a second tensor of the layer's size."""
+
 
 def hooked(layer: nn.Module) -> bool:
     """Whether ``layer`` has forward or backward hooks of its own (then it must be called as a module)."""
@@ -42,14 +50,17 @@ class MLP(nn.Sequential):
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The layers in order."""
+        """The layers in order (an activation right after a plain linear layer in place on its output)."""
+        fresh = False
         for layer in self._modules.values():
             if type(layer) is nn.Linear and not hooked(layer):
                 params = layer._parameters
                 x = F.linear(x, params["weight"], params["bias"])
+                fresh = True
             else:
                 fn = functional(layer)
-                x = layer(x) if fn is None else fn(x)
+                x = layer(x) if fn is None else (IN_PLACE[fn] if fresh else fn)(x)
+                fresh = False
         return x
 
 
