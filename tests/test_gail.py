@@ -187,39 +187,8 @@ def _config(data: Path, **trainer: int) -> object:
     return cfg
 
 
-def test_gail_learns_cartpole_from_an_expert_dataset(expert: Path, tmp_path: Path) -> None:
-    from pickaxe.runs.run import Run
-    from pickaxe.train.build import build_trainer, run_evaluation_setup
-    from pickaxe.train.evaluate import evaluate
-    from pickaxe.utils import seed_everything
-
-    cfg = _config(expert, total_steps=20_480, eval_every=2_560)  # stops once an evaluation reaches 475
-    seed_everything(cfg.seed)
-    envs, algo, device = run_evaluation_setup(cfg)  # the policy as initialised at this seed
-    try:
-        untrained = float(evaluate(algo.policy, envs, 10, device)[0].mean())
-    finally:
-        envs.close()
-    run = Run(tmp_path / "run", config=cfg.to_dict(), seed=cfg.seed)
-    trainer = build_trainer(cfg, run)
-    try:
-        trainer.fit()
-    finally:
-        trainer.close()
-        run.close()
-    records = read_metrics(tmp_path / "run")
-    evals = [r for r in records if "eval/return_mean" in r]
-    best = max(r["eval/return_mean"] for r in evals)
-    assert best >= 475 and best - untrained >= 250  # the controller's episodes last 500 steps
-    for r in evals:  # scored against the dataset's references, as an offline run is
-        assert r["eval/normalized_score"] == pytest.approx(100 * (r["eval/return_mean"] - 20.0) / 480.0)
-    updates = [r for r in records if "loss/discriminator" in r]
-    assert all(r["gail/env_reward_mean"] == 1.0 for r in updates)  # the env's reward, logged, never learned from
-    assert all(r["gail/reward_mean"] > 0 for r in updates)  # -log(1 - D) > 0
-    assert min(r["loss/discriminator"] for r in updates) < 2 * math.log(2)  # it tells the two apart
-
-
-def _best_eval(cfg: object, run_dir: Path) -> float:
+def _fit(cfg: object, run_dir: Path) -> list[dict]:
+    """Train ``cfg`` into a new run at ``run_dir``; its metric records."""
     from pickaxe.runs.run import Run
     from pickaxe.train.build import build_trainer
 
@@ -230,7 +199,35 @@ def _best_eval(cfg: object, run_dir: Path) -> float:
     finally:
         trainer.close()
         run.close()
-    return max(r["eval/return_mean"] for r in read_metrics(run_dir) if "eval/return_mean" in r)
+    return read_metrics(run_dir)
+
+
+def _best_eval(records: list[dict]) -> float:
+    return max(r["eval/return_mean"] for r in records if "eval/return_mean" in r)
+
+
+def test_gail_learns_cartpole_from_an_expert_dataset(expert: Path, tmp_path: Path) -> None:
+    from pickaxe.train.build import run_evaluation_setup
+    from pickaxe.train.evaluate import evaluate
+    from pickaxe.utils import seed_everything
+
+    cfg = _config(expert, total_steps=20_480, eval_every=2_560)  # stops once an evaluation reaches 475
+    seed_everything(cfg.seed)
+    envs, algo, device = run_evaluation_setup(cfg)  # the policy as initialised at this seed
+    try:
+        untrained = float(evaluate(algo.policy, envs, 10, device)[0].mean())
+    finally:
+        envs.close()
+    records = _fit(cfg, tmp_path / "run")
+    evals = [r for r in records if "eval/return_mean" in r]
+    best = _best_eval(records)
+    assert best >= 475 and best - untrained >= 250  # the controller's episodes last 500 steps
+    for r in evals:  # scored against the dataset's references, as an offline run is
+        assert r["eval/normalized_score"] == pytest.approx(100 * (r["eval/return_mean"] - 20.0) / 480.0)
+    updates = [r for r in records if "loss/discriminator" in r]
+    assert all(r["gail/env_reward_mean"] == 1.0 for r in updates)  # the env's reward, logged, never learned from
+    assert all(r["gail/reward_mean"] > 0 for r in updates)  # -log(1 - D) > 0
+    assert min(r["loss/discriminator"] for r in updates) < 2 * math.log(2)  # it tells the two apart
 
 
 def test_airl_with_absorbing_states_imitates_the_demonstrations(
@@ -241,13 +238,13 @@ def test_airl_with_absorbing_states_imitates_the_demonstrations(
     CartPole the default ``-log(1 - D)`` solves the task even with an untrained discriminator)."""
     cfg = _config(expert, total_steps=20_480, eval_every=2_560)  # stops once an evaluation reaches 475
     cfg.algo.reward, cfg.algo.absorbing = "airl", True
-    assert _best_eval(cfg, tmp_path / "expert") >= 475
-    records = read_metrics(tmp_path / "expert")
+    records = _fit(cfg, tmp_path / "expert")
+    assert _best_eval(records) >= 475
     absorbed = [r["gail/absorbing_reward"] for r in records if "gail/absorbing_reward" in r]
     assert absorbed[-1] < absorbed[0] and absorbed[-1] < 0  # the expert never ends an episode: ending is the policy's
     cfg = _config(random_demos, total_steps=10_240, eval_every=2_560)
     cfg.algo.reward, cfg.algo.absorbing = "airl", True
-    assert _best_eval(cfg, tmp_path / "random") < 150
+    assert _best_eval(_fit(cfg, tmp_path / "random")) < 150
 
 
 def test_killed_gail_run_resumes_exactly(expert: Path, tmp_path: Path) -> None:
