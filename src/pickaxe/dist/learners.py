@@ -13,7 +13,9 @@ building the same algorithm from the run's config; they exit when rank 0 stops t
 
 With ``--dist.shard fsdp`` every learner shards its algorithm (``algo.shard``, FSDP2) once it holds rank 0's
 state, so each keeps 1/N of the weights, gradients and optimizer state (rank 0 also keeps the unsharded policy its
-rollout engine, evaluation and export read, refreshed after every update). A checkpoint is then written by every
+rollout engine, evaluation and export read, refreshed after every update). The other learners build their models on
+the ``meta`` device (``pickaxe.train.llm.builds_on_meta``): the start-up state skips those tensors, and sharding
+scatters rank 0's rows into their shards, so they never hold a whole model. A checkpoint is then written by every
 learner: rank 0's ``CheckpointManager`` calls the Leader's ``write_shards`` with the checkpoint's temporary folder,
 the others write their shard files there and send back their digests for the manifest, and resuming reads each
 learner's rows of every sharded tensor (any learner count: the rows are cut from the saved files). A frozen reference
