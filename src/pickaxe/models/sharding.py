@@ -242,7 +242,7 @@ def _check_layouts(model: nn.Module) -> None:
     dist.all_gather_object(layouts, _layout(model))
     for rank, other in enumerate(layouts):
         if other != layouts[0]:
-            diff = next((a, b) for a, b in zip(layouts[0], other, strict=False) if a != b) if other else None
+            diff = next(((a, b) for a, b in zip(layouts[0], other or [], strict=False) if a != b), None)
             raise PickaxeError(
                 f"learner {rank} built another model than rank 0 (first difference: {diff}, or "
                 f"{len(other)} against {len(layouts[0])} tensors): build every learner's model from the same config"
@@ -262,8 +262,7 @@ def scatter_into(full: nn.Module | None, sharded: nn.Module | None) -> int:
     the parameters scattered."""
     rank, world = dist.get_rank(), dist.get_world_size()
     if (full is not None) != (rank == 0) or (sharded is None and rank != 0):
-        raise ValueError("scatter_into: rank 0 passes its whole model (and its sharded copy or None), the others None "
-                         "and their sharded model")  # fmt: skip
+        raise ValueError("scatter_into: rank 0 passes its whole model, the others None and their sharded model")
     source = full if full is not None else sharded
     assert source is not None
     _check_layouts(source)
