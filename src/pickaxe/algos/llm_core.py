@@ -12,6 +12,7 @@ aggregation drops that value.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 import warnings
@@ -38,7 +39,6 @@ from pickaxe.models.sharding import (
     is_meta,
     load_sharded,
     load_sharded_optimizer,
-    meta_copy,
     scatter_into,
     shard_from,
     shard_model,
@@ -450,10 +450,11 @@ class LMAlgorithm(Algorithm):
     ) -> tuple[nn.Module, torch.optim.Optimizer]:
         """``module`` sharded (a copy on rank 0, itself elsewhere) and an AdamW over its sharded parameters holding
         ``optimizer``'s settings and state (each learner keeps its rows). Every learner's shards get rank 0's weights
-        (:func:`~pickaxe.models.sharding.shard_from`, a collective): rank 0's copy starts on the meta device (no
-        second whole model), and so may the other learners' ``module`` (built on it: they never hold it whole)."""
+        (:func:`~pickaxe.models.sharding.shard_from`, a collective); the other learners' ``module`` may be on the
+        meta device (built there: they never hold it whole). Rank 0 shards a whole copy (a meta copy filled by the
+        scatter measured a higher training peak on rank 0 in ``benchmarks/sharding.py``; see docs/distributed.md)."""
         rank0 = data_parallel()[0] == 0
-        twin = meta_copy(module) if rank0 else module
+        twin = copy.deepcopy(module) if rank0 else module
         state = optimizer.state_dict()
         shard_from(twin, module if rank0 else None, offload, bf16=self.config.autocast == "bf16")
         if any(getattr(v, "is_meta", False) for entry in state["state"].values() for v in entry.values()):
