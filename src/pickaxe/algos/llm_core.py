@@ -451,8 +451,8 @@ class LMAlgorithm(Algorithm):
         """``module`` sharded (a copy on rank 0, itself elsewhere) and an AdamW over its sharded parameters holding
         ``optimizer``'s settings and state (each learner keeps its rows). Every learner's shards get rank 0's weights
         (:func:`~pickaxe.models.sharding.shard_from`, a collective); the other learners' ``module`` may be on the
-        meta device (built there: they never hold it whole). Rank 0 shards a whole copy (a meta copy filled by the
-        scatter measured a higher training peak on rank 0 in ``benchmarks/sharding.py``; see docs/distributed.md)."""
+        meta device (built there: they never hold it whole). Rank 0 shards a whole copy (with a meta copy filled by
+        the scatter its training peaks in ``benchmarks/sharding.py`` sat highest; see docs/distributed.md)."""
         rank0 = data_parallel()[0] == 0
         twin = copy.deepcopy(module) if rank0 else module
         state = optimizer.state_dict()
