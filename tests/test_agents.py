@@ -403,8 +403,8 @@ def test_agent_evaluation_is_a_pure_function_of_the_weights() -> None:
     """The evaluator re-seeds the rollout's sampler and restores it: two evaluations agree, and the training
     stream's sampler state is what it was (an agent rollout hides its engine's generator otherwise)."""
     from pickaxe.algos.sft import SFT, SFTConfig
-    from pickaxe.train.text_eval import TextEvaluator
     from pickaxe.train.llm_config import LLMEvalConfig
+    from pickaxe.train.text_eval import TextEvaluator
 
     env = tool_env()
     model = tiny_lm(len(TOK), hidden=32, layers=1, heads=4, kv_heads=2, intermediate=64, max_positions=512, seed=0)

@@ -73,6 +73,8 @@ class DPO(LMAlgorithm):
                 "scores its share of the pairs with it); use --dist.shard none"
             )
         super().shard(offload)
+        if self._ref_values.is_meta:  # built with a meta policy (a learner other than rank 0): an empty cache
+            self._ref_values = torch.zeros(self._ref_values.shape, device=self.device)
 
     @property
     def layout(self) -> str:

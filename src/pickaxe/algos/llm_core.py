@@ -32,10 +32,15 @@ from pickaxe.models.lm import completion_logprobs, enable_checkpointing, layout_
 from pickaxe.models.lora import SharedReference, is_lora
 from pickaxe.models.sharding import (
     Offload,
+    broadcast_module,
     compute_device,
     gather_into,
+    group_device,
+    is_meta,
     load_sharded,
     load_sharded_optimizer,
+    scatter_into,
+    shard_from,
     shard_model,
     through_root,
 )
@@ -340,23 +345,38 @@ class LMAlgorithm(Algorithm):
     def shard(self, offload: Offload = "none") -> None:
         """Shard the model's parameters, gradients and optimizer state across the learners (FSDP2, one unit per
         decoder layer; ``--dist.shard fsdp``). Called on EVERY learner right after the process group exists, when
-        every learner holds the same full state (weights and optimizer state are kept: a resumed run shards its
-        loaded optimizer state). On rank 0 ``policy`` stays the unsharded module (rollout engine, evaluation,
+        every learner holds rank 0's state, or, for its models, their shapes on the ``meta`` device (a launcher's
+        other learners build them there: they never hold a whole model). The weights every learner shards are
+        rank 0's, scattered to them one decoder layer at a time; the optimizer state is kept (a resumed run shards
+        its loaded optimizer state). On rank 0 ``policy`` stays the unsharded module (rollout engine, evaluation,
         export and LoRA's shared reference use it; ``update`` gathers the new weights into it) and ``model``
         becomes a sharded copy that trains; the other learners shard in place. A frozen ``reference`` the learner
         keeps is sharded in place on every learner, rank 0 included (each holds 1/N of it; scoring it is then a
-        collective), unless ``shard_reference`` is False; so is a ``reward_scorer``'s reward model (its
-        ``shard``). ``config.autocast`` ``bf16`` gives FSDP's bf16 mixed precision (float32 master weights and
-        reduction)."""
+        collective), unless ``shard_reference`` is False (then rank 0's is broadcast whole to the others); so is a
+        ``reward_scorer``'s reward model (its ``shard``). ``config.autocast`` ``bf16`` gives FSDP's bf16 mixed
+        precision (float32 master weights and reduction)."""
         if not self.supports_sharding:
             raise PickaxeError(f"{type(self).__name__} cannot shard its model; use --dist.shard none")
         if self.sharded:
             raise PickaxeError(f"{type(self).__name__} is already sharded; call shard() once")
         self.model, self.optimizer = self.sharded_twin(self.policy, self.optimizer, offload)
-        if self.shard_reference and self.reference is not None and not isinstance(self.reference, SharedReference):
-            # frozen: sharded in place on every learner (no gradients, no optimizer), scored collectively
-            shard_model(self.reference, offload, bf16=self.config.autocast == "bf16")
-            self.reference_sharded = True
+        reference = self.reference
+        if reference is not None and not isinstance(reference, SharedReference):
+            rank0 = data_parallel()[0] == 0
+            if self.shard_reference:
+                # frozen: sharded in place on every learner (no gradients, no optimizer), scored collectively; the
+                # others built it on the meta device and get their rows from rank 0's, before it shards its own
+                bf16 = self.config.autocast == "bf16"
+                if rank0:
+                    scatter_into(reference, None)
+                    shard_model(reference, offload, bf16=bf16)
+                else:
+                    shard_from(reference, None, offload, bf16=bf16)
+                self.reference_sharded = True
+            else:  # kept whole on every learner (DPO's): rank 0's weights, whole
+                if is_meta(reference):
+                    reference.to_empty(device=group_device())
+                broadcast_module(reference)
         if self.reward_scorer is not None:  # the frozen reward model, 1/N on every learner: scored collectively
             self.reward_scorer.shard(offload)
         self.sharded = True
@@ -435,10 +455,19 @@ class LMAlgorithm(Algorithm):
         self, module: nn.Module, optimizer: torch.optim.Optimizer, offload: Offload
     ) -> tuple[nn.Module, torch.optim.Optimizer]:
         """``module`` sharded (a copy on rank 0, itself elsewhere) and an AdamW over its sharded parameters holding
-        ``optimizer``'s settings and state (each learner keeps its rows)."""
-        twin = copy.deepcopy(module) if data_parallel()[0] == 0 else module
-        shard_model(twin, offload, bf16=self.config.autocast == "bf16")
+        ``optimizer``'s settings and state (each learner keeps its rows). Every learner's shards get rank 0's weights
+        (:func:`~pickaxe.models.sharding.shard_from`, a collective); the other learners' ``module`` may be on the
+        meta device (built there: they never hold it whole). Rank 0 shards a whole copy (with a meta copy filled by
+        the scatter its training peaks in ``benchmarks/sharding.py`` sat highest; see docs/distributed.md)."""
+        rank0 = data_parallel()[0] == 0
+        twin = copy.deepcopy(module) if rank0 else module
         state = optimizer.state_dict()
+        shard_from(twin, module if rank0 else None, offload, bf16=self.config.autocast == "bf16")
+        if any(getattr(v, "is_meta", False) for entry in state["state"].values() for v in entry.values()):
+            raise PickaxeError(  # after the collective: rank 0 is not left waiting in it
+                f"{type(self).__name__}: a learner built on the meta device holds optimizer state it cannot shard; "
+                "shard before the first update (the launcher does)"
+            )
         group = optimizer.param_groups[0]
         params = [p for p in twin.parameters() if p.requires_grad]
         fresh = torch.optim.AdamW(params, lr=group["lr"], weight_decay=group["weight_decay"], fused=group.get("fused"))

@@ -13,7 +13,9 @@ building the same algorithm from the run's config; they exit when rank 0 stops t
 
 With ``--dist.shard fsdp`` every learner shards its algorithm (``algo.shard``, FSDP2) once it holds rank 0's
 state, so each keeps 1/N of the weights, gradients and optimizer state (rank 0 also keeps the unsharded policy its
-rollout engine, evaluation and export read, refreshed after every update). A checkpoint is then written by every
+rollout engine, evaluation and export read, refreshed after every update). The other learners build their models on
+the ``meta`` device (``pickaxe.train.llm.builds_on_meta``): the start-up state skips those tensors, and sharding
+scatters rank 0's rows into their shards, so they never hold a whole model. A checkpoint is then written by every
 learner: rank 0's ``CheckpointManager`` calls the Leader's ``write_shards`` with the checkpoint's temporary folder,
 the others write their shard files there and send back their digests for the manifest, and resuming reads each
 learner's rows of every sharded tensor (any learner count: the rows are cut from the saved files). A frozen reference
@@ -134,23 +136,41 @@ def _join(skeleton: Any, tensors: list[torch.Tensor]) -> Any:
 
 def _send_state(state: Any) -> None:
     """Send an algorithm's state to the other learners: its structure in one message, then each tensor by itself
-    over the gloo group (a tensor's bytes are never pickled, and never the whole state at once)."""
+    over the gloo group (a tensor's bytes are never pickled, and never the whole state at once). Tensors every
+    other learner holds on the ``meta`` device (the models a sharded learner built without memory, as the run
+    starts: sharding gives them rank 0's rows) are not sent (:func:`_skipped`)."""
     tensors: list[torch.Tensor] = []
     _send(("load", _split(state, tensors)))
     group = data_parallel.control_group()
-    for t in tensors:
-        dist.broadcast(t.detach().cpu().contiguous(), src=0, group=group)
+    skipped = _skipped(None)
+    for i, t in enumerate(tensors):
+        if i not in skipped:
+            dist.broadcast(t.detach().cpu().contiguous(), src=0, group=group)
+
+
+def _skipped(on_meta: list[int] | None) -> set[int]:
+    """The indices of the state's tensors that every learner other than rank 0 holds on the ``meta`` device
+    (``on_meta``: this learner's, None on rank 0), agreed by all (a collective over the gloo group)."""
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, on_meta, group=data_parallel.control_group())
+    others = [set(x or ()) for x in everyone[1:]]
+    return set.intersection(*others) if others else set()
 
 
 def _receive_state(algo: Any, skeleton: Any) -> Any:
     """A learner other than rank 0: the state :func:`_send_state` sends. Where this learner's own state has the
     same tensors (same structure, shapes and dtypes on the CPU: rank 0's state as the run starts), each is received
-    into its own tensor in place, so loading it needs no second copy; otherwise into new tensors."""
+    into its own tensor in place, so loading it needs no second copy; otherwise into new tensors. Its own tensors
+    on the ``meta`` device, when every other learner has them there too, stay as they are (not sent)."""
     own: list[torch.Tensor] = []
     same = _tensor_specs(_split(algo.state_dict(), own)) == _tensor_specs(skeleton)
     group = data_parallel.control_group()
+    skipped = _skipped([i for i, t in enumerate(own) if t.is_meta] if same else [])
     received: list[torch.Tensor] = []
     for i, (_, shape, dtype) in enumerate(_tensor_specs(skeleton)):
+        if i in skipped:
+            received.append(own[i])
+            continue
         if same and own[i].device.type == "cpu" and own[i].is_contiguous():
             target = own[i]
         else:

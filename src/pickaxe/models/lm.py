@@ -55,7 +55,8 @@ def load_lm(path: str | Path, device: str | torch.device = "auto", dtype: DType 
     """A ``transformers`` causal LM from local directory ``path`` (``config.json`` + weights), on ``device``.
 
     Nothing is downloaded. ``dtype`` ``auto`` keeps the checkpoint's dtype. A missing folder or one without a
-    causal-LM config raises ``ModelError`` naming the path and what is missing.
+    causal-LM config raises ``ModelError`` naming the path and what is missing. On the ``meta`` device the model is
+    built from the folder's config without reading its weights (a sharded learner's, filled with rank 0's later).
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -64,6 +65,10 @@ def load_lm(path: str | Path, device: str | torch.device = "auto", dtype: DType 
     try:
         with no_progress_bars():
             config = AutoConfig.from_pretrained(str(p), local_files_only=True)
+            if str(device) == "meta":
+                wanted = (getattr(config, "dtype", None) or torch.float32) if dtype == "auto" else _DTYPES[dtype]
+                with torch.device("meta"):
+                    return AutoModelForCausalLM.from_config(config, dtype=wanted).eval()
             model = AutoModelForCausalLM.from_pretrained(
                 str(p),
                 config=config,

@@ -106,8 +106,9 @@ class RewardModel(nn.Module):
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "auto") -> RewardModel:
-        """The reward model saved by :meth:`save` in folder ``path``, on ``device``, in eval mode. A folder that does
-        not hold one raises ``ModelError`` naming what is missing."""
+        """The reward model saved by :meth:`save` in folder ``path``, on ``device``, in eval mode (on ``meta``: its
+        shapes, the weights not read). A folder that does not hold one raises ``ModelError`` naming what is
+        missing."""
         from safetensors.torch import load_file
         from transformers import AutoConfig, AutoModel
 
@@ -116,6 +117,9 @@ class RewardModel(nn.Module):
         record = check_reward_model_folder(folder, flag=None)
         backbone_cfg = dict(record["backbone"])
         config = AutoConfig.for_model(backbone_cfg.pop("model_type"), **backbone_cfg)
+        if str(device) == "meta":  # shapes only, weights not read (a sharded learner's, filled from rank 0's)
+            with torch.device("meta"):
+                return cls(AutoModel.from_config(config)).eval()
         model = cls(AutoModel.from_config(config))
         try:
             model.load_state_dict(load_file(str(weights)))

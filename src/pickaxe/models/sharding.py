@@ -5,7 +5,9 @@ state split across the learners of the default process group, one decoder layer 
 in place; :func:`through_root` runs a function (e.g. ``layout_logprobs``, which calls the decoder and the output
 layer separately) as a forward pass of the sharded root, so the root's own parameters (embeddings, final norm,
 output layer) are gathered for it; :func:`gather_into` copies the sharded weights into an unsharded twin one unit
-at a time; :func:`load_sharded` and :func:`load_sharded_optimizer` load full tensors or lazy row readers into this
+at a time, and :func:`scatter_into` the other way: rank 0's whole weights into every learner's shards of a model the
+others built on the ``meta`` device (:func:`meta_copy`, :func:`shard_from`), so no learner but rank 0 ever holds the
+whole model; :func:`load_sharded` and :func:`load_sharded_optimizer` load full tensors or lazy row readers into this
 learner's shards. Gradients are SUMMED over the learners (not averaged): pickaxe's losses are normalised by the
 whole step's counts and each learner computes its share of the micro-batches.
 
@@ -14,6 +16,7 @@ Every function that talks to the other learners is a collective: every learner c
 
 from __future__ import annotations
 
+import copy
 import math
 import types
 from collections.abc import Callable, Iterator
@@ -59,6 +62,30 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     )
 
 
+def group_device() -> torch.device:
+    """Where the default group's collectives run: this learner's GPU under NCCL, else the CPU."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def is_meta(model: nn.Module) -> bool:
+    """Whether ``model`` has a parameter or buffer on the ``meta`` device (built without memory, to be sharded and
+    filled: see :func:`shard_from`)."""
+    return any(t.is_meta for t in (*model.parameters(), *model.buffers()))
+
+
+def meta_copy(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` whose parameters and buffers are on the ``meta`` device (no memory for their values;
+    shapes, dtypes, ``requires_grad`` and tied parameters kept): what rank 0 shards and fills instead of a whole
+    second copy of its model."""
+    memo: dict[int, Any] = {}
+    for t in (*model.parameters(), *model.buffers()):
+        empty = torch.empty_like(t, device="meta")
+        memo[id(t)] = nn.Parameter(empty, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else empty
+    return copy.deepcopy(model, memo)
+
+
 def mesh_device(param: torch.Tensor) -> torch.device:
     """Where the collectives over ``param``'s learners run: this learner's GPU for a CUDA mesh (also when the
     shard is offloaded to the host), else the CPU; a plain tensor's own device."""
@@ -98,7 +125,9 @@ def shard_model(model: nn.Module, offload: Offload = "none", bf16: bool = False)
     (``MixedPrecisionPolicy``). ``offload`` ``params``: parameters, gradients and optimizer state kept on the host
     between uses (``CPUOffloadPolicy``; the optimizer steps on the CPU); ``optimizer``: FSDP2 has no optimizer-only
     offload, so it is the same as ``params`` (the optimizer state lives where its parameters do). On a CPU device
-    both change nothing. Gradient reduction sums over the learners (divide factor 1).
+    both change nothing. Gradient reduction sums over the learners (divide factor 1). A model on the ``meta`` device
+    is sharded on the group's device (:func:`group_device`); :func:`shard_from` then gives its shards memory and
+    values.
     """
     if offload not in OFFLOADS:
         raise PickaxeError(f"unknown offload {offload!r}; choose one of {', '.join(OFFLOADS)}")
@@ -108,6 +137,8 @@ def shard_model(model: nn.Module, offload: Offload = "none", bf16: bool = False)
         raise PickaxeError(f"{type(model).__name__} is already sharded; shard_model once per model")
     layers = decoder_layers(model)
     device = next(model.parameters()).device
+    if device.type == "meta":  # built on the meta device to be filled after sharding: the group's device
+        device = group_device()
     mesh = DeviceMesh.from_group(dist.group.WORLD, device.type)
     kwargs: dict[str, Any] = {"mesh": mesh}
     if bf16:
@@ -195,6 +226,111 @@ def gather_into(sharded: nn.Module, full: nn.Module | None, trainable_only: bool
                 for (name, _), value in zip(same, values, strict=True):
                     target[name].copy_(value)
     return total
+
+
+def _layout(model: nn.Module) -> list[tuple[str, tuple[int, ...], str]]:
+    """Name, (global) shape and dtype of every parameter, then every buffer, of ``model``: what must agree between
+    rank 0's whole model and the others' sharded one before :func:`scatter_into` pairs them up."""
+    tensors = (*model.named_parameters(), *model.named_buffers())
+    return [(name, tuple(t.shape), str(t.dtype)) for name, t in tensors]
+
+
+def _check_layouts(model: nn.Module) -> None:
+    """Every learner compares the layout of its model with the others' (a collective); a model built another way
+    (another shape or dtype) is a ``PickaxeError`` on every learner alike, instead of a scatter that hangs."""
+    layouts: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(layouts, _layout(model))
+    for rank, other in enumerate(layouts):
+        if other != layouts[0]:
+            diff = next(((a, b) for a, b in zip(layouts[0], other or [], strict=False) if a != b), None)
+            raise PickaxeError(
+                f"learner {rank} built another model than rank 0 (first difference: {diff}, or "
+                f"{len(other)} against {len(layouts[0])} tensors): build every learner's model from the same config"
+            )
+
+
+@torch.no_grad()
+def scatter_into(full: nn.Module | None, sharded: nn.Module | None) -> int:
+    """Copy rank 0's whole ``full`` into every learner's shards of ``sharded`` (the same parameter names, sharded
+    with :func:`shard_model`, e.g. built on the ``meta`` device and given memory with ``to_empty``): the counterpart
+    of :func:`gather_into`, a collective every learner calls. One unit of sharding (a decoder layer, then the root's
+    remaining parameters) at a time, one ``scatter`` per unit and dtype: rank 0 sends each learner its rows (FSDP2's
+    split, padded to the chunk size), so no learner but rank 0 ever holds a whole tensor of the model. Buffers
+    (rotary ``inv_freq``: ``to_empty`` leaves them garbage) are broadcast whole. Rank 0 passes ``full`` and its own
+    sharded copy, or None for ``sharded`` when it shards ``full`` in place afterwards (its rows then stay where they
+    are); the other learners pass None and their sharded model. The values land bit for bit. Returns the bytes of
+    the parameters scattered."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if (full is not None) != (rank == 0) or (sharded is None and rank != 0):
+        raise ValueError("scatter_into: rank 0 passes its whole model, the others None and their sharded model")
+    source = full if full is not None else sharded
+    assert source is not None
+    _check_layouts(source)
+    device = group_device()
+    target = dict(sharded.named_parameters()) if sharded is not None else {}
+    total = 0
+    for unit in _units(source):
+        for dtype in sorted({p.dtype for _, p in unit}, key=str):
+            same = [(n, p) for n, p in unit if p.dtype == dtype]
+            shapes = [tuple(p.shape) for _, p in same]
+            chunks = [(-(-s[0] // world) if s else 0) * math.prod(s[1:]) for s in shapes]
+            mine = torch.empty(sum(chunks), dtype=dtype, device=device)
+            if rank == 0:
+                pieces: list[list[torch.Tensor]] = [[] for _ in range(world)]
+                for (_, p), shape, chunk in zip(same, shapes, chunks, strict=True):
+                    for r in range(world):
+                        start, stop = local_rows(shape[0], r, world)
+                        piece = p.detach()[start:stop].reshape(-1)
+                        pieces[r].append(torch.nn.functional.pad(piece, (0, chunk - piece.numel())))
+                dist.scatter(mine, [torch.cat(x).to(device) for x in pieces], src=0)
+            else:
+                dist.scatter(mine, None, src=0)
+            total += sum(math.prod(s) * mine.element_size() for s in shapes)
+            offset = 0
+            for (name, _), chunk in zip(same, chunks, strict=True):
+                if name in target:
+                    local = target[name].to_local()
+                    local.copy_(mine[offset : offset + local.numel()].view_as(local))
+                offset += chunk
+    own = dict(sharded.named_buffers()) if sharded is not None else {}
+    for name, buffer in source.named_buffers():
+        value = buffer.detach().to(device, copy=True) if rank == 0 else torch.empty_like(own[name], device=device)
+        dist.broadcast(value, src=0)
+        if name in own:
+            own[name].copy_(value)
+    return total
+
+
+@torch.no_grad()
+def broadcast_module(model: nn.Module) -> None:
+    """Rank 0's parameters and buffers of ``model`` into every other learner's (same names, not sharded; a module
+    given memory with ``to_empty`` after a meta build), tensor by tensor: a collective every learner calls."""
+    _check_layouts(model)
+    device = group_device()
+    for _, tensor in (*model.named_parameters(), *model.named_buffers()):
+        value = tensor.detach().to(device, copy=True)
+        dist.broadcast(value, src=0)
+        if dist.get_rank() != 0:
+            tensor.copy_(value)
+
+
+def shard_from(model: nn.Module, full: nn.Module | None, offload: Offload = "none", bf16: bool = False) -> nn.Module:
+    """Shard ``model`` (:func:`shard_model`) and fill its shards from rank 0's whole ``full``
+    (:func:`scatter_into`; None on the other learners): a collective every learner calls. A ``model`` on the
+    ``meta`` device gets memory first (``to_empty`` on the group's device; on the host with ``offload`` on CUDA),
+    only for this learner's shards. Returns ``model``."""
+    shard_model(model, offload, bf16)
+    if is_meta(model):
+        device = group_device()
+        host = torch.device("cpu") if offload != "none" else device  # FSDP2 offloads shards materialised on the host
+        model.to_empty(device=host)
+        if host != device:  # buffers are not offloaded: they compute where the model does
+            for module in model.modules():
+                for key, buffer in module._buffers.items():
+                    if buffer is not None:
+                        module._buffers[key] = torch.empty_like(buffer, device=device)
+    scatter_into(full, model)
+    return model
 
 
 def _local_piece(value: Any, param: DTensor) -> torch.Tensor:

@@ -8,6 +8,7 @@ after with 95% Wilson intervals. ``pickaxe.train.build.train(cfg)`` finds it thr
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 import warnings
@@ -40,6 +41,7 @@ from pickaxe.models.export import export_model
 from pickaxe.models.lm import load_lm, no_progress_bars, num_parameters, tiny_lm
 from pickaxe.models.lora import apply_lora_config, is_lora, merge_lora, shared_reference
 from pickaxe.models.reward import RewardModel
+from pickaxe.models.sharding import is_meta
 from pickaxe.models.tokenizer import char_tokenizer, load_tokenizer
 from pickaxe.models.value import ValueModel
 from pickaxe.rollout.agent import AgentDemoCollector, AgentRollout
@@ -68,13 +70,24 @@ def derive_llm_seeds(seed: int) -> dict[str, int]:
 
 
 def build_model(cfg: LLMTrainConfig, device: torch.device, seed: int) -> tuple[nn.Module, Any]:
-    """The tokenizer and causal LM of ``cfg.model``."""
+    """The tokenizer and causal LM of ``cfg.model``; on the ``meta`` device its shapes only (no memory, no weights
+    read: what a sharded learner other than rank 0 builds, see :func:`builds_on_meta`)."""
     m = cfg.model
+    on_meta = torch.device("meta") if device.type == "meta" else contextlib.nullcontext()  # LoRA's adapters too
     if m.path:
         tokenizer = load_tokenizer(m.path)
-        return apply_lora_config(load_lm(m.path, device, m.dtype), m.lora, seed), tokenizer
+        model = load_lm(m.path, device, m.dtype)
+        with on_meta:
+            return apply_lora_config(model, m.lora, seed), tokenizer
     tokenizer = char_tokenizer(model_max_length=m.max_positions)
     shape = m.tiny_shape()  # the named shape's own fields, even when ``shape`` was set after the config was made
+    with on_meta:
+        return _tiny_model(cfg, tokenizer, shape, device, seed), tokenizer
+
+
+def _tiny_model(cfg: LLMTrainConfig, tokenizer: Any, shape: Any, device: torch.device, seed: int) -> nn.Module:
+    """:func:`build_model`'s random-weight model of ``cfg.model`` (its named or given shape), LoRA included."""
+    m = cfg.model
     model = tiny_lm(
         shape.vocab if m.shape else len(tokenizer),
         arch=shape.arch,
@@ -91,7 +104,7 @@ def build_model(cfg: LLMTrainConfig, device: torch.device, seed: int) -> tuple[n
     )
     if m.dtype not in ("auto", "float32"):
         model = model.to(getattr(torch, m.dtype))
-    return apply_lora_config(model.to(device), m.lora, seed), tokenizer
+    return apply_lora_config(model.to(device), m.lora, seed)
 
 
 def load_run_lm(
@@ -113,10 +126,15 @@ def load_run_lm(
 
 def build_critic(cfg: LLMTrainConfig, model: nn.Module, device: torch.device) -> ValueModel:
     """PPO's critic: from the reward model (``data.reward_model``) when there is one, as InstructGPT does, else
-    from the policy's decoder with a zero head."""
-    if cfg.data.reward_model:
-        return ValueModel.from_reward_model(RewardModel.load(cfg.data.reward_model, device)).train()
-    return ValueModel.from_lm(merge_lora(model)).to(device)
+    from the policy's decoder with a zero head. For a policy on the ``meta`` device (a sharded learner other than
+    rank 0) the critic's shapes only, on it too: sharding fills them with rank 0's weights."""
+    meta = is_meta(model)
+    with torch.device("meta") if meta else contextlib.nullcontext():
+        if cfg.data.reward_model:
+            reward_model = RewardModel.load(cfg.data.reward_model, "meta" if meta else device)
+            return ValueModel.from_reward_model(reward_model).train()
+        critic = ValueModel.from_lm(merge_lora(model))
+    return critic if meta else critic.to(device)
 
 
 def ptx_source(cfg: LLMTrainConfig, tokenizer: Any, device: torch.device) -> DemoCollector | None:
@@ -460,7 +478,7 @@ def start_policy(
     device = resolve_device(cfg.device)
     resuming = run is not None and has_checkpoint(run.path)
     check_inputs(cfg, run, resuming)  # before any model is loaded: a damaged export is one line, not a traceback
-    model, tokenizer = build_model(cfg, device, seeds["model"])
+    model, tokenizer = build_model(cfg, torch.device("meta") if builds_on_meta(cfg) else device, seeds["model"])
     if progress:
         Console().print(f"model: {type(model).__name__}, {num_parameters(model):,} parameters on {device}")
     if cfg.warm_start.updates > 0 and not resuming:
@@ -468,6 +486,13 @@ def start_policy(
             run.set_phase("warm_start")
         warm_start(cfg, model, tokenizer, seeds["warm_start"], run, progress)
     return model, tokenizer, seeds, device, resuming
+
+
+def builds_on_meta(cfg: LLMTrainConfig) -> bool:
+    """Whether this process builds its models on the ``meta`` device (shapes, no memory, no weights read): a
+    sharded learner other than rank 0 (``--dist.shard fsdp``), whose policy, critic and sharded frozen models get
+    their rows from rank 0's whole ones when the launcher shards them, so it never holds a whole model."""
+    return cfg.dist.shard == "fsdp" and _follows(cfg)
 
 
 def build_llm_trainer(cfg: LLMTrainConfig, run: Run | None = None, progress: bool = False) -> LLMTrainer:

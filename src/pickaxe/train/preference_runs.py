@@ -10,6 +10,7 @@ and a later stage (DPO after the reward model) can train on it, checked against 
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -29,6 +30,7 @@ from pickaxe.envs.text.preferences import (
 from pickaxe.errors import ConfigError
 from pickaxe.eval.stats import wilson_interval
 from pickaxe.models.reward import RewardModel
+from pickaxe.models.sharding import is_meta
 from pickaxe.rollout.engines.base import SamplingParams
 from pickaxe.rollout.engines.hf import HFEngine
 from pickaxe.rollout.gold_preferences import sample_gold_preferences
@@ -69,6 +71,9 @@ def preference_data(
         if p.heldout_path:
             return pairs, load_preferences(p.heldout_path, ranking_key=p.ranking_key)
         return split_by_prompt(pairs, seeds["eval_env"], p.path)
+    if is_meta(model):  # a sharded learner other than rank 0: no weights to sample with, and it never collects
+        placeholder = [PreferencePair("", "a", "b")]  # nor evaluates pairs (rank 0 does)
+        return placeholder, placeholder
     folder = run.path / "preferences" if run is not None else None
     if resuming and folder is not None and (folder / "train.jsonl").is_file():  # written last: both are complete
         if not all([verify_preference_digest(folder / n, "the run's own preferences") for n in _GENERATED]):
@@ -139,7 +144,8 @@ def build_reward_model_trainer(cfg: LLMTrainConfig, run: Run | None = None, prog
     finished run exports the reward model (and tokenizer) to ``RUN_DIR/export``."""
     model, tokenizer, seeds, device, resuming = start_policy(cfg, run, progress)
     train_pairs, heldout = preference_data(cfg, model, tokenizer, seeds, run, resuming)
-    reward_model = RewardModel.from_lm(model, seed=seeds["algo"])
+    with torch.device("meta") if is_meta(model) else contextlib.nullcontext():  # its head too, on a meta build
+        reward_model = RewardModel.from_lm(model, seed=seeds["algo"])
     del model
     algo = RewardModelTrainer(reward_model, cfg.algo)
     collector = PairCollector(train_pairs, tokenizer, cfg.collector.prompts, seeds["env"], device)

@@ -42,7 +42,8 @@ class HFEngine:
         self.max_batch = max_batch
         self.version = 0
         self.device = next(model.parameters()).device
-        self.generator = torch.Generator(device=self.device)
+        # a model on the meta device (a sharded learner other than rank 0, which never generates): a host generator
+        self.generator = torch.Generator(device=self.device if self.device.type != "meta" else "cpu")
         self.generator.manual_seed(seed)
         params = inspect.signature(model.forward).parameters
         self._keep_last = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
