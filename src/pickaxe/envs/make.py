@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import re
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -177,19 +178,25 @@ def make(
     return SeededVectorEnv(envs, seed)
 
 
+FETCH_MUJOCO_LIMIT = (3, 12)
+"""The first MuJoCo release under which gymnasium-robotics 1.4.2's Fetch tasks do not build (``set_joint_qpos``
+asserts on a joint type that MuJoCo reports differently from 3.12 on: 3.11.0 builds, 3.12.0 and 4.0 do not)."""
+
+
 def fetch_mujoco_error(env_id: str) -> EnvError | None:
-    """The one-line error of a gymnasium-robotics Fetch task failing an assertion under MuJoCo 4 (gymnasium-robotics
-    1.4.2's ``set_joint_qpos`` asserts on a joint type that MuJoCo 4 reports differently); None otherwise."""
+    """The one-line error of a gymnasium-robotics Fetch task under a MuJoCo it does not build with
+    (:data:`FETCH_MUJOCO_LIMIT` or later); None otherwise."""
     try:
         import mujoco
     except ImportError:
         return None
     version = str(getattr(mujoco, "__version__", "0"))
-    if not env_id.startswith("Fetch") or not version.split(".")[0].isdigit() or int(version.split(".")[0]) < 4:
+    parts = re.match(r"(\d+)\.(\d+)", version)
+    if not env_id.startswith("Fetch") or parts is None or (int(parts[1]), int(parts[2])) < FETCH_MUJOCO_LIMIT:
         return None
     return EnvError(
         f"environment {env_id!r} does not build with MuJoCo {version} (gymnasium-robotics' Fetch tasks assert on a "
-        "joint type); fix: pip install 'mujoco<4' (what pip install 'pickaxe[goals]' installs)"
+        "joint type); fix: pip install 'mujoco<3.12' (what pip install 'pickaxe[goals]' installs)"
     )
 
 

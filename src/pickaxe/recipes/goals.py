@@ -65,7 +65,7 @@ def _pointmaze_her_sac() -> TrainConfig:
 
 
 def _fetchreach_her_sac() -> TrainConfig:
-    # gymnasium-robotics' FetchReach-v4 (the `goals` extra, MuJoCo < 4): 50-step episodes, reward -1 until the
+    # gymnasium-robotics' FetchReach-v4 (the `goals` extra, MuJoCo < 3.12): 50-step episodes, reward -1 until the
     # gripper is within 5 cm of the goal; PointGoal's SAC settings with gamma 0.98, a CPU budget of 20,000 env steps
     return TrainConfig(
         recipe="fetchreach-her-sac",
@@ -104,7 +104,7 @@ GOAL_RECIPES: dict[str, Recipe] = {
         Recipe(
             "fetchreach-her-sac",
             "SAC with hindsight replay on gymnasium-robotics' FetchReach-v4 "
-            "(pip install 'pickaxe[goals]', MuJoCo < 4); "
+            "(pip install 'pickaxe[goals]', MuJoCo < 3.12); "
             "stops at an eval success rate >= 0.9",
             _fetchreach_her_sac,
         ),
