@@ -21,9 +21,10 @@ rank 0 keeps an unsharded copy of the policy (what generation, evaluation and ex
 training one); the frozen reference (DPO's, and the KL reference of GRPO and PPO unless it is the LoRA policy) and
 the reward model that scores the rollouts (``--data.reward-model``) are sharded too: 1/N of each on every learner,
 rank 0 included, plus the units gathered while it scores (``--dist.no-shard-reference``,
-``--dist.no-shard-reward-model``: whole on rank 0, DPO's reference on every learner). ``--dist.offload optimizer``
-moves the optimizer state to host memory, ``params`` the sharded weights (the frozen models' too), gradients and
-optimizer state; ``--collector.offload-reward-model`` keeps the reward model's shards on the host.
+``--dist.no-shard-reward-model``: whole on rank 0, DPO's reference on every learner). ``--dist.offload params``
+moves the sharded weights (the frozen models' too), gradients and optimizer state to host memory; ``optimizer`` does
+the same (FSDP2 has no optimizer-only offload, and the plan counts what the learners do);
+``--collector.offload-reward-model`` keeps the reward model's shards on the host.
 """
 
 from __future__ import annotations
@@ -378,8 +379,9 @@ def plan_memory(cfg: LLMTrainConfig, prompt_tokens: int = 256, device_gib: float
         r = RankPlan(label)
         share = n if sharded else 1
         for t in trained:
-            weights_where: Where = "host" if sharded and d.offload == "params" else "device"
-            opt_where: Where = "host" if sharded and d.offload in ("optimizer", "params") else "device"
+            # FSDP2 has no optimizer-only offload: ``optimizer`` keeps the shards on the host as ``params`` does
+            weights_where: Where = "host" if sharded and d.offload != "none" else "device"
+            opt_where: Where = weights_where
             r.add(f"{t.name} weights" + (f" (1/{n})" if sharded else ""), t.weight_bytes / share, weights_where)
             r.add(f"{t.name} gradients" + (f" (1/{n})" if sharded else ""), t.grad_bytes / share, weights_where,
                   "train")  # fmt: skip
@@ -401,7 +403,7 @@ def plan_memory(cfg: LLMTrainConfig, prompt_tokens: int = 256, device_gib: float
             r.add(f.name, f.weight_bytes, note="frozen")
         for f in split:
             scorer = f.name == "reward model"  # sharded in its own dtype; --collector.offload-reward-model: on host
-            host = d.offload == "params" or (scorer and cfg.collector.offload_reward_model)
+            host = d.offload != "none" or (scorer and cfg.collector.offload_reward_model)
             r.add(f"{f.name} (1/{n})", f.weight_bytes / n, "host" if host else "device", note="frozen")
             unit = max(f.shape.layer_parameters(), 1)
             root = f.parameters - f.shape.layers * f.shape.layer_parameters()
