@@ -438,7 +438,10 @@ def plan_memory(cfg: LLMTrainConfig, prompt_tokens: int = 256, device_gib: float
         notes.append(f"vLLM takes --engine.gpu-memory-utilization {cfg.engine.gpu_memory_utilization} of the device "
                      "for its weights and KV cache: not counted here")  # fmt: skip
     if sharded and d.offload != "none":
-        notes.append(f"--dist.offload {d.offload}: the optimizer steps on the host")
+        notes.append(
+            f"--dist.offload {d.offload}: the shards, their gradients and the optimizer step live on the host"
+            + (" (as with params: FSDP2 has no optimizer-only offload)" if d.offload == "optimizer" else "")
+        )
     if cfg.device == "cpu":
         notes.append("--device cpu: device memory is host memory")
     return MemoryPlan(
