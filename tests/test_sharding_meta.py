@@ -18,7 +18,7 @@ import torch
 
 from pickaxe.dist import data_parallel
 from pickaxe.models.lm import tiny_lm
-from pickaxe.models.sharding import is_meta, local_rows, meta_copy, shard_from
+from pickaxe.models.sharding import is_meta, local_rows, shard_from
 
 sys.path.insert(0, str(Path(__file__).parent))
 from learner_group import on_learners, same_metrics
@@ -39,11 +39,8 @@ def _scatter_tiny(tied: bool) -> dict[str, Any]:
     gathered back and its logits (every learner), and rank 0's whole ones."""
     kwargs = dict(hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64, seed=3, tied=tied)
     full = tiny_lm(40, **kwargs) if data_parallel.rank() == 0 else None
-    if full is None:
-        with torch.device("meta"):
-            model = tiny_lm(40, **kwargs)
-    else:
-        model = meta_copy(full)
+    with torch.device("meta"):  # every learner's sharded copy, rank 0's beside its whole model
+        model = tiny_lm(40, **kwargs)
     assert is_meta(model)
     shard_from(model, full)
     ids = torch.randint(0, 40, (2, 7), generator=torch.Generator().manual_seed(0))

@@ -6,9 +6,9 @@ in place; :func:`through_root` runs a function (e.g. ``layout_logprobs``, which 
 layer separately) as a forward pass of the sharded root, so the root's own parameters (embeddings, final norm,
 output layer) are gathered for it; :func:`gather_into` copies the sharded weights into an unsharded twin one unit
 at a time, and :func:`scatter_into` the other way: rank 0's whole weights into every learner's shards of a model the
-others built on the ``meta`` device (:func:`meta_copy`, :func:`shard_from`), so no learner but rank 0 ever holds the
-whole model; :func:`load_sharded` and :func:`load_sharded_optimizer` load full tensors or lazy row readers into this
-learner's shards. Gradients are SUMMED over the learners (not averaged): pickaxe's losses are normalised by the
+others built on the ``meta`` device (:func:`shard_from`), so no learner but rank 0 ever holds the whole model;
+:func:`load_sharded` and :func:`load_sharded_optimizer` load full tensors or lazy row readers into this learner's
+shards. Gradients are SUMMED over the learners (not averaged): pickaxe's losses are normalised by the
 whole step's counts and each learner computes its share of the micro-batches.
 
 Every function that talks to the other learners is a collective: every learner calls it, in the same order.
@@ -16,7 +16,6 @@ Every function that talks to the other learners is a collective: every learner c
 
 from __future__ import annotations
 
-import copy
 import math
 import types
 from collections.abc import Callable, Iterator
@@ -73,17 +72,6 @@ def is_meta(model: nn.Module) -> bool:
     """Whether ``model`` has a parameter or buffer on the ``meta`` device (built without memory, to be sharded and
     filled: see :func:`shard_from`)."""
     return any(t.is_meta for t in (*model.parameters(), *model.buffers()))
-
-
-def meta_copy(model: nn.Module) -> nn.Module:
-    """A copy of ``model`` whose parameters and buffers are on the ``meta`` device (no memory for their values;
-    shapes, dtypes, ``requires_grad`` and tied parameters kept): what rank 0 shards and fills instead of a whole
-    second copy of its model."""
-    memo: dict[int, Any] = {}
-    for t in (*model.parameters(), *model.buffers()):
-        empty = torch.empty_like(t, device="meta")
-        memo[id(t)] = nn.Parameter(empty, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else empty
-    return copy.deepcopy(model, memo)
 
 
 def mesh_device(param: torch.Tensor) -> torch.device:
@@ -180,13 +168,19 @@ def _units(sharded: nn.Module) -> Iterator[list[tuple[str, torch.Tensor]]]:
     yield [(name, p) for name, p in sharded.named_parameters() if id(p) not in seen]
 
 
+def padded_chunks(shapes: list[tuple[int, ...]], world: int) -> list[int]:
+    """The elements of each learner's rows of tensors of ``shapes`` padded to FSDP2's chunk (``ceil(rows / world)``
+    rows, :func:`local_rows`): what one learner sends or receives per tensor in a gather or scatter of a unit."""
+    return [(-(-s[0] // world) if s else 0) * math.prod(s[1:]) for s in shapes]
+
+
 def _gather_unit(params: list[torch.Tensor]) -> list[torch.Tensor] | None:
     """Full values of the DTensor ``params`` (one dtype) on rank 0, in ONE gather: every learner's shards, padded to
     the chunk size, flattened into one buffer. The other learners send theirs and get None (half an all-gather's
     traffic, and no whole copy of the unit on them)."""
     world = dist.get_world_size()
     shapes = [tuple(p.shape) for p in params]
-    chunks = [(-(-s[0] // world) if s else 0) * math.prod(s[1:]) for s in shapes]
+    chunks = padded_chunks(shapes, world)
     pieces = []
     for p, chunk in zip(params, chunks, strict=True):
         local = p.to_local().detach().reshape(-1)
@@ -273,7 +267,7 @@ def scatter_into(full: nn.Module | None, sharded: nn.Module | None) -> int:
         for dtype in sorted({p.dtype for _, p in unit}, key=str):
             same = [(n, p) for n, p in unit if p.dtype == dtype]
             shapes = [tuple(p.shape) for _, p in same]
-            chunks = [(-(-s[0] // world) if s else 0) * math.prod(s[1:]) for s in shapes]
+            chunks = padded_chunks(shapes, world)
             mine = torch.empty(sum(chunks), dtype=dtype, device=device)
             if rank == 0:
                 pieces: list[list[torch.Tensor]] = [[] for _ in range(world)]
