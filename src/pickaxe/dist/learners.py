@@ -36,7 +36,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -45,6 +45,8 @@ from pickaxe.dist import data_parallel
 from pickaxe.errors import ConfigError, NonFiniteError, PickaxeError, error_line
 
 _ENV = ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")
+
+T = TypeVar("T")
 
 
 def torchrun_world() -> int:
@@ -229,10 +231,7 @@ class Leader:
         algo.update, algo.load_state_dict, algo.set_progress = self.update, self.load_state_dict, self.set_progress
         _send_state(algo.state_dict())
         if shard is not None:  # every learner now holds rank 0's state: shard it on all of them together
-            _send(("shard", shard))
-            self.busy = True
-            algo.shard(shard)
-            self.busy = False
+            self._lead(("shard", shard), lambda: algo.shard(shard))
             if getattr(algo, "reference_sharded", False):  # a sharded reference: every learner scores with it
                 self._score = algo.score_reference
                 algo.score_reference = self.score_reference
@@ -297,18 +296,21 @@ class Leader:
         pairs) with its reference sharded: the tokens are sent to the other learners, which score their share of
         the rows with their shards of it."""
         tensors = tuple(t.detach().to("cpu") for t in (input_ids, attention_mask, loss_mask))
-        _send(("score", *tensors, float(temperature)))
-        self.busy = True
-        out = self._score(input_ids, attention_mask, loss_mask, temperature)
-        self.busy = False
-        return out
+        return self._lead(("score", *tensors, float(temperature)),
+                          lambda: self._score(input_ids, attention_mask, loss_mask, temperature))  # fmt: skip
 
     def score_rewards(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """The sharded reward model's ``score_tokens`` on rank 0 (its collector's rewards, its evaluation's): the
         rows are sent to the other learners, which score their share of them with their shards of it."""
-        _send(("reward", input_ids.detach().to("cpu"), attention_mask.detach().to("cpu")))
+        message = ("reward", input_ids.detach().to("cpu"), attention_mask.detach().to("cpu"))
+        return self._lead(message, lambda: self._reward(input_ids, attention_mask))
+
+    def _lead(self, message: tuple[Any, ...], call: Callable[[], T]) -> T:
+        """Send ``message`` so the other learners join, then run rank 0's side of the collective (``busy`` while it
+        runs: an error leaves it set, so ``close`` does not wait on learners that may be stuck in it)."""
+        _send(message)
         self.busy = True
-        out = self._reward(input_ids, attention_mask)
+        out = call()
         self.busy = False
         return out
 
