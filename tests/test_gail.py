@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from classic_runs import assert_classic_resume_is_exact
+from cli_errors import train_error
 from pickaxe.algos.gail_core import (
     absorbing_value,
     discriminator_accuracy,
@@ -277,21 +278,13 @@ def test_killed_gail_run_resumes_exactly(expert: Path, tmp_path: Path) -> None:
     assert "resume is exact" in (killed / "events.jsonl").read_text()
 
 
-def _train_error(capsys: pytest.CaptureFixture[str], *args: str) -> str:
-    code = main(["train", *args, "--no-progress"])
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert len(err.strip().splitlines()) == 1, err
-    return err
-
-
 def test_demonstrations_must_fit_the_run(expert: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = str(tmp_path / "run")
-    err = _train_error(capsys, "pendulum-gail", "--data.dataset", str(expert), "--run-dir", run_dir)
+    err = train_error(capsys, "pendulum-gail", "--data.dataset", str(expert), "--run-dir", run_dir)
     assert "do not fit env Pendulum-v1" in err
-    err = _train_error(capsys, "cartpole-gail", "--run-dir", run_dir)
+    err = train_error(capsys, "cartpole-gail", "--run-dir", run_dir)
     assert "gail imitates demonstrations: add --data.dataset DIR" in err
-    err = _train_error(
+    err = train_error(
         capsys, "cartpole-gail", "--data.dataset", str(expert), "--dist.learners", "2", "--run-dir", run_dir
     )
     assert "drop --dist.learners" in err

@@ -18,6 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from cli_errors import train_error
 from pickaxe.cli import main
 from pickaxe.envs.make import make
 from pickaxe.offline.dataset import DatasetError, Episode, read, read_mixed, write
@@ -93,14 +94,6 @@ def test_collect_records_the_policy_provenance_and_references(source: dict[str, 
     assert set(manifest["files"]) == {"main_data.hdf5", "metadata.json"}
 
 
-def _train_error(capsys: pytest.CaptureFixture[str], *args: str) -> str:
-    code = main(["train", *args, "--no-progress"])
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert len(err.strip().splitlines()) == 1, err
-    return err
-
-
 def test_damaged_or_truncated_datasets_are_refused_in_one_line(
     source: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -110,13 +103,13 @@ def test_damaged_or_truncated_datasets_are_refused_in_one_line(
     main_file = bad / "data" / "main_data.hdf5"
     data = main_file.read_bytes()
     main_file.write_bytes(data[: len(data) // 2])  # truncated
-    err = _train_error(capsys, "cartpole-bc", "--data.dataset", str(bad), "--run-dir", str(run_dir))
+    err = train_error(capsys, "cartpole-bc", "--data.dataset", str(bad), "--run-dir", str(run_dir))
     assert "main_data.hdf5" in err and "truncated" in err
     assert not run_dir.exists()  # refused before the run folder exists
     flipped = bytearray(data)
     flipped[len(data) // 2] ^= 0xFF
     main_file.write_bytes(bytes(flipped))
-    err = _train_error(capsys, "cartpole-bc", "--data.dataset", str(bad), "--run-dir", str(run_dir))
+    err = train_error(capsys, "cartpole-bc", "--data.dataset", str(bad), "--run-dir", str(run_dir))
     assert "main_data.hdf5" in err and "sha256" in err
     # a dataset without pickaxe's manifest (made with Minari) is checked as it is read
     (bad / "data" / "MANIFEST.json").unlink()
@@ -129,7 +122,7 @@ def test_damaged_or_truncated_datasets_are_refused_in_one_line(
     (bad / "data" / "metadata.json").write_text(json.dumps(meta))
     with pytest.raises(DatasetError, match="truncated: its metadata records"):
         read(bad)
-    err = _train_error(capsys, "cartpole-bc", "--data.dataset", str(tmp_path / "nothing"), "--run-dir", str(run_dir))
+    err = train_error(capsys, "cartpole-bc", "--data.dataset", str(tmp_path / "nothing"), "--run-dir", str(run_dir))
     assert "does not exist" in err and "pickaxe collect" in err
 
 
@@ -138,16 +131,16 @@ def test_dataset_and_flags_must_fit_the_run(
 ) -> None:
     run_dir = str(tmp_path / "run")
     data = str(source["data"])
-    err = _train_error(capsys, "pendulum-bc", "--data.dataset", data, "--run-dir", run_dir)
+    err = train_error(capsys, "pendulum-bc", "--data.dataset", data, "--run-dir", run_dir)
     assert "do not fit env Pendulum-v1" in err
-    err = _train_error(capsys, "cartpole-dqn", "--data.dataset", data, "--run-dir", run_dir)
+    err = train_error(capsys, "cartpole-dqn", "--data.dataset", data, "--run-dir", run_dir)
     assert "drop --data.dataset" in err
-    err = _train_error(capsys, "cartpole-iql", "--data.make", "None", "--run-dir", run_dir)
+    err = train_error(capsys, "cartpole-iql", "--data.make", "None", "--run-dir", run_dir)
     assert "add --data.dataset DIR" in err
     steps = ["--collector.steps", "1000"]
-    err = _train_error(capsys, "cartpole-cql", "--data.dataset", data, *steps, "--run-dir", run_dir)
+    err = train_error(capsys, "cartpole-cql", "--data.dataset", data, *steps, "--run-dir", run_dir)
     assert "multiple of algo.batch_size" in err
-    err = _train_error(capsys, "cartpole-bc", "--data.dataset", data, "--dist.learners", "2", "--run-dir", run_dir)
+    err = train_error(capsys, "cartpole-bc", "--data.dataset", data, "--dist.learners", "2", "--run-dir", run_dir)
     assert "in one process" in err
     assert not Path(run_dir).exists()
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from cli_errors import train_error
 from pickaxe.cli import main
 from pickaxe.offline.dataset import Episode, read, write
 from pickaxe.recipes import RECIPES
@@ -85,38 +86,30 @@ def test_a_warm_started_run_trains_and_records_where_it_started(offline_run: dic
     assert any("eval/return_mean" in r for r in read_metrics(run))
 
 
-def _train_error(capsys: pytest.CaptureFixture[str], *args: str) -> str:
-    code = main(["train", *args, "--no-progress"])
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert len(err.strip().splitlines()) == 1, err
-    return err
-
-
 def test_bad_warm_starts_are_one_line(
     offline_run: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     src = str(offline_run["run"])
     out = ["--run-dir", str(tmp_path / "never")]
-    assert "sac cannot continue an offline run" in _train_error(capsys, "pendulum-sac", "--warm-start.run", src, *out)
-    assert "not a readable run folder" in _train_error(
+    assert "sac cannot continue an offline run" in train_error(capsys, "pendulum-sac", "--warm-start.run", src, *out)
+    assert "not a readable run folder" in train_error(
         capsys, "pendulum-td3", "--warm-start.run", str(tmp_path / "nothing"), *out
     )
-    assert "--model.hidden 64,64" in _train_error(
+    assert "--model.hidden 64,64" in train_error(
         capsys, "pendulum-td3", "--warm-start.run", src, "--model.hidden", "32", *out
     )
-    assert "drop --algo.twin false" in _train_error(
+    assert "drop --algo.twin false" in train_error(
         capsys, "pendulum-td3", "--warm-start.run", src, "--algo.twin", "false", *out
     )
     unfinished = tmp_path / "unfinished"
     unfinished.mkdir()
     shutil.copy(offline_run["run"] / "config.json", unfinished / "config.json")
-    err = _train_error(capsys, "pendulum-td3", "--warm-start.run", str(unfinished), *out)
+    err = train_error(capsys, "pendulum-td3", "--warm-start.run", str(unfinished), *out)
     assert "has not finished" in err and "pickaxe resume" in err
     other = json.loads((offline_run["run"] / "config.json").read_text())
     other["algo_name"] = "iql"
     (unfinished / "config.json").write_text(json.dumps(other))
-    assert "is a iql run; td3 continues td3-bc runs only" in _train_error(
+    assert "is a iql run; td3 continues td3-bc runs only" in train_error(
         capsys, "pendulum-td3", "--warm-start.run", str(unfinished), *out
     )
     assert not (tmp_path / "never").exists()

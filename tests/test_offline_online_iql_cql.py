@@ -18,6 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from cli_errors import train_error
 from pickaxe.cli import main
 from pickaxe.offline.dataset import Episode, read, write
 from pickaxe.recipes import RECIPES
@@ -115,32 +116,24 @@ def test_the_continuation_starts_from_the_offline_state_with_the_dataset_in_its_
         trainer.close()
 
 
-def _train_error(capsys: pytest.CaptureFixture[str], *args: str) -> str:
-    code = main(["train", *args, "--no-progress"])
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert len(err.strip().splitlines()) == 1, err
-    return err
-
-
 def test_bad_continuations_are_one_line(
     offline_runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = ["--run-dir", str(tmp_path / "never")]
-    err = _train_error(capsys, "pendulum-iql-online", "--warm-start.run", str(offline_runs["pendulum-cql"]), *out)
+    err = train_error(capsys, "pendulum-iql-online", "--warm-start.run", str(offline_runs["pendulum-cql"]), *out)
     assert "is a cql run; iql-online continues iql runs only" in err
-    err = _train_error(capsys, "pendulum-cql-online", "--warm-start.run", str(offline_runs["cartpole-cql"]), *out)
+    err = train_error(capsys, "pendulum-cql-online", "--warm-start.run", str(offline_runs["cartpole-cql"]), *out)
     assert "trained on CartPole-v1, this run is on Pendulum-v1: use --env.id CartPole-v1" in err
-    err = _train_error(capsys, "pendulum-td3", "--warm-start.run", str(offline_runs["pendulum-iql"]), *out)
+    err = train_error(capsys, "pendulum-td3", "--warm-start.run", str(offline_runs["pendulum-iql"]), *out)
     assert "is a iql run; td3 continues td3-bc runs only" in err
-    assert "sac cannot continue an offline run" in _train_error(
+    assert "sac cannot continue an offline run" in train_error(
         capsys, "pendulum-sac", "--warm-start.run", str(offline_runs["pendulum-iql"]), *out
     )
     bare = tmp_path / "bare"  # a finished run whose checkpoints were deleted: no optimizer state to continue
     bare.mkdir()
     for name in ("config.json", "model.safetensors", "model.json"):
         shutil.copy(offline_runs["pendulum-iql"] / name, bare / name)
-    err = _train_error(capsys, "pendulum-iql-online", "--warm-start.run", str(bare), *out)
+    err = train_error(capsys, "pendulum-iql-online", "--warm-start.run", str(bare), *out)
     assert "keeps no checkpoint, whose optimizer state iql-online continues" in err
     assert not (tmp_path / "never").exists()
 
