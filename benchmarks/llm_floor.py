@@ -8,6 +8,7 @@ import copy
 import dataclasses
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -43,6 +44,17 @@ def update_flops(config: Any, lengths: list[int], completion_tokens: int) -> dic
             "attention": float(attention)}  # fmt: skip
 
 
+def median_seconds(run: Callable[[], None], repeats: int) -> float:
+    """The median wall seconds of ``repeats`` calls of ``run``, after one untimed warm-up call."""
+    run()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
 def matmul_floor(config: Any, lengths: list[int], completion_tokens: int, repeats: int) -> dict[str, float]:
     """Seconds and FLOP rate of bare matmuls of the update's shapes: each layer's linear maps over the real tokens
     (forward, grad-input, grad-weight), the head over the completion tokens, and per-sequence causal attention
@@ -61,13 +73,7 @@ def matmul_floor(config: Any, lengths: list[int], completion_tokens: int, repeat
             gy @ w.t()  # grad input
             a.t() @ gy  # grad weight
 
-        run()
-        times = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            run()
-            times.append(time.perf_counter() - t)
-        return statistics.median(times), 3 * 2.0 * m * k * n
+        return median_seconds(run, repeats), 3 * 2.0 * m * k * n
 
     seconds, flops = 0.0, 0.0
     for k, n in linear_shapes(config):
@@ -89,13 +95,7 @@ def matmul_floor(config: Any, lengths: list[int], completion_tokens: int, repeat
                 torch.bmm(q, kt)
                 torch.bmm(p, q)
 
-        run()
-        times = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            run()
-            times.append(time.perf_counter() - t)
-        seconds += config.num_hidden_layers * c * statistics.median(times)
+        seconds += config.num_hidden_layers * c * median_seconds(run, repeats)
         flops += config.num_hidden_layers * c * 3 * 2 * (2.0 * heads * n * n * hd)
     return {"seconds": seconds, "rate": flops / seconds}
 
