@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from pickaxe.algos.base import Algorithm
+from pickaxe.algos.multiagent_configs import is_multiagent
 from pickaxe.envs.make import make, split_env_id
 from pickaxe.envs.spaces import GoalBox, adapt_observations, goal_vector
 from pickaxe.errors import PickaxeError
@@ -74,7 +75,13 @@ class ClassicPolicy:
              device: str | torch.device = "cpu") -> ClassicPolicy:  # fmt: skip
         """``config``'s networks (the run's ``config.json``) with the weights of ``checkpoint`` of ``run_dir``
         (``"final"``, ``"latest"``, ``"best"`` or an env step, as :func:`pickaxe.runs.model.load_model` takes it),
-        verified, on ``device``. A missing or damaged weights file is a one-line ``PickaxeError``."""
+        verified, on ``device``. A missing or damaged weights file is a one-line ``PickaxeError``, and so is a
+        multi-agent run (its policies act for several agents at once)."""
+        if is_multiagent(config.algo):
+            raise PickaxeError(
+                f"{config.algo_name()} is a multi-agent run: its evaluations (total and per agent, with CIs) come from "
+                "`pickaxe eval RUN` and `pickaxe eval RUN --checkpoints all`; pickaxe.load takes single-agent runs"
+            )
         run_dir = Path(run_dir)
         which = checkpoint_choice(checkpoint)
         set_torch_threads(config.torch_threads)
