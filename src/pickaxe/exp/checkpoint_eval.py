@@ -254,14 +254,11 @@ class _Classic(_Checkpoints):
 
         return None if self.refs is None else normalized_score(returns, *self.refs)
 
-    setup = "run_evaluation_setup"
-    """The ``train.build`` function that makes the eval envs, the algorithm and the device from the run's config."""
-
     def _build(self) -> tuple[Any, Any, Any]:
         if self._built is None:
-            from pickaxe.train import build
+            from pickaxe.train.build import run_evaluation_setup
 
-            self._built = getattr(build, self.setup)(self.cfg)
+            self._built = run_evaluation_setup(self.cfg)  # a multi-agent run's envs too
         return self._built
 
     def samples(self, ref: CheckpointRef) -> dict[str, np.ndarray]:
@@ -302,7 +299,6 @@ class _MultiAgent(_Classic):
     """A multi-agent run's weights on its own eval envs: the team's total return and each agent's, with CIs."""
 
     kind = "multiagent"
-    setup = "multiagent_evaluation_setup"
 
     def samples(self, ref: CheckpointRef) -> dict[str, np.ndarray]:
         from pickaxe.runs.policies import acting_networks

@@ -573,7 +573,7 @@ def evaluate_multiagent_samples(
     (``train.multiagent.multiagent_estimates`` summarises them with CIs)."""
     from pickaxe.train.multiagent import MultiAgentEvaluator
 
-    envs, algo, device = multiagent_evaluation_setup(cfg)
+    envs, algo, device = run_evaluation_setup(cfg)
     try:
         load_model(run_dir, acting_networks(algo.networks()), device, checkpoint=checkpoint)
         return MultiAgentEvaluator(envs, episodes, device).samples(algo)
@@ -581,25 +581,10 @@ def evaluate_multiagent_samples(
         envs.close()
 
 
-def multiagent_evaluation_setup(cfg: TrainConfig) -> tuple[MultiAgentVectorEnv, Algorithm, torch.device]:
-    """``run_evaluation_setup`` of a multi-agent run: its own eval envs (eval seed and count, at least one: the
-    episodes its evaluations played) as a ``MultiAgentVectorEnv``, its algorithm rebuilt from ``cfg`` and the device;
-    the caller closes the envs."""
-    from pickaxe.envs.multiagent import MultiAgentVectorEnv
-
-    set_torch_threads(cfg.torch_threads)
-    device = resolve_device(cfg.device)
-    e = cfg.env
-    envs = MultiAgentVectorEnv(e.id, e.eval_envs or 1, derive_seeds(cfg.seed)["eval_env"], **e.kwargs)
-    try:
-        return envs, build_algorithm(cfg, envs), device
-    except BaseException:
-        envs.close()
-        raise
-
-
-def run_evaluation_setup(cfg: TrainConfig) -> tuple[SeededVectorEnv, Algorithm, torch.device]:
-    """The run's own eval envs (its eval seed and count: the same episodes as its evaluations), its algorithm rebuilt
+def run_evaluation_setup(
+    cfg: TrainConfig,
+) -> tuple[SeededVectorEnv | MultiAgentVectorEnv, Algorithm, torch.device]:
+    """The run's own eval envs (:func:`run_eval_envs`: the same episodes as its evaluations), its algorithm rebuilt
     from ``cfg`` (load a checkpoint's weights into its networks) and the device; the caller closes the envs."""
     set_torch_threads(cfg.torch_threads)
     device = resolve_device(cfg.device)
@@ -611,13 +596,12 @@ def run_evaluation_setup(cfg: TrainConfig) -> tuple[SeededVectorEnv, Algorithm, 
         raise
 
 
-def run_eval_envs(cfg: TrainConfig) -> SeededVectorEnv:
+def run_eval_envs(cfg: TrainConfig) -> SeededVectorEnv | MultiAgentVectorEnv:
     """The run's own eval envs: its eval seed and env count (at least one), so they play the episodes its evaluations
-    played; the caller closes them."""
+    played (a ``MultiAgentVectorEnv`` for a multi-agent run, else a ``SeededVectorEnv``); the caller closes them."""
+    n, seed = cfg.env.eval_envs or 1, derive_seeds(cfg.seed)["eval_env"]
     if is_multiagent(cfg.algo):
-        raise PickaxeError(
-            f"{cfg.algo_name()} is a multi-agent run: its evaluations (total and per agent, with CIs) come from "
-            "`pickaxe eval RUN` and `pickaxe eval RUN --checkpoints all`; pickaxe.load takes single-agent runs"
-        )
-    n = cfg.env.eval_envs or 1
-    return make(cfg.env.id, n, derive_seeds(cfg.seed)["eval_env"], evaluation=True, **cfg.env.kwargs)
+        from pickaxe.envs.multiagent import MultiAgentVectorEnv
+
+        return MultiAgentVectorEnv(cfg.env.id, n, seed, **cfg.env.kwargs)
+    return make(cfg.env.id, n, seed, evaluation=True, **cfg.env.kwargs)
