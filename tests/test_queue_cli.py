@@ -231,6 +231,33 @@ def test_sigterm_to_the_worker_requeues_its_job(tmp_path: Path, capsys: pytest.C
     assert "stopped and the job requeued" in capsys.readouterr().err
 
 
+def test_a_stop_signal_inside_a_queue_read_still_requeues_the_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: SIGTERM landing while a queue transaction was open raised KeyboardInterrupt there, left the
+    transaction open, and the worker's release of the job failed, so it stayed ``running``. The signal now only
+    sets a flag: the read it interrupted completes, and the job is requeued."""
+    db = str(tmp_path / "q.db")
+    with JobQueue(db) as q:
+        job = q.add(["sleep", "30"])
+    completed: list[bool] = []
+    original = JobQueue._job
+
+    def signalled_inside_the_read(self: JobQueue, c: sqlite3.Connection, row: sqlite3.Row) -> object:
+        if row["state"] == "running" and not completed:
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, inside the open read transaction
+            completed.append(True)
+        return original(self, c, row)
+
+    monkeypatch.setattr(JobQueue, "_job", signalled_inside_the_read)
+    with pytest.raises(KeyboardInterrupt):
+        main_worker(["--db", db, "--slots", "1", "--gpus", "none", "--poll", "0.01"])
+    assert completed == [True]  # the signal did not break off the read
+    monkeypatch.undo()
+    with JobQueue(db) as q:
+        assert (q.get(job).state, [a.outcome for a in q.attempts(job)]) == ("queued", ["interrupted"])
+
+
 def test_worker_command_runs_outside_the_main_thread(tmp_path: Path) -> None:
     results: list[object] = []
     before = signal.getsignal(signal.SIGTERM)

@@ -6,13 +6,10 @@ Reading commands never create the database: ``queue list`` on a machine without 
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import json
-import signal
 import sys
 from dataclasses import dataclass
-from types import FrameType
 from typing import Annotated
 
 import tyro
@@ -251,16 +248,8 @@ def main_worker(argv: list[str]) -> int:
         file=sys.stderr,
     )
 
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = None
-    with contextlib.suppress(ValueError):  # only the main thread may set handlers
-        previous = signal.signal(signal.SIGTERM, on_term)
     try:
-        worker.run(until_empty=args.until_empty)
+        worker.run(until_empty=args.until_empty)  # takes SIGINT and SIGTERM while it runs
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
         queue.close()
     return 0

@@ -11,7 +11,10 @@ left of their process groups and requeues them. An attempt after the first of a 
 holds a pickaxe run (``config.json``) runs ``python -m pickaxe.cli resume RUN_DIR --restart`` instead of the
 original command, so training continues from its newest good checkpoint (from step 0 if it has none, which it says
 in its log and its ``events.jsonl``).
-A worker stopped with Ctrl-C or SIGTERM stops its jobs and puts them back in the queue the same way.
+A worker stopped with Ctrl-C or SIGTERM stops its jobs and puts them back in the queue the same way. The signal
+only sets a flag, which the worker's loop reads between its queue transactions: a ``KeyboardInterrupt`` raised inside
+one (as Python's default handler does) could leave the transaction open and the job's release to the queue failing,
+so the job stayed ``running`` until another worker noticed. A second signal stops the worker at once.
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from secrets import token_hex
+from types import FrameType
 from typing import IO
 
 from pickaxe.errors import PickaxeError
@@ -120,6 +124,7 @@ class Worker:
         self.echo = echo
         self.on_finish = on_finish
         self._running: dict[int, _Running] = {}
+        self._stop_signal: int | None = None  # the SIGINT / SIGTERM that asked this worker to stop
         self._child_setup = parent_death_signal(signal.SIGKILL)
         self.warm = warm and hasattr(os, "fork")
         if self.warm:
@@ -133,8 +138,33 @@ class Worker:
         become runnable because nothing runs anywhere); otherwise it runs until interrupted. With ``jobs``
         it runs only those jobs and the jobs they depend on, and returns when all of ``jobs`` have ended.
         A ``KeyboardInterrupt`` (or any exception) stops the running jobs, puts them back in the queue and
-        propagates.
+        propagates. Run in the main thread, it takes SIGINT and SIGTERM for the call: either raises
+        ``KeyboardInterrupt`` at the top of the loop, outside any queue transaction (a second one at once).
         """
+        with self._stop_on_signals():
+            return self._run(until_empty, jobs)
+
+    @contextlib.contextmanager
+    def _stop_on_signals(self) -> Iterator[None]:
+        """SIGINT and SIGTERM set ``_stop_signal`` for the duration (main thread only), then the old handlers."""
+        self._stop_signal = None
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            if self._stop_signal is not None:
+                raise KeyboardInterrupt  # asked twice: stop now, wherever the worker is
+            self._stop_signal = signum
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _run(self, until_empty: bool, jobs: Iterable[int] | None) -> dict[int, int]:
         targets = None if jobs is None else {int(j) for j in jobs}
         only = None if targets is None else self.queue.dependency_closure(targets)
         results: dict[int, int] = {}
@@ -143,6 +173,9 @@ class Worker:
         last_beat = last_recover = time.monotonic()
         try:
             while True:
+                if self._stop_signal is not None:
+                    self._say(f"{signal.Signals(self._stop_signal).name}: stopping the running jobs")
+                    raise KeyboardInterrupt
                 self._reap(results)
                 self._check_running()
                 now = time.monotonic()
