@@ -17,6 +17,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from pickaxe.algos.grpo import GRPO, GRPOConfig
+from pickaxe.dist import data_parallel
 from pickaxe.models.reward import tiny_reward_model
 from pickaxe.models.tokenizer import char_tokenizer
 from pickaxe.rollout.pairs import RewardModelScorer
@@ -44,15 +45,21 @@ def _rows() -> dict[str, torch.Tensor]:
 def _learner(cases: dict[str, Any], out: Path) -> dict[str, Any]:
     from test_data_parallel import _lm
 
+    def built() -> torch.nn.Module:  # as the builder does: whole on rank 0, shapes on meta on the others
+        model = copy.deepcopy(cases["model"])
+        return model if data_parallel.rank() == 0 else model.to("meta")
+
     algo = GRPO(_lm(seed=2), GRPOConfig(lr=1e-3, micro_batch_size=4, autocast="bf16"), SAMPLING)
-    algo.reward_scorer = RewardModelScorer(copy.deepcopy(cases["model"]), TOK, rows=4)
+    algo.reward_scorer = RewardModelScorer(built(), TOK, rows=4)
+    meta_bytes = sum(p.numel() for p in algo.reward_scorer.model.parameters() if not p.is_meta)
     algo.shard()  # the policy and, with it, the reward model (in float32 whatever the policy's autocast)
     model = algo.reward_scorer.model
     rows = cases["rows"]
     # --collector.offload-reward-model: the shards wait on the host (FSDP's CPU offload; on a CPU nothing moves)
-    offloaded = RewardModelScorer(copy.deepcopy(cases["model"]), TOK, rows=4, offload_to="cpu")
+    offloaded = RewardModelScorer(built(), TOK, rows=4, offload_to="cpu")
     offloaded.shard()
     return {
+        "built_elements": meta_bytes,
         "local": sum(p.to_local().numel() for p in model.parameters()),
         "dtensors": all(isinstance(p, DTensor) for p in model.parameters()),
         "scores": algo.reward_scorer.score_tokens(rows["input_ids"], rows["attention_mask"]),
@@ -71,6 +78,7 @@ def test_each_learner_holds_half_the_reward_model_and_scores_as_the_whole_one(tm
     texts = whole.batch(["sort 12=", "sort 3="], ["12", ""])
     total = sum(p.numel() for p in model.parameters())
     assert sum(learner["local"] for learner in learners) == total
+    assert learners[1]["built_elements"] == 0  # the other learner never held the whole model: rows from rank 0's
     for learner in learners:
         assert learner["dtensors"] and learner["local"] <= 0.55 * total
         assert torch.equal(learner["scores"], want)  # the same blocks of rows as the whole model: the same numbers
@@ -90,6 +98,21 @@ def test_the_builder_gives_the_algorithm_the_reward_model_only_when_it_is_sharde
         keep_reward_model(cfg, env, algo)  # type: ignore[arg-type]
         proxy = env.rewards[env.reward_names.index("proxy")][0]
         assert isinstance(proxy, RewardModelScorer) and (algo.reward_scorer is proxy) == kept
+        assert not any(p.is_meta for p in proxy.model.parameters())  # rank 0's: whole, read from the folder
+
+
+def test_another_learner_builds_the_sharded_reward_model_without_reading_its_weights(
+    reward_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pickaxe.dist.learners as learners_module
+    from pickaxe.train.llm import build_env
+
+    monkeypatch.setenv("RANK", "1")  # a torchrun learner other than rank 0
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert learners_module.is_follower()
+    env = build_env(_cfg(reward_folder, 2, "fsdp"), 0, 1, TOK)
+    proxy = env.rewards[env.reward_names.index("proxy")][0]
+    assert all(p.is_meta for p in proxy.model.parameters())  # shapes only: its rows come from rank 0's
 
 
 # ------------------------------------------------------------------------------------------------ the run level

@@ -116,7 +116,7 @@ class RewardModelScorer:
         self.rows = rows
         self.offload_to = None if offload_to is None else torch.device(offload_to)
         self.sharded = False
-        if self.offload_to is not None:  # kept on the host; it visits the device only while it scores
+        if self.offload_to is not None and not _on_meta(model):  # kept on the host; it visits the device to score
             self.model.to("cpu")
 
     def __call__(self, prompt: str, completion: str, metadata: dict[str, Any] | None = None) -> float:
@@ -142,16 +142,24 @@ class RewardModelScorer:
 
     def shard(self, offload: str = "none") -> None:
         """Shard the reward model in place across the learners (FSDP2, one decoder layer per unit): every learner
-        calls it, each then holds 1/N of the weights. Frozen, it is sharded in float32 whatever the policy's
-        autocast, so its scores are the unsharded model's. With ``offload_to`` (or ``offload`` other than none)
-        the shards wait in host memory and visit the device a unit at a time while they score (FSDP's CPU offload
-        instead of the whole model's visit)."""
-        from pickaxe.models.sharding import shard_model
+        calls it, each then holds 1/N of the weights, rank 0's (the other learners' rows are scattered from rank
+        0's whole model, one unit at a time; they may have built theirs on the ``meta`` device, never holding it
+        whole). Frozen, it is sharded in float32 whatever the policy's autocast, so its scores are the unsharded
+        model's. With ``offload_to`` (or ``offload`` other than none) the shards wait in host memory and visit the
+        device a unit at a time while they score (FSDP's CPU offload instead of the whole model's visit)."""
+        import torch.distributed as dist
+
+        from pickaxe.models.sharding import scatter_into, shard_from, shard_model
 
         if self.offload_to is not None:  # the mesh is the device's; FSDP then keeps the shards on the host
-            self.model.to(self.offload_to)
+            if not _on_meta(self.model):
+                self.model.to(self.offload_to)
             offload = "params"
-        shard_model(self.model, offload)  # type: ignore[arg-type]
+        if dist.get_rank() == 0:
+            scatter_into(self.model, None)  # the others' rows, then its own shards in place
+            shard_model(self.model, offload)  # type: ignore[arg-type]
+        else:
+            shard_from(self.model, None, offload)  # type: ignore[arg-type]
         self.sharded = True
 
     @torch.no_grad()
@@ -186,6 +194,11 @@ class RewardModelScorer:
         self.model.reshard()  # no backward pass frees the root's gathered weights: free them now
         dist.all_reduce(out)
         return out
+
+
+def _on_meta(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s parameters are shapes on the ``meta`` device (a sharded learner's, before its rows)."""
+    return any(p.is_meta for p in model.parameters())
 
 
 @contextlib.contextmanager

@@ -155,11 +155,14 @@ def frozen_reference(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model).eval().requires_grad_(False)
 
 
-def load_reward_model(path: str, tokenizer: Any, device: torch.device, offload: bool = False) -> RewardModelScorer:
+def load_reward_model(
+    path: str, tokenizer: Any, device: torch.device, offload: bool = False, on_meta: bool = False
+) -> RewardModelScorer:
     """The reward model saved in folder ``path`` as a batched reward, with the folder's tokenizer when it has one
     (else the policy's, which must then be the reward model's); with ``offload`` loaded into host memory, visiting
-    ``device`` only while it scores."""
-    model = RewardModel.load(path, torch.device("cpu") if offload else device)
+    ``device`` only while it scores; ``on_meta``: its shapes only, the weights not read (a sharded learner other
+    than rank 0, which gets its rows from rank 0's when the model is sharded)."""
+    model = RewardModel.load(path, "meta" if on_meta else torch.device("cpu") if offload else device)
     has_tokenizer = any((Path(path) / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
     return RewardModelScorer(
         model, load_tokenizer(path) if has_tokenizer else tokenizer, offload_to=device if offload else None
@@ -194,7 +197,7 @@ def build_env(
     # its shard of a sharded reward model, when rank 0 asks
     if d.reward_model and tokenizer is not None and (sharded_reward_model(cfg) or not _follows(cfg)):
         proxy = load_reward_model(d.reward_model, tokenizer, device or torch.device("cpu"),
-                                  offload=cfg.collector.offload_reward_model)  # fmt: skip
+                                  offload=cfg.collector.offload_reward_model, on_meta=builds_on_meta(cfg))  # fmt: skip
         rewards = [(name, fn, 0.0) for name, fn, _ in rewards] + [("proxy", proxy, d.reward_model_weight)]
     if d.gold:
         gold = parse_reward_spec(d.gold, {**GOLD_SCORES, **python})
@@ -614,7 +617,8 @@ def sharded_kl_reference(cfg: LLMTrainConfig, model: nn.Module) -> bool:
 
 def sharded_reward_model(cfg: LLMTrainConfig) -> bool:
     """Whether the run's reward model is sharded across its learners (``--data.reward-model`` with ``--dist.shard
-    fsdp`` on more than one learner and ``--dist.shard-reward-model``): then every learner loads it."""
+    fsdp`` on more than one learner and ``--dist.shard-reward-model``): then every learner builds it (the others than
+    rank 0 on the ``meta`` device, filled with their rows from rank 0's when it is sharded)."""
     d = cfg.dist
     return bool(cfg.data.reward_model) and d.shard == "fsdp" and d.shard_reward_model and d.learners > 1
 
