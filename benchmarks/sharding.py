@@ -13,7 +13,8 @@ peak RSS while starting (building, sharding, up to the end of the first update),
 checkpointing, the median ``time/update_s`` over the updates after the first, the CPU seconds of an update (rank 0's
 ``time/update_cpu_s`` plus the other learners' from ``/proc``) per trained token, each learner's training state
 (``mem/train_state_bytes``: weights, gradients and optimizer state, its shards when sharded), the gather of the
-policy from the shards (``time/gather_s``) as a share of the update, and the planner's prediction (``pickaxe plan``)
+policy from the shards (``time/gather_s``) as a share of the update and of the step (the rollout's
+``time/collect_s`` plus the update), and the planner's prediction (``pickaxe plan``)
 beside the measurement. Ratios are against the one-learner run measured in the same invocation; the last line is one
 JSON object with every figure (``fsdp2``'s ``peak_train_vs_whole_ref``: each process's training peak, largest first,
 against ``fsdp2-whole-ref``'s). ``--quick`` (what the benchmark test runs) uses the tiny ``tiny-qwen2`` shape and 2
@@ -126,6 +127,7 @@ def run_config(name: str, args: argparse.Namespace, base: list[str], workdir: Pa
     later = updates[1:] or updates
     update_s = statistics.median(r["time/update_s"] for r in later)
     gather_s = statistics.median(r.get("time/gather_s", 0.0) for r in later)
+    step_s = statistics.median(r.get("time/collect_s", 0.0) + r["time/update_s"] for r in later)  # rollout + update
     learners = int(CONFIGS[name][1])
     ranked = sorted(peaks.values(), key=lambda p: -max(p.values()))[:learners]
     # CPU seconds of one update: rank 0's own (logged), plus what the other learners used from one update's record
@@ -146,6 +148,7 @@ def run_config(name: str, args: argparse.Namespace, base: list[str], workdir: Pa
         "update_cpu_s_per_token": statistics.median(per_token) if per_token else None,
         "train_state_mb": round(updates[-1].get("mem/train_state_bytes", 0.0) / 2**20, 2),
         "gather_share": gather_s / update_s if update_s else 0.0,
+        "gather_share_of_step": gather_s / step_s if step_s else 0.0,
         "peak_start_mb": [round(p["start_mb"]) for p in ranked],
         "peak_train_mb": [round(p["train_mb"]) for p in ranked],
         "peak_checkpoint_mb": [round(p["checkpoint_mb"]) for p in ranked],
@@ -204,7 +207,8 @@ def main() -> None:
                 f"{name:>14}: update {r['update_s']:.2f} s ({r['update_cpu_s'] or 0:.1f} CPU-s), training state "
                 f"{r['train_state_mb']} MB per learner, peak MB per process starting {r['peak_start_mb']}, "
                 f"training {r['peak_train_mb']}, "
-                f"checkpointing {r['peak_checkpoint_mb']}, gather {100 * r['gather_share']:.1f}% of the update",
+                f"checkpointing {r['peak_checkpoint_mb']}, gather {100 * r['gather_share']:.1f}% of the update "
+                f"({100 * r['gather_share_of_step']:.1f}% of the step)",
                 flush=True,
             )
     one = results.get("one")
