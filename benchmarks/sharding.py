@@ -4,19 +4,20 @@ optimizer``, and two with fsdp but the KL reference whole on rank 0 (``--dist.no
 from the shards as a share of the step; peak memory while checkpointing against the training peak.
 
 Usage: ``python benchmarks/sharding.py [--shape qwen2-0.5b] [--updates 3] [--micro-batch 4] [--new-tokens N]
-[--quick]``. Each
-configuration is one ``pickaxe train arith-grpo --model.shape SHAPE`` process (random weights, no warm start, one
-torch thread per process), run one after the other so they never share the machine. A sampler reads every process of
-the run (rank 0 and the learners it starts) from ``/proc`` ten times a second: resident memory, and whether a
-checkpoint is being written (a ``checkpoints/.tmp-*`` folder exists). Reported per configuration: each process's
-peak RSS while starting (building, sharding, up to the end of the first update), while training (after it) and while
-checkpointing, the median ``time/update_s`` over the updates after the first, the CPU seconds of an update (rank 0's
-``time/update_cpu_s`` plus the other learners' from ``/proc``) per trained token, each learner's training state
-(``mem/train_state_bytes``: weights, gradients and optimizer state, its shards when sharded), the gather of the
-policy from the shards (``time/gather_s``) as a share of the update and of the step (the rollout's
-``time/collect_s`` plus the update), and the planner's prediction (``pickaxe plan``)
-beside the measurement. Ratios are against the one-learner run measured in the same invocation; the last line is one
-JSON object with every figure (``fsdp2``'s ``peak_train_vs_whole_ref``: each process's training peak, largest first,
+[--quick]``. Each configuration is one ``pickaxe train arith-grpo --model.shape SHAPE`` process (random weights, no
+warm start, one torch thread per process), run one after the other so they never share the machine. A sampler reads
+every process of the run (rank 0 and the learners it starts) from ``/proc`` ten times a second: resident memory, and
+whether a checkpoint is being written (a ``checkpoints/.tmp-*`` folder exists). Reported per configuration: each
+process's peak RSS while starting (building, sharding, up to the end of the first update), while training (after it)
+and while checkpointing, the median ``time/update_s`` over the updates after the first, the CPU seconds of an update
+(rank 0's ``time/update_cpu_s`` plus the other learners' from ``/proc``) per trained token (a sharded update also
+scores the KL reference, which one learner's collector scores before it, so this figure charges the sharded run for
+it), the CPU seconds of a whole step (every process, from one update's record to the next: rollout and update) per
+trained token, each learner's training state (``mem/train_state_bytes``: weights, gradients and optimizer state, its
+shards when sharded), the gather of the policy from the shards (``time/gather_s``) as a share of the update and of
+the step (the rollout's ``time/collect_s`` plus the update), and the planner's prediction (``pickaxe plan``) beside
+the measurement. Ratios are against the one-learner run measured in the same invocation; the last line is one JSON
+object with every figure (``fsdp2``'s ``peak_train_vs_whole_ref``: each process's training peak, largest first,
 against ``fsdp2-whole-ref``'s). ``--quick`` (what the benchmark test runs) uses the tiny ``tiny-qwen2`` shape and 2
 updates.
 """
@@ -133,19 +134,23 @@ def run_config(name: str, args: argparse.Namespace, base: list[str], workdir: Pa
     # CPU seconds of one update: rank 0's own (logged), plus what the other learners used from one update's record
     # to the next (they only update and gather; sampled ten times a second)
     followers = [pid for pid in cpu if pid != proc.pid]
-    cpu_s, per_token = [], []
+    cpu_s, per_token, step_per_token = [], [], []
     for i in range(1, len(updates)):
         if i >= len(at_update):
             break
         others = sum(at_update[i].get(p, 0.0) - at_update[i - 1].get(p, 0.0) for p in followers)
         cpu_s.append(updates[i]["time/update_cpu_s"] + others)
-        tokens = updates[i]["rollout/completion_length"] * updates[i]["grpo/sequences"]
-        per_token.append(cpu_s[-1] / max(tokens, 1.0))
+        tokens = max(updates[i]["rollout/completion_length"] * updates[i]["grpo/sequences"], 1.0)
+        per_token.append(cpu_s[-1] / tokens)
+        # the whole step, every process: the rollout (generation, the collector's reference and reward scoring, or
+        # the learners' when those are sharded) and the update, from one update's record to the next
+        step_per_token.append(sum(at_update[i][p] - at_update[i - 1].get(p, 0.0) for p in at_update[i]) / tokens)
     return {
         "wall_s": time.perf_counter() - start,
         "update_s": update_s,
         "update_cpu_s": statistics.median(cpu_s) if cpu_s else None,
         "update_cpu_s_per_token": statistics.median(per_token) if per_token else None,
+        "step_cpu_s_per_token": statistics.median(step_per_token) if step_per_token else None,
         "train_state_mb": round(updates[-1].get("mem/train_state_bytes", 0.0) / 2**20, 2),
         "gather_share": gather_s / update_s if update_s else 0.0,
         "gather_share_of_step": gather_s / step_s if step_s else 0.0,
@@ -204,7 +209,8 @@ def main() -> None:
             results[name] = run_config(name, args, base, Path(tmp))
             r = results[name]
             print(
-                f"{name:>14}: update {r['update_s']:.2f} s ({r['update_cpu_s'] or 0:.1f} CPU-s), training state "
+                f"{name:>14}: update {r['update_s']:.2f} s ({r['update_cpu_s'] or 0:.1f} CPU-s), step "
+                f"{1000 * (r['step_cpu_s_per_token'] or 0):.1f} CPU-ms per token, training state "
                 f"{r['train_state_mb']} MB per learner, peak MB per process starting {r['peak_start_mb']}, "
                 f"training {r['peak_train_mb']}, "
                 f"checkpointing {r['peak_checkpoint_mb']}, gather {100 * r['gather_share']:.1f}% of the update "
@@ -221,6 +227,7 @@ def main() -> None:
                 "peak_train_per_rank_vs_one": max(r["peak_train_mb"]) / max(one["peak_train_mb"]),
                 "train_state_per_rank_vs_one": r["train_state_mb"] / (one["train_state_mb"] or 1),
                 "cpu_s_per_token_vs_one": (r["update_cpu_s_per_token"] or 0.0) / (one["update_cpu_s_per_token"] or 1),
+                "step_cpu_s_per_token_vs_one": (r["step_cpu_s_per_token"] or 0.0) / (one["step_cpu_s_per_token"] or 1),
             }
     whole_ref = results.get("fsdp2-whole-ref")
     if whole_ref is not None and "fsdp2" in results:  # the frozen reference sharded vs whole on rank 0
