@@ -322,7 +322,8 @@ def run_tianshou(algo: str, seed: int, budget: int, also: float | None = None) -
     explore = algo in ("redq", "iqn", "fqf")
     train = Collector(algorithm, train_envs, buffer, exploration_noise=explore)
     test = Collector(algorithm, test_envs)
-    env_step, low = [0], [None]  # the trainer's env step at the latest test; env steps at the first test >= also
+    env_step: list[int] = [0]  # the trainer's env step at its latest test
+    low: list[int | None] = [None]  # env steps (warm-up included) at the first test whose mean reaches ``also``
     collect = test.collect
 
     def collect_noting(*args: Any, **kw: Any) -> Any:  # the test collector, noting the first test reaching ``also``
