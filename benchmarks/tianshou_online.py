@@ -19,6 +19,11 @@ then Tianshou per seed, torch one thread. Usage::
 
     python benchmarks/tianshou_online.py --seeds 3
     python benchmarks/tianshou_online.py --algos reinforce --seeds 1 --budget reinforce=4096   # a smoke run
+    python benchmarks/tianshou_online.py --algos iqn,fqf --also-target iqn=195 --also-target fqf=195
+
+``--also-target ALGO=RETURN`` also reports each run's env steps to a second, lower return (Tianshou's own CartPole
+tests stop at 195), read off the same evaluations: the first of pickaxe's evaluations, and of Tianshou's test
+episodes, whose mean reaches it. Runs still stop at the recipe's target, so one run gives both figures.
 
 The last line printed is one JSON object: per algorithm both libraries' env steps and seconds to the target per
 seed (null: not reached within the budget), the best evaluation's return, medians (unsolved seeds count as
@@ -99,8 +104,9 @@ TIANSHOU: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
-def run_pickaxe(algo: str, seed: int, budget: int, run: Path) -> dict[str, Any]:
-    """One pickaxe run of the algorithm's recipe (stopping at its target): env steps and seconds to the target."""
+def run_pickaxe(algo: str, seed: int, budget: int, run: Path, also: float | None = None) -> dict[str, Any]:
+    """One pickaxe run of the algorithm's recipe (stopping at its target): env steps and seconds to the target, and
+    env steps to the return ``also`` (first evaluation reaching it) where given."""
     recipe = ALGOS[algo][0]
     target = get_recipe(recipe).trainer.target_return
     args = ["train", recipe, "--seed", str(seed), "--device", "cpu", "--trainer.total-steps", str(budget)]
@@ -112,6 +118,7 @@ def run_pickaxe(algo: str, seed: int, budget: int, run: Path) -> dict[str, Any]:
         raise SystemExit(f"pickaxe {recipe} seed {seed} failed with exit status {code}")
     evals = [r for r in read_metrics(run) if "eval/return_mean" in r]
     hit = next((r for r in evals if r["eval/return_mean"] >= target), None)
+    low = next((r for r in evals if also is not None and r["eval/return_mean"] >= also), None)
     return {
         "steps": int(hit["step"]) if hit else None,
         "wall_s": wall if hit else None,
@@ -119,6 +126,7 @@ def run_pickaxe(algo: str, seed: int, budget: int, run: Path) -> dict[str, Any]:
         "trained_steps": int(evals[-1]["step"]) if evals else 0,
         "best_return": max(float(r["eval/return_mean"]) for r in evals) if evals else None,
         "run_wall_s": wall,
+        "steps_also": int(low["step"]) if low else None,
     }
 
 
@@ -291,8 +299,9 @@ def tianshou_setup(algo: str, env_id: str, seed: int) -> tuple[Any, Any, dict[st
     return algorithm, train_envs, kwargs
 
 
-def run_tianshou(algo: str, seed: int, budget: int) -> dict[str, Any]:
-    """One Tianshou run with its example's settings, stopping when 10 deterministic test episodes reach the target."""
+def run_tianshou(algo: str, seed: int, budget: int, also: float | None = None) -> dict[str, Any]:
+    """One Tianshou run with its example's settings, stopping when 10 deterministic test episodes reach the target;
+    env steps to the return ``also`` (the first test whose mean reaches it) where given."""
     import gymnasium as gym
     from tianshou.data import Collector, VectorReplayBuffer
     from tianshou.env import DummyVectorEnv
@@ -313,6 +322,18 @@ def run_tianshou(algo: str, seed: int, budget: int) -> dict[str, Any]:
     explore = algo in ("redq", "iqn", "fqf")
     train = Collector(algorithm, train_envs, buffer, exploration_noise=explore)
     test = Collector(algorithm, test_envs)
+    env_step: list[int] = [0]  # the trainer's env step at its latest test
+    low: list[int | None] = [None]  # env steps (warm-up included) at the first test whose mean reaches ``also``
+    collect = test.collect
+
+    def collect_noting(*args: Any, **kw: Any) -> Any:  # the test collector, noting the first test reaching ``also``
+        stats = collect(*args, **kw)
+        mean = stats.returns_stat.mean if stats.returns_stat is not None else -math.inf
+        if also is not None and low[0] is None and mean >= also:
+            low[0] = warmup + env_step[0]
+        return stats
+
+    test.collect = collect_noting  # type: ignore[method-assign]
     warmup = 0
     train.reset()
     if algo == "redq":
@@ -329,6 +350,7 @@ def run_tianshou(algo: str, seed: int, budget: int) -> dict[str, Any]:
         "epoch_num_steps": min(period, budget),
         "test_step_num_episodes": 10,
         "stop_fn": lambda mean: mean >= target,
+        "test_fn": lambda epoch, step: env_step.__setitem__(0, step),
         "test_in_training": True,
         "verbose": False,
         "show_progress": False,
@@ -347,6 +369,7 @@ def run_tianshou(algo: str, seed: int, budget: int) -> dict[str, Any]:
         "trained_steps": steps,
         "best_return": float(result.best_reward),
         "run_wall_s": wall,
+        "steps_also": low[0],
     }
 
 
@@ -355,14 +378,20 @@ def median_or_inf(xs: list[float | None]) -> float:
     return float(statistics.median([math.inf if x is None else x for x in xs]))
 
 
-def summary(rows: list[dict[str, Any]], budgets: dict[str, int]) -> dict[str, Any]:
-    """Per algorithm: both libraries' per-seed steps / seconds and medians; ratios pickaxe / Tianshou of medians."""
+def summary(
+    rows: list[dict[str, Any]], budgets: dict[str, int], also: dict[str, float] | None = None
+) -> dict[str, Any]:
+    """Per algorithm: both libraries' per-seed steps / seconds and medians; ratios pickaxe / Tianshou of medians;
+    with ``also`` given for the algorithm, the per-seed env steps to that return (``steps_also``) too."""
+    also = also or {}
     out: dict[str, Any] = {}
     for algo in dict.fromkeys(r["algo"] for r in rows):
         entry: dict[str, Any] = {"budget": budgets[algo], "settings_tianshou": TIANSHOU[algo]}
+        if algo in also:
+            entry["also_target"] = also[algo]
         for lib in ("pickaxe", "tianshou"):
             group = [r for r in rows if r["algo"] == algo and r["lib"] == lib]
-            entry[lib] = {k: [r[k] for r in group] for k in ("steps", "wall_s", "cpu_s", "best_return")}
+            entry[lib] = {k: [r[k] for r in group] for k in ("steps", "wall_s", "cpu_s", "best_return", "steps_also")}
             entry[lib]["solved"] = sum(r["steps"] is not None for r in group)
             for k in ("steps", "wall_s", "cpu_s"):
                 m = median_or_inf(entry[lib][k])
@@ -395,6 +424,11 @@ def table(result: dict[str, Any]) -> str:
             f"| {seeds(t['wall_s'], 1)} | {ratio(e['steps_ratio'])} | {ratio(e['wall_ratio'])} | "
             f"{ratio(e['cpu_ratio'])} |"
         )
+        if "also_target" in e:
+            lines.append(
+                f"| {algo} to {e['also_target']:g} | {seeds(p['steps_also'], 0)} | {seeds(t['steps_also'], 0)} "
+                "| | | | | |"
+            )
     return "\n".join(lines)
 
 
@@ -405,6 +439,12 @@ def cli(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--algos", default=",".join(ALGOS), help=f"comma-separated, of {','.join(ALGOS)}")
     parser.add_argument("--budget", action="append", default=[], help="ALGO=ENV_STEPS (repeatable)")
+    parser.add_argument(
+        "--also-target",
+        action="append",
+        default=[],
+        help="ALGO=RETURN (repeatable): also report env steps to this return, from the same runs",
+    )
     args = parser.parse_args(argv)
     try:
         import tianshou
@@ -420,18 +460,27 @@ def cli(argv: list[str] | None = None) -> None:
         if name not in ALGOS or not steps.isdigit():
             raise SystemExit(f"bad --budget {item!r}; fix: ALGO=ENV_STEPS with ALGO from {','.join(ALGOS)}")
         budgets[name] = int(steps)
+    also: dict[str, float] = {}
+    for item in args.also_target:
+        name, _, value = item.partition("=")
+        try:
+            also[name] = float(value)
+        except ValueError:
+            name = ""
+        if name not in ALGOS:
+            raise SystemExit(f"bad --also-target {item!r}; fix: ALGO=RETURN with ALGO from {','.join(ALGOS)}")
     torch.set_num_threads(1)
     out = Path(args.out)
     print(f"load average {os.getloadavg()[0]:.2f}, tianshou {tianshou.__version__}, torch {torch.__version__}")
     rows: list[dict[str, Any]] = []
     for algo in algos:
         for seed in range(args.seeds):
-            p = run_pickaxe(algo, seed, budgets[algo], out / f"{algo}-s{seed}")
-            t = run_tianshou(algo, seed, budgets[algo])
+            p = run_pickaxe(algo, seed, budgets[algo], out / f"{algo}-s{seed}", also.get(algo))
+            t = run_tianshou(algo, seed, budgets[algo], also.get(algo))
             for lib, r in (("pickaxe", p), ("tianshou", t)):
                 rows.append({"algo": algo, "lib": lib, "seed": seed, **r})
                 print(json.dumps(rows[-1]), flush=True)
-    result = summary(rows, budgets)
+    result = summary(rows, budgets, also)
     print(table(result))
     print(json.dumps({"load_average_end": os.getloadavg()[0], "algos": result, "runs": rows}))
 

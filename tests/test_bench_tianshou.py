@@ -59,6 +59,34 @@ def test_online_npg_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert runs["tianshou"]["trained_steps"] >= 1024 and runs["pickaxe"]["trained_steps"] == 1024
 
 
+def test_online_also_target_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """IQN at a 1,024-step budget with --also-target iqn=5 (any CartPole episode lasts 8+ steps): both libraries
+    report env steps to 5 from the same run, within the budget, while the 475 target stays unreached."""
+    pytest.importorskip("tianshou")
+    bench = _load("tianshou_online")
+    bench.cli(
+        ["--out", str(tmp_path), "--algos", "iqn", "--seeds", "1", "--budget", "iqn=1024", "--also-target", "iqn=5"]
+    )
+    out = capsys.readouterr().out
+    result = _last_json(out)
+    iqn = result["algos"]["iqn"]
+    assert iqn["also_target"] == 5.0 and "| iqn to 5 |" in out
+    runs = {r["lib"]: r for r in result["runs"]}
+    for lib in ("pickaxe", "tianshou"):
+        assert iqn[lib]["solved"] == 0 and iqn[lib]["steps"] == [None]
+        (steps,) = iqn[lib]["steps_also"]
+        assert steps is not None and 0 <= steps <= runs[lib]["trained_steps"]
+
+
+def test_online_also_target_rejects_unknown_algo(tmp_path: Path) -> None:
+    """--also-target names an algorithm of the script and a number; anything else stops with a fix."""
+    pytest.importorskip("tianshou")
+    bench = _load("tianshou_online")
+    for bad in ("dqn=195", "iqn=high"):
+        with pytest.raises(SystemExit, match="bad --also-target"):
+            bench.cli(["--out", str(tmp_path), "--algos", "iqn", "--also-target", bad])
+
+
 @pytest.mark.slow
 def test_her_ddpg_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """DDPG + HER on PointGoal at a 1,000-step budget a side: both runs evaluated by success rate, unsolved as null."""
