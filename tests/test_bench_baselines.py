@@ -8,21 +8,14 @@ reached SB3 with the zoo's entries (hyperparams/dqn.yml, ppo.yml and sac.yml, qu
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def _load(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_modules import BENCH, load_benchmark
 
 
 @pytest.fixture
@@ -43,7 +36,7 @@ def learned(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 
 def test_dqn_baseline_trains_the_zoo_budget_so_epsilon_decays_over_its_first_8000_steps(learned: dict) -> None:
-    cartpole = _load("cartpole")
+    cartpole = load_benchmark("cartpole")
     row = cartpole.run_sb3("dqn", 0)
     model, total = learned["DQN"]
     assert total == 50_000  # dqn.yml CartPole-v1: n_timesteps 5e4 (not pickaxe's 150k budget)
@@ -60,7 +53,7 @@ def test_dqn_baseline_trains_the_zoo_budget_so_epsilon_decays_over_its_first_800
 
 
 def test_ppo_baseline_trains_the_zoo_budget_with_linear_schedules_over_it(learned: dict) -> None:
-    cartpole = _load("cartpole")
+    cartpole = load_benchmark("cartpole")
     cartpole.run_sb3("ppo", 0)
     model, total = learned["PPO"]
     assert total == 100_000  # ppo.yml CartPole-v1: n_timesteps 1e5
@@ -72,7 +65,7 @@ def test_ppo_baseline_trains_the_zoo_budget_with_linear_schedules_over_it(learne
 
 
 def test_sac_baseline_trains_the_zoo_budget_with_sb3_defaults(learned: dict) -> None:
-    pendulum = _load("pendulum")
+    pendulum = load_benchmark("pendulum")
     pendulum.run_sb3_sac(0)
     model, total = learned["SAC"]
     assert total == 20_000  # sac.yml Pendulum-v1: n_timesteps 20000, learning_rate 1e-3, the rest SB3's defaults

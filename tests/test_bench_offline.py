@@ -4,23 +4,16 @@ recipes' own."""
 
 from __future__ import annotations
 
-import importlib.util
+import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from pickaxe.recipes import get_recipe
 from pickaxe.recipes.datasets import DATASET_SOURCES
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def _load(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_modules import load_benchmark
 
 
 def _flags(args: list[str]) -> dict[str, float]:
@@ -30,7 +23,7 @@ def _flags(args: list[str]) -> dict[str, float]:
 
 @pytest.mark.parametrize("env", ["cartpole", "pendulum", "hopper", "halfcheetah"])
 def test_benchmark_datasets_are_the_recipes(env: str) -> None:
-    bench = _load("offline")
+    bench = load_benchmark("offline")
     spec = bench.ENVS[env]
     for algo in spec["algos"]:
         cfg = get_recipe(f"{env}-{algo}")

@@ -3,7 +3,6 @@ end to end at a minimal budget and end with their JSON line; skipped where Tians
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -11,14 +10,8 @@ from typing import Any
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def _load(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_modules import BENCH, load_benchmark
 
 
 def _last_json(out: str) -> dict[str, Any]:
@@ -29,7 +22,7 @@ def test_offline_bcq_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str], m
     """Discrete BCQ on a CartPole medium dataset, 5 gradient steps a side: every figure present for both."""
     pytest.importorskip("tianshou")
     monkeypatch.syspath_prepend(str(BENCH))
-    bench = _load("tianshou_offline")
+    bench = load_benchmark("tianshou_offline")
     monkeypatch.setattr(sys, "argv", ["tianshou_offline.py"])
     bench.cli(["--out", str(tmp_path), "--algos", "bcq", "--seeds", "1", "--steps", "5", "--source-steps", "1024"])
     result = _last_json(capsys.readouterr().out)
@@ -47,7 +40,7 @@ def test_offline_bcq_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str], m
 def test_online_npg_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """NPG on CartPole at a 1,024-step budget a side: both runs recorded, unsolved seeds as null."""
     pytest.importorskip("tianshou")
-    bench = _load("tianshou_online")
+    bench = load_benchmark("tianshou_online")
     bench.cli(["--out", str(tmp_path), "--algos", "npg", "--seeds", "1", "--budget", "npg=1024"])
     result = _last_json(capsys.readouterr().out)
     npg = result["algos"]["npg"]
@@ -63,7 +56,7 @@ def test_online_also_target_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[
     """IQN at a 1,024-step budget with --also-target iqn=5 (any CartPole episode lasts 8+ steps): both libraries
     report env steps to 5 from the same run, within the budget, while the 475 target stays unreached."""
     pytest.importorskip("tianshou")
-    bench = _load("tianshou_online")
+    bench = load_benchmark("tianshou_online")
     bench.cli(
         ["--out", str(tmp_path), "--algos", "iqn", "--seeds", "1", "--budget", "iqn=1024", "--also-target", "iqn=5"]
     )
@@ -81,7 +74,7 @@ def test_online_also_target_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[
 def test_online_also_target_rejects_unknown_algo(tmp_path: Path) -> None:
     """--also-target names an algorithm of the script and a number; anything else stops with a fix."""
     pytest.importorskip("tianshou")
-    bench = _load("tianshou_online")
+    bench = load_benchmark("tianshou_online")
     for bad in ("dqn=195", "iqn=high"):
         with pytest.raises(SystemExit, match="bad --also-target"):
             bench.cli(["--out", str(tmp_path), "--algos", "iqn", "--also-target", bad])
@@ -91,7 +84,7 @@ def test_online_also_target_rejects_unknown_algo(tmp_path: Path) -> None:
 def test_her_ddpg_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """DDPG + HER on PointGoal at a 1,000-step budget a side: both runs evaluated by success rate, unsolved as null."""
     pytest.importorskip("tianshou")
-    bench = _load("tianshou_her")
+    bench = load_benchmark("tianshou_her")
     bench.cli(["--out", str(tmp_path), "--seeds", "1", "--budget", "1000"])
     doc = _last_json(capsys.readouterr().out)
     result = doc["result"]
