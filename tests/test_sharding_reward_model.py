@@ -51,7 +51,7 @@ def _learner(cases: dict[str, Any], out: Path) -> dict[str, Any]:
 
     algo = GRPO(_lm(seed=2), GRPOConfig(lr=1e-3, micro_batch_size=4, autocast="bf16"), SAMPLING)
     algo.reward_scorer = RewardModelScorer(built(), TOK, rows=4)
-    meta_bytes = sum(p.numel() for p in algo.reward_scorer.model.parameters() if not p.is_meta)
+    built_elements = sum(p.numel() for p in algo.reward_scorer.model.parameters() if not p.is_meta)
     algo.shard()  # the policy and, with it, the reward model (in float32 whatever the policy's autocast)
     model = algo.reward_scorer.model
     rows = cases["rows"]
@@ -59,7 +59,7 @@ def _learner(cases: dict[str, Any], out: Path) -> dict[str, Any]:
     offloaded = RewardModelScorer(built(), TOK, rows=4, offload_to="cpu")
     offloaded.shard()
     return {
-        "built_elements": meta_bytes,
+        "built_elements": built_elements,
         "local": sum(p.to_local().numel() for p in model.parameters()),
         "dtensors": all(isinstance(p, DTensor) for p in model.parameters()),
         "scores": algo.reward_scorer.score_tokens(rows["input_ids"], rows["attention_mask"]),

@@ -19,6 +19,7 @@ from tensordict import TensorDict
 from pickaxe.data.batch import Batch
 from pickaxe.envs.text.preferences import PreferencePair
 from pickaxe.models.reward import RewardModel
+from pickaxe.models.sharding import is_meta
 from pickaxe.rollout.text_collector import pack
 from pickaxe.utils import visiting
 
@@ -116,7 +117,7 @@ class RewardModelScorer:
         self.rows = rows
         self.offload_to = None if offload_to is None else torch.device(offload_to)
         self.sharded = False
-        if self.offload_to is not None and not _on_meta(model):  # kept on the host; it visits the device to score
+        if self.offload_to is not None and not is_meta(model):  # kept on the host; it visits the device to score
             self.model.to("cpu")
 
     def __call__(self, prompt: str, completion: str, metadata: dict[str, Any] | None = None) -> float:
@@ -152,7 +153,7 @@ class RewardModelScorer:
         from pickaxe.models.sharding import scatter_into, shard_from, shard_model
 
         if self.offload_to is not None:  # the mesh is the device's; FSDP then keeps the shards on the host
-            if not _on_meta(self.model):
+            if not is_meta(self.model):
                 self.model.to(self.offload_to)
             offload = "params"
         if dist.get_rank() == 0:
@@ -194,11 +195,6 @@ class RewardModelScorer:
         self.model.reshard()  # no backward pass frees the root's gathered weights: free them now
         dist.all_reduce(out)
         return out
-
-
-def _on_meta(model: torch.nn.Module) -> bool:
-    """Whether ``model``'s parameters are shapes on the ``meta`` device (a sharded learner's, before its rows)."""
-    return any(p.is_meta for p in model.parameters())
 
 
 @contextlib.contextmanager

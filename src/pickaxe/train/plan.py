@@ -381,11 +381,10 @@ def plan_memory(cfg: LLMTrainConfig, prompt_tokens: int = 256, device_gib: float
         for t in trained:
             # FSDP2 has no optimizer-only offload: ``optimizer`` keeps the shards on the host as ``params`` does
             weights_where: Where = "host" if sharded and d.offload != "none" else "device"
-            opt_where: Where = weights_where
             r.add(f"{t.name} weights" + (f" (1/{n})" if sharded else ""), t.weight_bytes / share, weights_where)
             r.add(f"{t.name} gradients" + (f" (1/{n})" if sharded else ""), t.grad_bytes / share, weights_where,
                   "train")  # fmt: skip
-            r.add(f"{t.name} AdamW state" + (f" (1/{n})" if sharded else ""), t.optimizer_bytes / share, opt_where)
+            r.add(f"{t.name} AdamW state" + (f" (1/{n})" if sharded else ""), t.optimizer_bytes / share, weights_where)
             if sharded:
                 cb = 2 if bf16 else t.dtype_bytes
                 unit = max(t.shape.layer_parameters(), 1)
