@@ -35,49 +35,26 @@ from typing import Any
 
 from pickaxe.cli import main
 from pickaxe.offline.dataset import read
+from pickaxe.recipes import get_recipe
+from pickaxe.recipes.datasets import DATASET_SOURCES
 from pickaxe.runs.run import read_metrics
 
+
+def _env(name: str, env_id: str, algos: list[str]) -> dict[str, Any]:
+    """An env's entry: the source recipe and per dataset kind its ``pickaxe collect`` flags, both from
+    ``recipes/datasets.py``'s ``DATASET_SOURCES`` (what the ``{name}-*`` recipes make their datasets from), and the
+    source run's env steps from those recipes' ``data.source_steps`` (None: until the source reaches its target)."""
+    source = DATASET_SOURCES[env_id]
+    datasets = {kind: [a for k, v in flags.items() for a in (f"--{k}", str(v))] for kind, flags in source.kinds.items()}
+    steps = get_recipe(f"{name}-{algos[0]}").data.source_steps
+    return {"source": source.recipe, "source_steps": steps, "datasets": datasets, "algos": algos}
+
+
 ENVS: dict[str, dict[str, Any]] = {
-    "cartpole": {
-        "source": "cartpole-ppo",
-        "datasets": {
-            "expert": ["--episodes", "10"],
-            "medium": ["--episodes", "20", "--epsilon", "0.5"],
-            "random": ["--episodes", "100", "--epsilon", "1"],
-        },
-        "algos": ["bc", "iql", "cql", "bcq", "crr"],
-    },
-    "pendulum": {
-        "source": "pendulum-sac",
-        "datasets": {
-            "expert": ["--episodes", "20"],
-            "medium": ["--episodes", "20", "--noise", "0.5"],
-            "random": ["--episodes", "20", "--epsilon", "1"],
-        },
-        "algos": ["bc", "td3-bc", "iql", "cql", "crr"],
-    },
-    # the source runs and collect options of recipes/datasets.py's DATASET_SOURCES, which the hopper-* and
-    # halfcheetah-* recipes make their datasets from (source_steps: their data.source_steps)
-    "hopper": {
-        "source": "hopper-ppo",
-        "source_steps": 300_000,
-        "datasets": {
-            "expert": ["--episodes", "20"],
-            "medium": ["--episodes", "20", "--noise", "0.5"],
-            "random": ["--episodes", "20", "--epsilon", "1"],
-        },
-        "algos": ["iql", "td3-bc"],
-    },
-    "halfcheetah": {
-        "source": "halfcheetah-sac",
-        "source_steps": 100_000,
-        "datasets": {
-            "expert": ["--episodes", "20"],
-            "medium": ["--episodes", "20", "--noise", "0.5"],
-            "random": ["--episodes", "20", "--epsilon", "1"],
-        },
-        "algos": ["iql", "td3-bc"],
-    },
+    "cartpole": _env("cartpole", "CartPole-v1", ["bc", "iql", "cql", "bcq", "crr"]),
+    "pendulum": _env("pendulum", "Pendulum-v1", ["bc", "td3-bc", "iql", "cql", "crr"]),
+    "hopper": _env("hopper", "Hopper-v5", ["iql", "td3-bc"]),
+    "halfcheetah": _env("halfcheetah", "HalfCheetah-v5", ["iql", "td3-bc"]),
 }
 
 
