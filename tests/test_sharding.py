@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
 from pickaxe.algos.configs import LLMPPOConfig
@@ -28,7 +29,7 @@ from pickaxe.envs.text import Arithmetic, PromptEnv
 from pickaxe.errors import NonFiniteError, PickaxeError
 from pickaxe.models.lora import apply_lora
 from pickaxe.models.reward import tiny_reward_model
-from pickaxe.models.sharding import decoder_layers, gather_into, local_rows, shard_model
+from pickaxe.models.sharding import AllReduceScatter, decoder_layers, gather_into, local_rows, shard_model
 from pickaxe.models.value import ValueModel
 from pickaxe.rollout.text_collector import DemoCollector
 
@@ -360,3 +361,39 @@ def test_sharding_without_a_group_or_with_an_unknown_offload_is_one_line() -> No
         SFT(_lm(), SFTConfig()).shard()
     with pytest.raises(PickaxeError, match="unknown offload 'disk'; choose one of none, optimizer, params"):
         shard_model(_lm(), "disk")  # type: ignore[arg-type]
+
+
+def _reduce_scatter_both_ways(_: Any, out: Path) -> dict[str, Any]:
+    """Each learner's chunk of an odd-sized sum by gloo's reduce-scatter and by ``AllReduceScatter``, and whether a
+    sharded model's units use the latter."""
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    chunk = 1001
+    full = torch.randn(world * chunk, generator=torch.Generator().manual_seed(rank))
+    want = torch.empty(chunk)
+    dist.reduce_scatter_single(want, full.clone())
+    comm = AllReduceScatter()
+    got = comm.allocate((chunk,), dtype=full.dtype, device=full.device)
+    comm(got, full.clone(), dist.group.WORLD, dist.ReduceOp.SUM)
+    model = _lm()
+    shard_model(model)
+    units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    uses = [
+        isinstance(g._reduce_scatter_comm, AllReduceScatter)
+        for m in units
+        for g in m._get_fsdp_state()._fsdp_param_groups
+    ]
+    return {"want": want, "got": got, "uses": uses}
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_the_gloo_gradient_reduction_is_an_all_reduce_giving_the_reduce_scatter_sums(tmp_path, world: int) -> None:
+    # on gloo an all-reduce of the flat gradient is cheaper than its reduce-scatter (measured: 0.022 against
+    # 0.033 CPU-s per rank for 28 MB at two learners); each learner must still get exactly its chunk of the sum
+    for rank, got in enumerate(on_learners(_reduce_scatter_both_ways, None, tmp_path, world=world)):
+        if world == 2:  # two addends: the same sum bit for bit
+            assert torch.equal(got["got"], got["want"]), rank
+        else:
+            torch.testing.assert_close(got["got"], got["want"], rtol=1e-6, atol=1e-6)
+        assert got["uses"] and all(got["uses"])
