@@ -101,6 +101,15 @@ def test_the_policy_acts_on_normalised_observations_after_loading(runs: dict[str
     assert policy.evaluate(2).mean_return == pytest.approx(logged, rel=1e-6)
 
 
+def test_collect_from_a_normalised_run_acts_on_normalised_observations(runs: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "collected"
+    flags = ["--episodes", "1", "--ref-min", "-1500", "--ref-max", "0", "--checkpoint", "final"]
+    assert main(["collect", str(runs["td3-bc"]), *flags, "--out", str(out)]) == 0
+    played = read(out).arrays
+    policy = pickaxe.load(runs["td3-bc"], checkpoint="final")
+    np.testing.assert_allclose(played["action"], policy.act(played["obs"]), rtol=1e-5, atol=1e-6)
+
+
 def _trained(transitions: Transitions, normalize: bool, steps: int = 24) -> torch.nn.Module:
     """A TD3+BC actor after ``steps`` gradient steps of 64 on ``transitions`` (the same seeds every call)."""
     torch.manual_seed(0)
