@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 
 import pickaxe
 from cli_errors import train_error
-from pickaxe.algos.offline_configs import TD3BCConfig
+from pickaxe.algos.offline_configs import TD3BCConfig, is_offline
 from pickaxe.algos.td3_bc import build_td3_bc
 from pickaxe.cli import main
 from pickaxe.models.normalize import NormalizedEncoder, fit_obs_norm, obs_norms
@@ -193,3 +193,11 @@ def test_a_killed_normalised_run_resumes_exactly(runs: dict[str, Path], tmp_path
     np.testing.assert_allclose(tb["actor.encoder.norm.mean"].numpy(), mean, rtol=1e-12, atol=1e-12)
     assert tb["critic.encoder.norm.count"].item() == n
     assert json.loads((b / "config.json").read_text())["algo"]["normalize_obs"] is True
+
+
+def test_the_mujoco_recipes_normalise_and_the_classic_ones_do_not() -> None:
+    offline = {name: r.make().algo for name, r in RECIPES.items() if is_offline(r.make().algo)}
+    mujoco = {"hopper-iql", "hopper-td3-bc", "halfcheetah-iql", "halfcheetah-td3-bc"}
+    assert mujoco < set(offline)
+    for name, algo in offline.items():
+        assert algo.normalize_obs is (name in mujoco), name
