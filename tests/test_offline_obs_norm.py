@@ -110,6 +110,14 @@ def test_collect_from_a_normalised_run_acts_on_normalised_observations(runs: dic
     np.testing.assert_allclose(played["action"], policy.act(played["obs"]), rtol=1e-5, atol=1e-6)
 
 
+def test_fqe_scores_a_normalised_run_with_its_statistics(runs: dict[str, Path]) -> None:
+    run = runs["td3-bc"]
+    assert main(["eval", str(run), "--checkpoints", "final", "--fqe", "--fqe.steps", "50", "--no-env"]) == 0
+    rows = json.loads((run / "eval" / "checkpoints.json").read_text())["rows"]
+    value = rows[-1]["metrics"]["eval/fqe_value"]
+    assert value["n"] == 2 and np.isfinite(value["mean"])
+
+
 def _trained(transitions: Transitions, normalize: bool, steps: int = 24) -> torch.nn.Module:
     """A TD3+BC actor after ``steps`` gradient steps of 64 on ``transitions`` (the same seeds every call)."""
     torch.manual_seed(0)
