@@ -177,6 +177,8 @@ def test_online_algorithms_take_statistics_only_from_a_warm_start(
     for recipe in ("pendulum-td3", "pendulum-iql-online"):
         err = train_error(capsys, recipe, "--algo.normalize-obs", "true", *out)
         assert "add --warm-start.run DIR or drop --algo.normalize-obs" in err
+    err = train_error(capsys, "pendulum-ddpg", "--algo.normalize-obs", "true", *out)  # DDPG continues no offline run
+    assert err.strip().endswith("(--warm-start.run); drop --algo.normalize-obs"), err
     assert not (tmp_path / "never").exists()
 
 

@@ -491,9 +491,10 @@ class TrainConfig(RunConfig):
         w, name = self.warm_start, self.algo_name()
         if w.run is None:
             if (name in WARM_STARTS or name == "ddpg") and getattr(self.algo, "normalize_obs", False):
+                fix = "add --warm-start.run DIR or drop" if name in WARM_STARTS else "drop"
                 raise ConfigError(
-                    f"--algo.normalize-obs: {name} normalises observations only by the dataset statistics of the "
-                    "offline run it continues; add --warm-start.run DIR or drop --algo.normalize-obs"
+                    f"--algo.normalize-obs: {name} normalises observations only by the dataset statistics of an "
+                    f"offline run it continues (--warm-start.run); {fix} --algo.normalize-obs"
                 )
             return
         sources = WARM_STARTS.get(name)
