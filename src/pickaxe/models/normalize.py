@@ -167,10 +167,12 @@ def obs_norms(nets: Iterable[nn.Module]) -> list[RunningMeanStd]:
 
 def fit_obs_norm(nets: Iterable[nn.Module], obs: torch.Tensor) -> int:
     """Set every ``frozen_obs_norm`` statistics in front of ``nets`` to those of ``obs`` (a dataset's observations,
-    leading axis = samples); returns how many were set."""
+    leading axis = samples), computed once and copied to the others; returns how many were set."""
     norms = obs_norms(nets)
-    for norm in norms:
-        norm.fit(obs)
+    if norms:
+        norms[0].fit(obs)
+        for norm in norms[1:]:
+            norm.load_state_dict(norms[0].state_dict())
     return len(norms)
 
 
