@@ -41,8 +41,8 @@ SHORT = ["--trainer.total-steps", "4096", "--trainer.eval-every", "4096", "--tra
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Two episodes of random Pendulum actions as a dataset, and short pendulum-td3-bc and pendulum-iql runs on it
-    with ``--algo.normalize-obs true``."""
+    """Two episodes of random Pendulum actions as a dataset, and short pendulum-td3-bc, pendulum-iql and pendulum-cql
+    runs on it with ``--algo.normalize-obs true``."""
     root = tmp_path_factory.mktemp("obsnorm")
     env = gym.make("Pendulum-v1")
     env.action_space.seed(3)
@@ -60,7 +60,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     data = write(root / "data", episodes, env.observation_space, env.action_space, "t/pendulum-v0", {}, "Pendulum-v1")
     env.close()
     out = {"root": root, "data": data}
-    for algo in ("td3-bc", "iql"):
+    for algo in ("td3-bc", "iql", "cql"):
         out[algo] = run = root / algo
         args = ["--data.dataset", str(data), *SHORT, "--algo.normalize-obs", "true"]
         assert main(["train", f"pendulum-{algo}", *args, "--run-dir", str(run), "--no-progress"]) == 0
@@ -147,7 +147,7 @@ def test_observations_offset_by_1e3_learn_as_the_unoffset_ones(runs: dict[str, P
 
 
 def test_a_warm_started_online_run_carries_the_statistics(runs: dict[str, Path]) -> None:
-    saved_by = {"pendulum-td3": "td3-bc", "pendulum-iql-online": "iql"}
+    saved_by = {"pendulum-td3": "td3-bc", "pendulum-iql-online": "iql", "pendulum-cql-online": "cql"}
     for recipe, source in saved_by.items():
         cfg = RECIPES[recipe].make()
         assert cfg.algo.normalize_obs is False
