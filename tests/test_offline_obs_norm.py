@@ -112,7 +112,7 @@ def test_collect_from_a_normalised_run_acts_on_normalised_observations(runs: dic
 
 def test_fqe_scores_a_normalised_run_with_its_statistics(runs: dict[str, Path]) -> None:
     run = runs["td3-bc"]
-    assert main(["eval", str(run), "--checkpoints", "final", "--fqe", "--fqe.steps", "50", "--no-env"]) == 0
+    assert main(["eval", str(run), "--checkpoints", "all", "--fqe", "--fqe.steps", "50", "--no-env"]) == 0
     rows = json.loads((run / "eval" / "checkpoints.json").read_text())["rows"]
     value = rows[-1]["metrics"]["eval/fqe_value"]
     assert value["n"] == 2 and np.isfinite(value["mean"])
