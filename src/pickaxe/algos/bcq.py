@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pickaxe.algos.core import adam, td_target
-from pickaxe.algos.offline import OfflineAlgorithm
+from pickaxe.algos.offline import OfflineAlgorithm, normalized_inputs
 from pickaxe.algos.offline_configs import BCQConfig
 from pickaxe.algos.offline_core import bcq_argmax, bcq_imitation_loss
 from pickaxe.errors import ConfigError
@@ -102,6 +102,7 @@ def build_bcq(config: BCQConfig, envs: Any, model: Any, device: torch.device, se
             "td3-bc, iql or cql"
         )
     hidden, activation, n = tuple(model.hidden), model.activation, int(action_space.n)
-    qnet = QNetwork(obs_space, n, hidden, activation).to(device)
-    imitation = QNetwork(obs_space, n, hidden, activation).to(device)
-    return BCQ(qnet, imitation, config)
+    qnet = QNetwork(obs_space, n, hidden, activation)
+    imitation = QNetwork(obs_space, n, hidden, activation)
+    normalized_inputs(config, obs_space, qnet, imitation)
+    return BCQ(qnet.to(device), imitation.to(device), config)

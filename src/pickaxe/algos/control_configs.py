@@ -113,6 +113,9 @@ class TD3Config:
     her_k: int = ranged(4, ge=1, le=64)
     """Hindsight goals per original transition: ``her_k`` of every ``her_k + 1`` sampled transitions are
     relabelled."""
+    normalize_obs: bool = False
+    """Observations pass through the frozen dataset statistics of the TD3+BC run that ``--warm-start.run`` continues
+    (set from that run's config; TD3 computes none itself): without a warm start it must stay false."""
 
     def __post_init__(self) -> None:
         validate(self)

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from pickaxe.algos.core import adam, td_target
-from pickaxe.algos.offline import OfflineAlgorithm
+from pickaxe.algos.offline import OfflineAlgorithm, normalized_inputs
 from pickaxe.algos.offline_configs import CQLConfig
 from pickaxe.algos.offline_core import cql_continuous_penalty, cql_discrete_penalty
 from pickaxe.algos.sac import SACPolicy, default_target_entropy, sac_actor_loss, sac_critic_target, temperature_loss
@@ -152,9 +152,12 @@ def build_cql(config: CQLConfig, envs: Any, model: Any, device: torch.device, se
     obs_space, action_space = single_spaces(envs)
     hidden, activation = tuple(model.hidden), model.activation
     if isinstance(action_space, gym.spaces.Discrete):
-        return DiscreteCQL(QNetwork(obs_space, int(action_space.n), hidden, activation).to(device), config)
+        qnet = QNetwork(obs_space, int(action_space.n), hidden, activation)
+        normalized_inputs(config, obs_space, qnet)
+        return DiscreteCQL(qnet.to(device), config)
     dim = box_action_dim(action_space)
     ActionScale(action_space)
     actor = SquashedGaussianActor(obs_space, dim, hidden, activation, config.log_std_min, config.log_std_max)
     critic = QEnsemble(obs_space, dim, 2, hidden, activation)
+    normalized_inputs(config, obs_space, actor, critic)
     return CQL(actor.to(device), critic.to(device), action_space, config)

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from pickaxe.algos.core import adam, td_target
-from pickaxe.algos.offline import OfflineAlgorithm, actor_for
+from pickaxe.algos.offline import OfflineAlgorithm, actor_for, normalized_inputs
 from pickaxe.algos.offline_configs import CRRConfig
 from pickaxe.algos.offline_core import crr_advantage, crr_weights, gaussian_logprob, weighted_nll
 from pickaxe.algos.sac import SACPolicy
@@ -131,4 +131,5 @@ def build_crr(config: CRRConfig, envs: Any, model: Any, device: torch.device, se
         critic = QEnsemble(obs_space, 0, 2, hidden, activation, outputs=int(action_space.n))
     else:
         critic = QEnsemble(obs_space, box_action_dim(action_space), 2, hidden, activation)
+    normalized_inputs(config, obs_space, actor, critic)
     return CRR(actor.to(device), critic.to(device), action_space, config)

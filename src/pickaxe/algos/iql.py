@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from pickaxe.algos.core import adam, td_target
-from pickaxe.algos.offline import OfflineAlgorithm, actor_for
+from pickaxe.algos.offline import OfflineAlgorithm, actor_for, normalized_inputs
 from pickaxe.algos.offline_configs import IQLConfig
 from pickaxe.algos.offline_core import advantage_weights, expectile_loss, gaussian_logprob, weighted_nll
 from pickaxe.algos.sac import SACPolicy
@@ -120,4 +120,5 @@ def build_iql(config: IQLConfig, envs: Any, model: Any, device: torch.device, se
     else:
         critic = QEnsemble(obs_space, box_action_dim(action_space), 2, hidden, activation)
     value = QEnsemble(obs_space, 0, 1, hidden, activation, outputs=1)
+    normalized_inputs(config, obs_space, actor, critic, value)
     return IQL(actor.to(device), critic.to(device), value.to(device), action_space, config)

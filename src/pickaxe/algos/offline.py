@@ -26,6 +26,7 @@ from pickaxe.algos.sac import SACPolicy
 from pickaxe.data.batch import Batch
 from pickaxe.models.continuous import ActionScale, CategoricalActor, GaussianActor, box_action_dim
 from pickaxe.models.mlp import single_spaces
+from pickaxe.models.normalize import frozen_obs_norm
 
 
 def split_minibatches(batch: Batch, batch_size: int) -> list[dict[str, torch.Tensor]]:
@@ -149,4 +150,14 @@ def actor_for(obs_space: gym.Space, action_space: gym.Space, model: Any) -> nn.M
 def build_bc(config: BCConfig, envs: Any, model: Any, device: torch.device, seed: int) -> BC:
     """Behaviour cloning sized from ``envs``' spaces (or a dataset sampler's) with ``model``'s hidden sizes."""
     obs_space, action_space = single_spaces(envs)
-    return BC(actor_for(obs_space, action_space, model).to(device), action_space, config)
+    actor = actor_for(obs_space, action_space, model)
+    normalized_inputs(config, obs_space, actor)
+    return BC(actor.to(device), action_space, config)
+
+
+def normalized_inputs(config: Any, obs_space: gym.Space, *nets: nn.Module) -> None:
+    """With ``config.normalize_obs``: frozen dataset statistics in front of every network of ``nets``
+    (``models.normalize.frozen_obs_norm``; the offline trainer fits them to the dataset, a weights file loads them).
+    Called before an algorithm copies its targets, so they carry the statistics too."""
+    if getattr(config, "normalize_obs", False):
+        frozen_obs_norm(obs_space, *nets)

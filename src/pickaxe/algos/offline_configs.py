@@ -20,7 +20,18 @@ OFFLINE_MUTABLE = ("lr", "critic_lr", "max_grad_norm")
 
 
 @dataclass
-class BCConfig:
+class NormalizeObs:
+    """The observation normalisation every offline algorithm's config has (a base of each)."""
+
+    normalize_obs: bool = False
+    """Feed every network (actor and critics, next observations in the targets too) ``(obs - mean) / (std + 1e-3)``
+    with the mean and std of the whole dataset's observations (TD3+BC's normalisation, Fujimoto & Gu 2021), computed
+    once in float64 before training and never updated; they are buffers of the networks, so the weights file, the
+    checkpoints and every later use of the weights (eval, acting, collect, FQE, a warm start) carry them."""
+
+
+@dataclass
+class BCConfig(NormalizeObs):
     """Behaviour cloning: maximum likelihood of the dataset's actions (a categorical policy on Discrete actions, a
     Gaussian with a tanh mean and a learned state-independent std on Box actions)."""
 
@@ -39,7 +50,7 @@ class BCConfig:
 
 
 @dataclass
-class TD3BCConfig:
+class TD3BCConfig(NormalizeObs):
     """TD3+BC (Fujimoto & Gu 2021): TD3 whose actor loss adds a behaviour-cloning term, ``-lambda Q(s, pi(s)) +
     (pi(s) - a)^2`` with ``lambda = alpha / mean|Q|``; Box actions."""
 
@@ -68,7 +79,7 @@ class TD3BCConfig:
 
 
 @dataclass
-class IQLConfig:
+class IQLConfig(NormalizeObs):
     """Implicit Q-learning (Kostrikov et al. 2021): a state value fitted to an upper expectile of the target Q, Q
     fitted to ``r + gamma V(s')`` (never querying unseen actions) and the policy extracted by advantage-weighted
     regression; Box and Discrete actions."""
@@ -103,7 +114,7 @@ class IQLConfig:
 
 
 @dataclass
-class CQLConfig:
+class CQLConfig(NormalizeObs):
     """Conservative Q-learning (Kumar et al. 2020): a penalty ``logsumexp_a Q(s, a) - Q(s, a_data)`` that pushes
     down the values of actions the data does not take. Box actions: on SAC (CQL(H), the log-sum-exp estimated from
     uniform and policy samples); Discrete: on DQN."""
@@ -143,7 +154,7 @@ class CQLConfig:
 
 
 @dataclass
-class BCQConfig:
+class BCQConfig(NormalizeObs):
     """Discrete BCQ (Fujimoto et al. 2019, "Benchmarking batch deep RL algorithms"): a Q-network and a
     behaviour-cloning head; actions whose cloned probability, relative to the most probable action's, is below
     ``threshold`` are left out of the argmax, in the TD target and when acting. Discrete actions."""
@@ -175,7 +186,7 @@ class BCQConfig:
 
 
 @dataclass
-class CRRConfig:
+class CRRConfig(NormalizeObs):
     """Critic-regularised regression (Wang et al. 2020): a critic fitted by TD to ``r + gamma E_{a'~pi} Q'(s', a')``
     and the policy by behaviour cloning weighted by ``f(A)``, ``A(s, a) = Q(s, a) - V(s)`` with ``V`` the mean or the
     max of ``Q(s, .)`` over the policy's actions; ``f`` is ``exp(A / beta)`` (clipped) or ``1[A > 0]``. Box and
@@ -233,6 +244,9 @@ class IQLOnlineConfig(IQLConfig):
     mutable: ClassVar[tuple[str, ...]] = (*OFFLINE_MUTABLE, *ONLINE_MUTABLE)
     """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""
 
+    normalize_obs: bool = False
+    """Observations pass through the frozen dataset statistics of the offline run that ``--warm-start.run``
+    continues: set from that run's config (never computed online); without a warm start it must stay false."""
     buffer_size: int = ranged(1_000_000, ge=1)
     """Replay capacity (the offline dataset and the online steps together; the oldest are overwritten)."""
     learning_starts: int = ranged(0, ge=0)
@@ -258,6 +272,9 @@ class CQLOnlineConfig(CQLConfig):
     mutable: ClassVar[tuple[str, ...]] = (*OFFLINE_MUTABLE, "cql_alpha", *ONLINE_MUTABLE)
     """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""
 
+    normalize_obs: bool = False
+    """Observations pass through the frozen dataset statistics of the offline run that ``--warm-start.run``
+    continues: set from that run's config (never computed online); without a warm start it must stay false."""
     buffer_size: int = ranged(1_000_000, ge=1)
     """Replay capacity (the offline dataset and the online steps together; the oldest are overwritten)."""
     learning_starts: int = ranged(0, ge=0)

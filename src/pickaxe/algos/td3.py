@@ -31,6 +31,7 @@ from pickaxe.data.buffers import ReplayBuffer
 from pickaxe.data.hindsight import HindsightReplay
 from pickaxe.models.continuous import ActionScale, DeterministicActor, QEnsemble, box_action_dim, frozen, polyak
 from pickaxe.models.mlp import single_spaces
+from pickaxe.models.normalize import frozen_obs_norm
 
 
 def smoothed_target_action(next_action: torch.Tensor, noise: torch.Tensor, noise_clip: float) -> torch.Tensor:
@@ -196,13 +197,16 @@ class TD3(Algorithm):
 
 def build_td3(config: TD3Config, envs: Any, model: Any, device: torch.device, seed: int) -> TD3:
     """TD3 (or DDPG, for a ``DDPGConfig``) sized from ``envs``' spaces with ``model``'s hidden sizes and activation;
-    ``seed`` seeds the replay (hindsight replay with ``config.her``). Needs a bounded Box action space."""
+    ``seed`` seeds the replay (hindsight replay with ``config.her``). Needs a bounded Box action space. With
+    ``config.normalize_obs`` the networks take frozen observation statistics, which ``--warm-start.run`` loads."""
     obs_space, action_space = single_spaces(envs)
     dim = box_action_dim(action_space)
     ActionScale(action_space)  # refuses unbounded Boxes before anything is built
     hidden, activation = tuple(model.hidden), model.activation
     actor = DeterministicActor(obs_space, dim, hidden, activation)
     critic = QEnsemble(obs_space, dim, 2 if config.twin else 1, hidden, activation)
+    if config.normalize_obs:  # the statistics of the TD3+BC run it continues, loaded with its weights
+        frozen_obs_norm(obs_space, actor, critic)
     buffer = replay_for(config, envs, device, seed)
     return TD3(actor.to(device), critic.to(device), action_space, config, seed=seed, buffer=buffer)
 

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from pickaxe.algos.core import adam
-from pickaxe.algos.offline import OfflineAlgorithm
+from pickaxe.algos.offline import OfflineAlgorithm, normalized_inputs
 from pickaxe.algos.offline_configs import TD3BCConfig
 from pickaxe.algos.offline_core import td3_bc_actor_loss
 from pickaxe.algos.td3 import TD3Policy, smoothed_target_action, td3_target
@@ -105,4 +105,5 @@ def build_td3_bc(config: TD3BCConfig, envs: Any, model: Any, device: torch.devic
     hidden, activation = tuple(model.hidden), model.activation
     actor = DeterministicActor(obs_space, dim, hidden, activation)
     critic = QEnsemble(obs_space, dim, 2, hidden, activation)
+    normalized_inputs(config, obs_space, actor, critic)
     return TD3BC(actor.to(device), critic.to(device), action_space, config)

@@ -19,6 +19,7 @@ from pickaxe.algos.multiagent_configs import is_multiagent
 from pickaxe.algos.offline_configs import is_offline
 from pickaxe.envs.make import SeededVectorEnv, make
 from pickaxe.errors import ConfigError, PickaxeError
+from pickaxe.models.normalize import fit_obs_norm
 from pickaxe.offline.dataset import check_fits, read_mixed
 from pickaxe.offline.sampler import DatasetSampler
 from pickaxe.offline.scores import references
@@ -243,8 +244,9 @@ class OfflineEvaluator(EnvEvaluator):
 
 def build_offline_trainer(cfg: TrainConfig, run: Run | None = None, progress: bool = False) -> Trainer:
     """An offline run: the datasets (``--data.dataset`` and ``--data.mix``, read whole and checked against the env's
-    spaces before anything trains) as a ``DatasetSampler`` in the collector's place, the algorithm sized from them,
-    and evaluation on the env (with the normalised score when the dataset records references)."""
+    spaces before anything trains) as a ``DatasetSampler`` in the collector's place, the algorithm sized from them
+    (with ``algo.normalize_obs``, its networks' observation statistics set to those of every transition's
+    observation), and evaluation on the env (with the normalised score when the dataset records references)."""
     set_torch_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
     seeds = derive_seeds(cfg.seed)
@@ -267,6 +269,8 @@ def build_offline_trainer(cfg: TrainConfig, run: Run | None = None, progress: bo
             check_fits(path, eval_envs.single_observation_space, eval_envs.single_action_space, e.id)
         sampler = DatasetSampler(transitions, cfg.collector.steps, seeds["buffer"], device)
         algo = build_algorithm(cfg, sampler)
+        if getattr(cfg.algo, "normalize_obs", False):  # once, from every transition; a resume's checkpoint wins
+            fit_obs_norm(algo.networks().values(), sampler.data["obs"])
     except BaseException:
         eval_envs.close()
         raise

@@ -482,11 +482,20 @@ class TrainConfig(RunConfig):
 
     def check_warm_start(self) -> None:
         """``--warm-start.run``: a finished run of an offline algorithm this one continues (``WARM_STARTS``), on the
-        same env with the same network sizes, whose dataset is recorded when the replay is to be seeded from it."""
+        same env with the same network sizes, whose dataset is recorded when the replay is to be seeded from it. The
+        run's ``algo.normalize_obs`` becomes this one's: its networks then take the offline run's frozen observation
+        statistics (loaded with its weights). An online algorithm with ``normalize_obs`` and no warm start is
+        refused: it computes no statistics itself."""
         import json
 
         w, name = self.warm_start, self.algo_name()
         if w.run is None:
+            if (name in WARM_STARTS or name == "ddpg") and getattr(self.algo, "normalize_obs", False):
+                fix = "add --warm-start.run DIR or drop" if name in WARM_STARTS else "drop"
+                raise ConfigError(
+                    f"--algo.normalize-obs: {name} normalises observations only by the dataset statistics of an "
+                    f"offline run it continues (--warm-start.run); {fix} --algo.normalize-obs"
+                )
             return
         sources = WARM_STARTS.get(name)
         if not sources:
@@ -531,6 +540,8 @@ class TrainConfig(RunConfig):
             raise ConfigError(f"--warm-start.run {run} has twin critics: drop --algo.twin false")
         if w.seed_replay and not source.get("data", {}).get("dataset"):
             raise ConfigError(f"--warm-start.run {run} records no dataset: add --warm-start.seed-replay false")
+        # the networks see the inputs they were trained on: the offline run's statistics, frozen (its weights file)
+        self.algo.normalize_obs = bool(source.get("algo", {}).get("normalize_obs", False))
 
     def check_data(self) -> None:
         """Offline algorithms need ``--data.dataset``, whose files verify and whose spaces are the env's, and
