@@ -22,11 +22,12 @@ from safetensors.torch import load_file
 
 import pickaxe
 from cli_errors import train_error
+from offline_data import random_dataset
 from pickaxe.algos.offline_configs import TD3BCConfig, is_offline
 from pickaxe.algos.td3_bc import build_td3_bc
 from pickaxe.cli import main
 from pickaxe.models.normalize import NormalizedEncoder, fit_obs_norm, obs_norms
-from pickaxe.offline.dataset import Episode, Transitions, read, write
+from pickaxe.offline.dataset import Transitions, read
 from pickaxe.offline.sampler import DatasetSampler
 from pickaxe.recipes import RECIPES
 from pickaxe.runs.run import read_metrics
@@ -44,21 +45,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Two episodes of random Pendulum actions as a dataset, and short pendulum-td3-bc, pendulum-iql and pendulum-cql
     runs on it with ``--algo.normalize-obs true``."""
     root = tmp_path_factory.mktemp("obsnorm")
-    env = gym.make("Pendulum-v1")
-    env.action_space.seed(3)
-    episodes = []
-    for seed in (1, 2):
-        obs, _ = env.reset(seed=seed)
-        o, a, r, term, trunc = [obs], [], [], [], []
-        done = False
-        while not done:
-            action = env.action_space.sample()
-            obs, reward, terminated, truncated, _ = env.step(action)
-            o.append(obs), a.append(action), r.append(reward), term.append(terminated), trunc.append(truncated)
-            done = terminated or truncated
-        episodes.append(Episode(np.array(o), np.array(a), np.array(r), np.array(term), np.array(trunc)))
-    data = write(root / "data", episodes, env.observation_space, env.action_space, "t/pendulum-v0", {}, "Pendulum-v1")
-    env.close()
+    data = random_dataset(root / "data", "Pendulum-v1")
     out = {"root": root, "data": data}
     for algo in ("td3-bc", "iql", "cql"):
         out[algo] = run = root / algo

@@ -8,15 +8,15 @@ import json
 import shutil
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from cli_errors import train_error
+from offline_data import random_dataset
 from pickaxe.cli import main
-from pickaxe.offline.dataset import Episode, read, write
+from pickaxe.offline.dataset import read
 from pickaxe.recipes import RECIPES
 from pickaxe.runs.run import read_metrics
 from pickaxe.train.build import build_trainer
@@ -29,21 +29,7 @@ pytest.importorskip("minari")
 def offline_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Two episodes of random Pendulum actions as a dataset, and a 16-gradient-step pendulum-td3-bc run on it."""
     root = tmp_path_factory.mktemp("o2o")
-    env = gym.make("Pendulum-v1")
-    env.action_space.seed(3)
-    episodes = []
-    for seed in (1, 2):
-        obs, _ = env.reset(seed=seed)
-        o, a, r, term, trunc = [obs], [], [], [], []
-        done = False
-        while not done:
-            action = env.action_space.sample()
-            obs, reward, terminated, truncated, _ = env.step(action)
-            o.append(obs), a.append(action), r.append(reward), term.append(terminated), trunc.append(truncated)
-            done = terminated or truncated
-        episodes.append(Episode(np.array(o), np.array(a), np.array(r), np.array(term), np.array(trunc)))
-    data = write(root / "data", episodes, env.observation_space, env.action_space, "t/pendulum-v0", {}, "Pendulum-v1")
-    env.close()
+    data = random_dataset(root / "data", "Pendulum-v1")
     run = root / "td3-bc"
     args = ["--data.dataset", str(data), "--trainer.total-steps", "4096", "--trainer.eval-every", "4096"]
     args += ["--trainer.eval-episodes", "2", "--run-dir", str(run), "--no-progress"]

@@ -12,15 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from cli_errors import train_error
+from offline_data import random_dataset
 from pickaxe.cli import main
-from pickaxe.offline.dataset import Episode, read, write
+from pickaxe.offline.dataset import read
 from pickaxe.recipes import RECIPES
 from pickaxe.runs.checkpoint import load_checkpoint
 from pickaxe.runs.run import read_metrics
@@ -33,33 +33,13 @@ EVAL = ["--trainer.eval-episodes", "2", "--env.eval-envs", "2"]
 """The offline and the online runs evaluate alike, so the continuation's step-0 evaluation can repeat the last one."""
 
 
-def _random_dataset(root: Path, env_id: str, seeds: tuple[int, ...]) -> Path:
-    env = gym.make(env_id)
-    env.action_space.seed(3)
-    episodes = []
-    for seed in seeds:
-        obs, _ = env.reset(seed=seed)
-        o, a, r, term, trunc = [obs], [], [], [], []
-        done = False
-        while not done:
-            action = env.action_space.sample()
-            obs, reward, terminated, truncated, _ = env.step(action)
-            o.append(obs), a.append(action), r.append(reward), term.append(terminated), trunc.append(truncated)
-            done = terminated or truncated
-        episodes.append(Episode(np.array(o), np.array(a), np.array(r), np.array(term), np.array(trunc)))
-    name = env_id.split("-")[0].lower()
-    out = write(root / f"{name}-data", episodes, env.observation_space, env.action_space, f"t/{name}-v0", {}, env_id)
-    env.close()
-    return out
-
-
 @pytest.fixture(scope="module")
 def offline_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Random-action datasets of Pendulum (2 episodes, 400 transitions) and CartPole (12 episodes), and an 8-step
     IQL and CQL run on each."""
     root = tmp_path_factory.mktemp("o2o-iql-cql")
-    out = {"pendulum-data": _random_dataset(root, "Pendulum-v1", (1, 2))}
-    out["cartpole-data"] = _random_dataset(root, "CartPole-v1", tuple(range(12)))
+    out = {"pendulum-data": random_dataset(root / "pendulum-data", "Pendulum-v1")}
+    out["cartpole-data"] = random_dataset(root / "cartpole-data", "CartPole-v1", tuple(range(12)))
     for env in ("pendulum", "cartpole"):
         for algo in ("iql", "cql"):
             run = root / f"{env}-{algo}"
