@@ -28,9 +28,9 @@ policy's shape and a critic)."""
 SHARDING = {
     "none": [],
     "fsdp": ["--dist.shard", "fsdp"],
+    "fsdp, offload optimizer": ["--dist.shard", "fsdp", "--dist.offload", "optimizer"],
     "fsdp, offload params": ["--dist.shard", "fsdp", "--dist.offload", "params"],
 }
-"""No ``offload optimizer`` rows: FSDP2 has no optimizer-only offload, so it runs (and plans) as ``params``."""
 GRPO_ONLY = {
     "none, LoRA r 64": ["--model.lora.r", "64"],
     "fsdp, LoRA r 64": ["--model.lora.r", "64", "--dist.shard", "fsdp"],

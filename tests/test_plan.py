@@ -136,9 +136,18 @@ def test_sharding_divides_the_training_state_and_the_reference_and_rank_0_keeps_
     zero_off = plan_memory(cfg).ranks[0]
     moved = sum(t.bytes for t in zero_off.terms if t.where == "host")
     assert zero_off.peak("device") < zero.peak("device") and moved > 0
-    # FSDP2 has no optimizer-only offload (models.sharding.shard_model): optimizer is planned as what runs, params'
+    # optimizer offload (HostAdamW): only AdamW's state on the host, plus on an accelerator the staging copies of
+    # the weight and gradient shards its step goes through; the shards, their gradients and the reference stay
     cfg.dist.offload = "optimizer"
-    assert {t.name for t in plan_memory(cfg).ranks[1].terms if t.where == "host"} == on_host
+    assert {t.name for t in plan_memory(cfg).ranks[1].terms if t.where == "host"} == {"policy AdamW state (1/4)"}
+    cfg.device = "cuda"
+    other = plan_memory(cfg).ranks[1]
+    assert {t.name for t in other.terms if t.where == "host"} == {
+        "policy AdamW state (1/4)",
+        "policy step staging (1/4)",
+    }
+    assert _term(other, "policy step staging (1/4)") == 2 * _term(other, "policy gradients (1/4)")
+    assert _term(other, "policy AdamW state (1/4)") == pytest.approx(2 * _term(other, "policy weights (1/4)"), abs=64)
 
 
 def test_a_background_checkpoint_counts_its_copy_of_the_state() -> None:

@@ -28,6 +28,7 @@ from pickaxe.algos.configs import Aggregation, KLEstimator
 from pickaxe.data.layout import SequenceBounds, TokenLayout, plan_layout
 from pickaxe.data.shared_prefix import plan_shared_prefix
 from pickaxe.errors import NonFiniteError, PickaxeError
+from pickaxe.models.host_optimizer import adamw_for
 from pickaxe.models.lm import completion_logprobs, enable_checkpointing, layout_logprobs
 from pickaxe.models.lora import SharedReference, is_lora
 from pickaxe.models.sharding import (
@@ -455,10 +456,12 @@ class LMAlgorithm(Algorithm):
         self, module: nn.Module, optimizer: torch.optim.Optimizer, offload: Offload
     ) -> tuple[nn.Module, torch.optim.Optimizer]:
         """``module`` sharded (a copy on rank 0, itself elsewhere) and an AdamW over its sharded parameters holding
-        ``optimizer``'s settings and state (each learner keeps its rows). Every learner's shards get rank 0's weights
-        (:func:`~pickaxe.models.sharding.shard_from`, a collective); the other learners' ``module`` may be on the
-        meta device (built there: they never hold it whole). Rank 0 shards a whole copy (with a meta copy filled by
-        the scatter its training peaks in ``benchmarks/sharding.py`` sat highest; see docs/distributed.md)."""
+        ``optimizer``'s settings and state (each learner keeps its rows; with ``optimizer`` offload on an
+        accelerator a :class:`~pickaxe.models.host_optimizer.HostAdamW`, its state in host memory). Every
+        learner's shards get rank 0's weights (:func:`~pickaxe.models.sharding.shard_from`, a collective); the
+        other learners' ``module`` may be on the meta device (built there: they never hold it whole). Rank 0 shards
+        a whole copy (with a meta copy filled by the scatter its training peaks in ``benchmarks/sharding.py`` sat
+        highest; see docs/distributed.md)."""
         rank0 = data_parallel()[0] == 0
         twin = copy.deepcopy(module) if rank0 else module
         state = optimizer.state_dict()
@@ -470,7 +473,7 @@ class LMAlgorithm(Algorithm):
             )
         group = optimizer.param_groups[0]
         params = [p for p in twin.parameters() if p.requires_grad]
-        fresh = torch.optim.AdamW(params, lr=group["lr"], weight_decay=group["weight_decay"], fused=group.get("fused"))
+        fresh = adamw_for(params, group["lr"], group["weight_decay"], group.get("fused"), offload)
         load_sharded_optimizer(fresh, state)
         return twin, fresh
 

@@ -138,9 +138,9 @@ def shard_model(model: nn.Module, offload: Offload = "none", bf16: bool = False)
 
     ``bf16``: parameters gathered and computed in bfloat16, float32 master weights, gradients reduced in float32
     (``MixedPrecisionPolicy``). ``offload`` ``params``: parameters, gradients and optimizer state kept on the host
-    between uses (``CPUOffloadPolicy``; the optimizer steps on the CPU); ``optimizer``: FSDP2 has no optimizer-only
-    offload, so it is the same as ``params`` (the optimizer state lives where its parameters do). On a CPU device
-    both change nothing. Gradient reduction sums over the learners (divide factor 1; on gloo an all-reduce,
+    between uses (``CPUOffloadPolicy``; the optimizer steps on the CPU); ``optimizer`` leaves the model on the
+    device (the learner's optimizer is then a :class:`~pickaxe.models.host_optimizer.HostAdamW`). On a CPU device
+    both change nothing here. Gradient reduction sums over the learners (divide factor 1; on gloo an all-reduce,
     :class:`AllReduceScatter`). A model on the ``meta`` device
     is sharded on the group's device (:func:`group_device`); :func:`shard_from` then gives its shards memory and
     values.
@@ -159,7 +159,7 @@ def shard_model(model: nn.Module, offload: Offload = "none", bf16: bool = False)
     kwargs: dict[str, Any] = {"mesh": mesh}
     if bf16:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    if offload != "none" and device.type != "cpu":
+    if offload == "params" and device.type != "cpu":
         kwargs["offload_policy"] = CPUOffloadPolicy()
     for layer in layers:
         fully_shard(layer, **kwargs)
@@ -342,12 +342,13 @@ def broadcast_module(model: nn.Module) -> None:
 def shard_from(model: nn.Module, full: nn.Module | None, offload: Offload = "none", bf16: bool = False) -> nn.Module:
     """Shard ``model`` (:func:`shard_model`) and fill its shards from rank 0's whole ``full``
     (:func:`scatter_into`; None on the other learners): a collective every learner calls. A ``model`` on the
-    ``meta`` device gets memory first (``to_empty`` on the group's device; on the host with ``offload`` on CUDA),
+    ``meta`` device gets memory first (``to_empty`` on the group's device; on the host with ``params`` offload on CUDA),
     only for this learner's shards. Returns ``model``."""
     shard_model(model, offload, bf16)
     if is_meta(model):
         device = group_device()
-        host = torch.device("cpu") if offload != "none" else device  # FSDP2 offloads shards materialised on the host
+        # FSDP2 offloads shards materialised on the host
+        host = torch.device("cpu") if offload == "params" else device
         model.to_empty(device=host)
         if host != device:  # buffers are not offloaded: they compute where the model does
             for module in model.modules():

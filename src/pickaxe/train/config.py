@@ -225,9 +225,10 @@ class DistConfig:
     sharded across the learners (PyTorch FSDP2, one decoder layer per unit; ZeRO-3), so each holds 1/N of the
     training state; needs --dist.learners 2 or more."""
     offload: Literal["none", "optimizer", "params"] = "none"
-    """With --dist.shard fsdp: keep the optimizer state (optimizer) or the sharded parameters, gradients and
-    optimizer state (params) in host memory, stepping there; slower, for a training state larger than the device.
-    On a CPU device there is nothing to offload to and it changes nothing."""
+    """With --dist.shard fsdp: keep AdamW's state in host memory and step there, the shards and gradients staying
+    on the device (optimizer), or keep the sharded parameters, gradients and optimizer state there (params; FSDP2's
+    CPU offload); slower, for a training state larger than the device. On a CPU device there is nothing to offload
+    to and it changes nothing."""
     shard_reference: bool = True
     """With --dist.shard fsdp: shard the frozen reference model too (DPO's, and GRPO's and PPO's KL reference unless
     it is the LoRA policy), so each learner holds 1/N of it and scores its share of every batch with the others;

@@ -22,8 +22,8 @@ training one); the frozen reference (DPO's, and the KL reference of GRPO and PPO
 the reward model that scores the rollouts (``--data.reward-model``) are sharded too: 1/N of each on every learner,
 rank 0 included, plus the units gathered while it scores (``--dist.no-shard-reference``,
 ``--dist.no-shard-reward-model``: whole on rank 0, DPO's reference on every learner). ``--dist.offload params``
-moves the sharded weights (the frozen models' too), gradients and optimizer state to host memory; ``optimizer`` does
-the same (FSDP2 has no optimizer-only offload, and the plan counts what the learners do);
+moves the sharded weights (the frozen models' too), gradients and optimizer state to host memory; ``optimizer`` only
+the AdamW state (``HostAdamW``), with host copies of the weight and gradient shards the step is staged through;
 ``--collector.offload-reward-model`` keeps the reward model's shards on the host.
 """
 
@@ -379,12 +379,16 @@ def plan_memory(cfg: LLMTrainConfig, prompt_tokens: int = 256, device_gib: float
         r = RankPlan(label)
         share = n if sharded else 1
         for t in trained:
-            # FSDP2 has no optimizer-only offload: ``optimizer`` keeps the shards on the host as ``params`` does
-            weights_where: Where = "host" if sharded and d.offload != "none" else "device"
+            # params: FSDP2 keeps the shards on the host; optimizer: HostAdamW keeps only AdamW's state there
+            weights_where: Where = "host" if sharded and d.offload == "params" else "device"
+            state_where: Where = "host" if sharded and d.offload != "none" else "device"
             r.add(f"{t.name} weights" + (f" (1/{n})" if sharded else ""), t.weight_bytes / share, weights_where)
             r.add(f"{t.name} gradients" + (f" (1/{n})" if sharded else ""), t.grad_bytes / share, weights_where,
                   "train")  # fmt: skip
-            r.add(f"{t.name} AdamW state" + (f" (1/{n})" if sharded else ""), t.optimizer_bytes / share, weights_where)
+            r.add(f"{t.name} AdamW state" + (f" (1/{n})" if sharded else ""), t.optimizer_bytes / share, state_where)
+            if sharded and d.offload == "optimizer" and cfg.device != "cpu":
+                r.add(f"{t.name} step staging (1/{n})", 2 * t.grad_bytes / share, "host",
+                      note="weight and gradient shards")  # fmt: skip
             if sharded:
                 cb = 2 if bf16 else t.dtype_bytes
                 unit = max(t.shape.layer_parameters(), 1)
@@ -402,7 +406,7 @@ def plan_memory(cfg: LLMTrainConfig, prompt_tokens: int = 256, device_gib: float
             r.add(f.name, f.weight_bytes, note="frozen")
         for f in split:
             scorer = f.name == "reward model"  # sharded in its own dtype; --collector.offload-reward-model: on host
-            host = d.offload != "none" or (scorer and cfg.collector.offload_reward_model)
+            host = d.offload == "params" or (scorer and cfg.collector.offload_reward_model)
             r.add(f"{f.name} (1/{n})", f.weight_bytes / n, "host" if host else "device", note="frozen")
             unit = max(f.shape.layer_parameters(), 1)
             root = f.parameters - f.shape.layers * f.shape.layer_parameters()
@@ -436,11 +440,11 @@ def plan_memory(cfg: LLMTrainConfig, prompt_tokens: int = 256, device_gib: float
     if cfg.engine.name == "vllm" and d.placement == "colocated":
         notes.append(f"vLLM takes --engine.gpu-memory-utilization {cfg.engine.gpu_memory_utilization} of the device "
                      "for its weights and KV cache: not counted here")  # fmt: skip
-    if sharded and d.offload != "none":
-        notes.append(
-            f"--dist.offload {d.offload}: the shards, their gradients and the optimizer step live on the host"
-            + (" (as with params: FSDP2 has no optimizer-only offload)" if d.offload == "optimizer" else "")
-        )
+    if sharded and d.offload == "params":
+        notes.append("--dist.offload params: the shards, their gradients and the optimizer step live on the host")
+    if sharded and d.offload == "optimizer":
+        notes.append("--dist.offload optimizer: AdamW's state and step live on the host, the shards and their "
+                     "gradients on the device (copied to the host and back once per optimizer step)")  # fmt: skip
     if cfg.device == "cpu":
         notes.append("--device cpu: device memory is host memory")
     return MemoryPlan(
