@@ -60,15 +60,23 @@ class HostAdamW(torch.optim.AdamW):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused)
         self.staging: dict[torch.Tensor, tuple[torch.Tensor, torch.Tensor]] = {}
         """Per parameter: the host buffers its local piece and its gradient's are copied into for the step."""
-        self.register_load_state_dict_post_hook(HostAdamW._state_to_host)
 
-    @staticmethod
-    def _state_to_host(optimizer: torch.optim.Optimizer) -> None:
-        """After ``load_state_dict`` (which moves the state to each parameter's device): back to the host."""
-        for p, state in optimizer.state.items():
-            for key, value in state.items():
-                if isinstance(value, torch.Tensor):
-                    state[key] = value.to(HOST, torch.float32) if key == "step" else _on_host(value, p)
+    state_device = HOST
+    """Where the state lives (``load_sharded_optimizer`` reads a checkpoint's rows straight there)."""
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """AdamW's ``load_state_dict``, the state put in host memory one tensor at a time (AdamW's would first move
+        all of it to the parameters' device)."""
+        super().load_state_dict({"state": {}, "param_groups": state_dict["param_groups"]})
+        params = [p for group in self.param_groups for p in group["params"]]
+        for index, entry in state_dict["state"].items():
+            p = params[int(index)]
+            self.state[p] = {
+                key: (value.to(HOST, torch.float32) if key == "step" else _on_host(value, p).to(p.dtype))
+                if isinstance(value, torch.Tensor)
+                else value
+                for key, value in entry.items()
+            }
 
     def _buffers(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         staged = self.staging.get(p)

@@ -359,14 +359,15 @@ def shard_from(model: nn.Module, full: nn.Module | None, offload: Offload = "non
     return model
 
 
-def _local_piece(value: Any, param: DTensor) -> torch.Tensor:
+def _local_piece(value: Any, param: DTensor, device: torch.device | None = None) -> torch.Tensor:
     """This learner's rows of ``value`` (a full tensor or a lazy reader: ``.shape`` and ``value[a:b]``) as the
-    local tensor of ``param``'s layout: always a copy (an optimizer steps its state in place, which must not reach
-    the caller's tensors)."""
+    local tensor of ``param``'s layout, on ``device`` (default: the local shard's): always a copy (an optimizer
+    steps its state in place, which must not reach the caller's tensors)."""
+    device = param.to_local().device if device is None else device
     if isinstance(value, DTensor):  # already sharded: this learner's piece if laid out alike, else gathered first
         value = value.to_local() if value.placements == param.placements else value.full_tensor()
         if tuple(value.shape) != tuple(param.shape):
-            return value.to(device=param.to_local().device, dtype=param.dtype, copy=True)
+            return value.to(device=device, dtype=param.dtype, copy=True)
     shape = tuple(value.shape)
     if shape != tuple(param.shape):
         raise PickaxeError(
@@ -375,13 +376,13 @@ def _local_piece(value: Any, param: DTensor) -> torch.Tensor:
         )
     start, stop = local_rows(shape[0], param.device_mesh.get_local_rank(), param.device_mesh.size())
     piece = value[start:stop]
-    return torch.as_tensor(piece).to(device=param.to_local().device, dtype=param.dtype, copy=True)
+    return torch.as_tensor(piece).to(device=device, dtype=param.dtype, copy=True)
 
 
-def sharded_like(value: Any, param: DTensor) -> DTensor:
+def sharded_like(value: Any, param: DTensor, device: torch.device | None = None) -> DTensor:
     """A DTensor laid out like ``param`` whose local piece is this learner's rows of ``value`` (a full tensor or a
-    lazy reader), read with ``value[a:b]`` only."""
-    local = _local_piece(value, param)
+    lazy reader), read with ``value[a:b]`` only, on ``device`` (default: where ``param``'s piece is)."""
+    local = _local_piece(value, param, device)
     return DTensor.from_local(
         local, param.device_mesh, param.placements, run_check=False, shape=param.shape, stride=param.stride()
     )
@@ -418,8 +419,10 @@ def load_sharded(model: nn.Module, state: dict[str, Any]) -> None:
 def load_sharded_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
     """Load ``state`` (an unsharded optimizer's ``state_dict``, or a sharded one's with full tensors or lazy readers
     as values) into ``optimizer``, built over sharded parameters in the same order: every per-parameter tensor
-    shaped like its parameter becomes this learner's shard; scalars (Adam's ``step``) are kept whole."""
+    shaped like its parameter becomes this learner's shard, read into the optimizer's ``state_device`` when it has
+    one (``HostAdamW``: host memory) rather than the parameter's; scalars (Adam's ``step``) are kept whole."""
     params = [p for group in optimizer.param_groups for p in group["params"]]
+    where = getattr(optimizer, "state_device", None)
     per_param = {}
     for index, entry in state.get("state", {}).items():
         param = params[int(index)]
@@ -429,7 +432,7 @@ def load_sharded_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, An
                 converted[key] = (
                     value
                     if isinstance(value, DTensor) and value.placements == param.placements
-                    else sharded_like(value, param)
+                    else sharded_like(value, param, where)
                 )
             elif hasattr(value, "shape") and not isinstance(value, torch.Tensor):
                 converted[key] = full_value(value)
