@@ -4,22 +4,21 @@ optimizer``, and two with fsdp but the KL reference whole on rank 0 (``--dist.no
 from the shards as a share of the step; peak memory while checkpointing against the training peak.
 
 Usage: ``python benchmarks/sharding.py [--shape qwen2-0.5b] [--updates 3] [--micro-batch 4] [--new-tokens N]
-[--quick]``. Each configuration is one ``pickaxe train arith-grpo --model.shape SHAPE`` process (random weights, no
-warm start, one torch thread per process), run one after the other so they never share the machine. A sampler reads
-every process of the run (rank 0 and the learners it starts) from ``/proc`` ten times a second: resident memory, and
-whether a checkpoint is being written (a ``checkpoints/.tmp-*`` folder exists). Reported per configuration: each
-process's peak RSS while starting (building, sharding, up to the end of the first update), while training (after it)
-and while checkpointing, the median ``time/update_s`` over the updates after the first, the CPU seconds of an update
-(rank 0's ``time/update_cpu_s`` plus the other learners' from ``/proc``) per trained token (a sharded update also
-scores the KL reference, which one learner's collector scores before it, so this figure charges the sharded run for
-it), the CPU seconds of a whole step (every process, from one update's record to the next: rollout and update) per
-trained token, each learner's training state (``mem/train_state_bytes``: weights, gradients and optimizer state, its
-shards when sharded), the gather of the policy from the shards (``time/gather_s``) as a share of the update and of
-the step (the rollout's ``time/collect_s`` plus the update), and the planner's prediction (``pickaxe plan``) beside
-the measurement. Ratios are against the one-learner run measured in the same invocation; the last line is one JSON
-object with every figure (``fsdp2``'s ``peak_train_vs_whole_ref``: each process's training peak, largest first,
-against ``fsdp2-whole-ref``'s). ``--quick`` (what the benchmark test runs) uses the tiny ``tiny-qwen2`` shape and 2
-updates.
+[--checkpointing] [--quick]``. Each configuration is one ``pickaxe train arith-grpo --model.shape SHAPE`` process
+(random weights, no warm start, one torch thread per process), run one after the other so they never share the machine.
+A sampler reads every process of the run (rank 0 and the learners it starts) from ``/proc`` ten times a second: resident
+memory, and whether a checkpoint is being written (a ``checkpoints/.tmp-*`` folder exists). Reported per configuration:
+each process's peak RSS while starting (building, sharding, up to the end of the first update), while training (after
+it) and while checkpointing, the median ``time/update_s`` over the updates after the first, the CPU seconds of an update
+(rank 0's ``time/update_cpu_s`` plus the other learners' from ``/proc``) per trained token (a sharded update also scores
+the KL reference, which one learner's collector scores before it, so this figure charges the sharded run for it), the
+CPU seconds of a whole step (every process, from one update's record to the next: rollout and update) per trained token,
+each learner's training state (``mem/train_state_bytes``: weights, gradients and optimizer state, its shards when
+sharded), the gather of the policy from the shards (``time/gather_s``) as a share of the update and of the step (the
+rollout's ``time/collect_s`` plus the update), and the planner's prediction (``pickaxe plan``) beside the measurement.
+Ratios are against the one-learner run measured in the same invocation; the last line is one JSON object with every
+figure (``fsdp2``'s ``peak_train_vs_whole_ref``: each process's training peak, largest first, against
+``fsdp2-whole-ref``'s). ``--quick`` (what the benchmark test runs) uses the tiny ``tiny-qwen2`` shape and 2 updates.
 """
 
 from __future__ import annotations
@@ -188,6 +187,12 @@ def main() -> None:
         help="completion tokens per sequence (0: the recipe's); more tokens per "
         "micro-batch pass spread each pass's fixed all-gather and reduce-scatter over more trained tokens",
     )
+    parser.add_argument(
+        "--checkpointing",
+        action="store_true",
+        help="--algo.gradient-checkpointing true in every configuration (activations of one layer at a time: "
+        "what lets long sequences fit)",
+    )
     parser.add_argument("--configs", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--quick", action="store_true", help="the tiny-qwen2 shape, 2 updates")
     args = parser.parse_args()
@@ -202,6 +207,8 @@ def main() -> None:
     ]  # fmt: skip
     if args.new_tokens:
         base += ["--engine.max-new-tokens", str(args.new_tokens)]
+    if args.checkpointing:
+        base += ["--algo.gradient-checkpointing", "true"]
     print(f"load average {os.getloadavg()[0]:.2f}; shape {args.shape}; {args.updates} updates each", flush=True)
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="pickaxe-sharding-") as tmp:
@@ -238,6 +245,7 @@ def main() -> None:
         train_peak = max(r["peak_train_mb"]) or 1
         ratios.setdefault(name, {})["checkpoint_peak_vs_train_peak"] = max(r["peak_checkpoint_mb"]) / train_peak
     head = {"shape": args.shape, "updates": args.updates, "new_tokens": args.new_tokens}
+    head |= {"micro_batch": args.micro_batch, "checkpointing": args.checkpointing}
     print(json.dumps({**head, "results": results, "ratios": ratios}))
 
 

@@ -13,10 +13,13 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "sharding.py"
 
 def test_the_sharding_benchmark_measures_one_and_two_sharded_learners_and_ends_with_one_json_line() -> None:
     done = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--configs", "one", "fsdp2"], capture_output=True, text=True
+        [sys.executable, str(BENCH), "--quick", "--configs", "one", "fsdp2", "--checkpointing"],
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     last = json.loads(done.stdout.strip().splitlines()[-1])
+    assert last["checkpointing"] is True and last["micro_batch"] == 4  # what the runs were given
     one, two = last["results"]["one"], last["results"]["fsdp2"]
     assert len(one["peak_train_mb"]) == 1 and len(two["peak_train_mb"]) == 2  # rank 0 and the learner it started
     assert all(mb > 0 for mb in two["peak_train_mb"]) and one["update_s"] > 0 and two["update_s"] > 0
