@@ -388,7 +388,7 @@ def plan_memory(cfg: LLMTrainConfig, prompt_tokens: int = 256, device_gib: float
             r.add(f"{t.name} AdamW state" + (f" (1/{n})" if sharded else ""), t.optimizer_bytes / share, state_where)
             if sharded and d.offload == "optimizer" and cfg.device != "cpu":
                 r.add(f"{t.name} step staging (1/{n})", 2 * t.grad_bytes / share, "host",
-                      note="weight and gradient shards")  # fmt: skip
+                      note="pinned")  # fmt: skip
             if sharded:
                 cb = 2 if bf16 else t.dtype_bytes
                 unit = max(t.shape.layer_parameters(), 1)
