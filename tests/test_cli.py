@@ -162,6 +162,25 @@ def test_optional_options_show_their_value_not_none(capsys, argv: list[str], sho
         assert text in out, text
 
 
+def test_help_shows_each_docstring_paragraph_as_flowing_text(capsys, monkeypatch) -> None:
+    from pickaxe.argparsing import reflow
+
+    text = """First line, then
+        (a continuation opening with a bracket) and ``code``
+
+        Second paragraph:
+        - one item
+          that wraps
+        - another"""
+    want = "First line, then (a continuation opening with a bracket) and ``code``\n\n"
+    assert reflow(text) == want + "Second paragraph:\n- one item that wraps\n- another"
+    monkeypatch.setenv("COLUMNS", "80")  # one column of options
+    assert main(["train", "arith-grpo", "--help"]) == 0
+    out = capsys.readouterr().out
+    # --dist.shard's docstring breaks its source line after "they are": the help fills its lines across it
+    assert "fsdp: they are sharded across the learners" in out
+
+
 def test_an_optional_option_still_takes_none_where_its_help_offers_it() -> None:
     from pickaxe.argparsing import parse
     from pickaxe.exp.queue_cli import ListArgs

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import inspect
 import io
 import re
 import types
@@ -87,9 +88,36 @@ def check_flags(args: Iterable[str], known: Iterable[str], prog: str) -> None:
             raise ConfigError(f"unknown option {flag} for {prog}; {hint} ({prog} --help)")
 
 
+def reflow(text: str) -> str:
+    """A docstring as ``--help`` shows it: each paragraph one line (its indentation and single line breaks gone),
+    blank lines between paragraphs and lines opening a ``- `` or ``* `` list item kept."""
+    paragraphs = []
+    for paragraph in re.split(r"\n\s*\n", inspect.cleandoc(text)):
+        lines: list[str] = []
+        for line in paragraph.split("\n"):
+            line = line.strip()
+            if lines and not line.startswith(("- ", "* ")):
+                lines[-1] += " " + line
+            else:
+                lines.append(line)
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
+
+
+def _reflow_help(tyro: Any) -> None:
+    """Have tyro show docstrings through :func:`reflow`: its own line joining keeps every break before a line that
+    does not open with a letter, which is each line of an indented docstring but the first. Left as it is if a
+    tyro version lacks the hook."""
+    strings = getattr(tyro, "_strings", None)
+    if strings is not None and hasattr(strings, "remove_single_line_breaks"):
+        strings.remove_single_line_breaks = reflow
+
+
 def run_tyro(cls: Any, args: list[str], prog: str, default: Any = None, description: str | None = None) -> Any:
     """``tyro.cli`` whose error report becomes one ``ConfigError`` line; ``--help`` exits 0 as tyro does."""
     import tyro
+
+    _reflow_help(tyro)
 
     buf = io.StringIO()
     try:
