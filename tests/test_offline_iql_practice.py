@@ -173,4 +173,12 @@ def test_what_cannot_scale_or_decay_is_refused(data: Path, tmp_path: Path, capsy
     env.close()
     err = train_error(capsys, "pendulum-iql", "--data.dataset", str(flat), "--algo.reward-scale", "return-range", *out)
     assert "needs episodes of different returns" in err
+    # TD3 learns from the env's rewards: a TD3+BC run whose critics learned scaled ones is no start for it
+    scaled = tmp_path / "td3-bc"
+    short = ["--trainer.total-steps", "2048", "--trainer.eval-every", "2048", "--trainer.eval-episodes", "1"]
+    args = ["--data.dataset", str(data), "--algo.reward-scale", "return-range", *short, "--run-dir", str(scaled)]
+    assert main(["train", "pendulum-td3-bc", *args, "--no-progress"]) == 0
+    capsys.readouterr()
+    err = train_error(capsys, "pendulum-td3", "--warm-start.run", str(scaled), *out)
+    assert "scaled its rewards" in err and "warm-start from a run without reward scaling" in err
     assert not (tmp_path / "never").exists()
