@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -64,6 +66,13 @@ def linear_schedule(start: float, end: float, progress: float) -> float:
     """Interpolate from ``start`` (progress 0) to ``end`` (progress >= 1)."""
     p = min(max(progress, 0.0), 1.0)
     return start + (end - start) * p
+
+
+def cosine_schedule(start: float, progress: float) -> float:
+    """Cosine decay from ``start`` (progress 0) to 0 (progress >= 1): ``start * 0.5 * (1 + cos(pi * progress))``
+    (``torch.optim.lr_scheduler.CosineAnnealingLR`` to ``eta_min`` 0, ``optax.cosine_decay_schedule``)."""
+    p = min(max(progress, 0.0), 1.0)
+    return start * 0.5 * (1.0 + math.cos(math.pi * p))
 
 
 def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:

@@ -7,18 +7,23 @@ Per gradient step (one backward pass over three independent losses, one fused Ad
 - Q_i(s, a) fit ``r + gamma (1 - terminated) V(s')``, so no action outside the data is ever evaluated;
 - the policy maximises the likelihood of the dataset's actions weighted by ``min(exp(beta (Q' - V)), max_weight)``
   (``advantage_weights``, ``weighted_nll``): categorical on Discrete actions, a Gaussian with a tanh mean on Box.
+
+With ``actor_lr_schedule cosine`` the policy's learning rate decays over the run's gradient steps
+(``core.cosine_schedule`` at ``num_updates / (total_steps / batch_size)``, set before every step; the update counter
+is in the state, so a resume continues the schedule exactly).
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from typing import Any
 
 import gymnasium as gym
 import torch
 from torch import nn
 
-from pickaxe.algos.core import adam, td_target
+from pickaxe.algos.core import adam, cosine_schedule, td_target
 from pickaxe.algos.offline import OfflineAlgorithm, actor_for, normalized_inputs
 from pickaxe.algos.offline_configs import IQLConfig
 from pickaxe.algos.offline_core import advantage_weights, expectile_loss, gaussian_logprob, weighted_nll
@@ -61,11 +66,33 @@ class IQL(OfflineAlgorithm):
         ]
         self.optimizer = adam(groups, lr=cfg.lr)
 
+    total_updates: int | None = None
+    """Gradient steps of the whole run (``trainer.total_steps / batch_size``), from ``set_progress``."""
+
+    def set_progress(self, step: int, total_steps: int) -> None:
+        """Record the run's length in gradient steps, for the cosine schedule of the policy's learning rate."""
+        self.total_updates = max(total_steps // self.config.batch_size, 1)
+
+    def actor_lr(self) -> float:
+        """The policy's learning rate of the next gradient step: ``lr``, or with ``actor_lr_schedule cosine``
+        ``lr * 0.5 * (1 + cos(pi k / N))`` at step ``k = num_updates`` of ``N = total_updates``."""
+        cfg = self.config
+        if cfg.actor_lr_schedule == "cosine" and self.total_updates is not None:
+            return cosine_schedule(cfg.lr, self.num_updates / self.total_updates)
+        return cfg.lr
+
     def set_learning_rates(self) -> None:
-        """Critic, value and actor rates, read afresh."""
+        """Critic, value and actor rates, read afresh before every gradient step."""
         groups = self.optimizer.param_groups
         groups[0]["lr"] = self.config.critic_lr or self.config.lr
-        groups[1]["lr"] = groups[2]["lr"] = self.config.lr
+        groups[1]["lr"] = self.config.lr
+        groups[2]["lr"] = self.actor_lr()
+
+    def learn(self, minibatches: Iterable[dict[str, torch.Tensor]]) -> dict[str, float]:
+        """``OfflineAlgorithm.learn``, with the policy's learning rate of its last step (``iql/actor_lr``)."""
+        metrics = super().learn(minibatches)
+        metrics["iql/actor_lr"] = float(self.optimizer.param_groups[2]["lr"])
+        return metrics
 
     def _q(self, net: QEnsemble, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """``[n, B]`` values of the dataset's actions (Discrete: gathered from all actions' values)."""

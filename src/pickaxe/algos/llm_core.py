@@ -13,7 +13,6 @@ aggregation drops that value.
 from __future__ import annotations
 
 import copy
-import math
 import time
 import warnings
 from typing import Any
@@ -25,6 +24,7 @@ from torch.distributed.tensor import DTensor
 
 from pickaxe.algos.base import Algorithm, all_reduce, clip_and_step, data_parallel, my_share
 from pickaxe.algos.configs import Aggregation, KLEstimator
+from pickaxe.algos.core import cosine_schedule
 from pickaxe.data.layout import SequenceBounds, TokenLayout, plan_layout
 from pickaxe.data.shared_prefix import plan_shared_prefix
 from pickaxe.errors import NonFiniteError, PickaxeError
@@ -529,7 +529,7 @@ class LMAlgorithm(Algorithm):
         if cfg.lr_schedule == "linear":
             return cfg.lr * (1.0 - p)
         if cfg.lr_schedule == "cosine":
-            return cfg.lr * 0.5 * (1.0 + math.cos(math.pi * p))
+            return cosine_schedule(cfg.lr, p)
         return cfg.lr
 
     def load_sharded_module(

@@ -48,6 +48,9 @@ class OfflineAlgorithm(Algorithm):
     learned: nn.Module
     optimizer: torch.optim.Optimizer
     num_updates = 0
+    reward_scale = 1.0
+    """Every minibatch's rewards are multiplied by this before ``losses`` (``reward_scale return-range``: the offline
+    trainer sets it from the dataset once; part of the state, so a resume and an online continuation keep it)."""
 
     def losses(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(loss to minimise, detached stats [len(metric_names)])`` of one minibatch."""
@@ -57,7 +60,8 @@ class OfflineAlgorithm(Algorithm):
         """After every gradient step (targets' Polyak updates)."""
 
     def set_learning_rates(self) -> None:
-        """Read the learning rates afresh (``pickaxe set``); the default sets every group to ``config.lr``."""
+        """Read the learning rates afresh before every gradient step (``pickaxe set``, schedules); the default sets
+        every group to ``config.lr``."""
         for group in self.optimizer.param_groups:
             group["lr"] = self.config.lr
 
@@ -69,10 +73,12 @@ class OfflineAlgorithm(Algorithm):
         """One guarded gradient step per minibatch (from a dataset batch, or a replay buffer when the algorithm
         trains online); metrics are means over the steps."""
         cfg = self.config
-        self.set_learning_rates()
         max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else math.inf
         sums, steps = np.zeros(len(self.metric_names) + 1), 0
         for mb in minibatches:
+            self.set_learning_rates()
+            if self.reward_scale != 1.0:
+                mb = {**mb, "reward": mb["reward"] * self.reward_scale}
             total, stats = self.losses(mb)
             clear_grads(self.optimizer)
             total.backward()
@@ -84,21 +90,23 @@ class OfflineAlgorithm(Algorithm):
         return {k: float(v) for k, v in zip(names, sums / max(steps, 1), strict=True)}
 
     def state_dict(self) -> dict[str, Any]:
-        """Every network, the optimizer and the update counter."""
+        """Every network, the optimizer, the update counter and the reward scale."""
         return {
             **{name: net.state_dict() for name, net in self.networks().items()},
             "learned": self.learned.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "num_updates": self.num_updates,
+            "reward_scale": self.reward_scale,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what ``state_dict`` returned."""
+        """Restore what ``state_dict`` returned (a state saved before the reward scale existed: 1)."""
         for name, net in self.networks().items():
             net.load_state_dict(state[name])
         self.learned.load_state_dict(state["learned"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.num_updates = int(state["num_updates"])
+        self.reward_scale = float(state.get("reward_scale", 1.0))
 
 
 class BC(OfflineAlgorithm):

@@ -31,6 +31,18 @@ class NormalizeObs:
 
 
 @dataclass
+class ScaledRewards(NormalizeObs):
+    """The reward scaling every offline algorithm with a critic has (a base of each config but behaviour cloning's)."""
+
+    reward_scale: Literal["none", "return-range"] = "none"
+    """``return-range``: multiply every reward of the training targets by ``1000 / (max - min)`` of the dataset's
+    episode returns (IQL's reference code on locomotion datasets: Kostrikov's implicit_q_learning, CORL), computed
+    once from the dataset's episodes before training and kept with the algorithm's state (a resume and an online
+    continuation use the same number). Evaluation returns stay in the env's units. ``none``: the rewards as
+    stored."""
+
+
+@dataclass
 class BCConfig(NormalizeObs):
     """Behaviour cloning: maximum likelihood of the dataset's actions (a categorical policy on Discrete actions, a
     Gaussian with a tanh mean and a learned state-independent std on Box actions)."""
@@ -50,7 +62,7 @@ class BCConfig(NormalizeObs):
 
 
 @dataclass
-class TD3BCConfig(NormalizeObs):
+class TD3BCConfig(ScaledRewards):
     """TD3+BC (Fujimoto & Gu 2021): TD3 whose actor loss adds a behaviour-cloning term, ``-lambda Q(s, pi(s)) +
     (pi(s) - a)^2`` with ``lambda = alpha / mean|Q|``; Box actions."""
 
@@ -79,7 +91,7 @@ class TD3BCConfig(NormalizeObs):
 
 
 @dataclass
-class IQLConfig(NormalizeObs):
+class IQLConfig(ScaledRewards):
     """Implicit Q-learning (Kostrikov et al. 2021): a state value fitted to an upper expectile of the target Q, Q
     fitted to ``r + gamma V(s')`` (never querying unseen actions) and the policy extracted by advantage-weighted
     regression; Box and Discrete actions."""
@@ -107,6 +119,10 @@ class IQLConfig(NormalizeObs):
     """Inverse temperature of the advantage weights ``exp(beta * A)`` (0: behaviour cloning)."""
     max_weight: float = ranged(100.0, gt=0, le=1e9)
     """Advantage weights are clipped to this."""
+    actor_lr_schedule: Literal["constant", "cosine"] = "constant"
+    """``cosine``: the policy's learning rate at gradient step ``k`` of the run's ``N`` (``trainer.total_steps /
+    batch_size``) is ``lr * 0.5 * (1 + cos(pi k / N))``, IQL's reference schedule (``optax.cosine_decay_schedule``,
+    CORL's ``CosineAnnealingLR``); the value and the critics keep theirs."""
     max_grad_norm: float | None = ranged(None, gt=0)
 
     def __post_init__(self) -> None:
@@ -114,7 +130,7 @@ class IQLConfig(NormalizeObs):
 
 
 @dataclass
-class CQLConfig(NormalizeObs):
+class CQLConfig(ScaledRewards):
     """Conservative Q-learning (Kumar et al. 2020): a penalty ``logsumexp_a Q(s, a) - Q(s, a_data)`` that pushes
     down the values of actions the data does not take. Box actions: on SAC (CQL(H), the log-sum-exp estimated from
     uniform and policy samples); Discrete: on DQN."""
@@ -154,7 +170,7 @@ class CQLConfig(NormalizeObs):
 
 
 @dataclass
-class BCQConfig(NormalizeObs):
+class BCQConfig(ScaledRewards):
     """Discrete BCQ (Fujimoto et al. 2019, "Benchmarking batch deep RL algorithms"): a Q-network and a
     behaviour-cloning head; actions whose cloned probability, relative to the most probable action's, is below
     ``threshold`` are left out of the argmax, in the TD target and when acting. Discrete actions."""
@@ -186,7 +202,7 @@ class BCQConfig(NormalizeObs):
 
 
 @dataclass
-class CRRConfig(NormalizeObs):
+class CRRConfig(ScaledRewards):
     """Critic-regularised regression (Wang et al. 2020): a critic fitted by TD to ``r + gamma E_{a'~pi} Q'(s', a')``
     and the policy by behaviour cloning weighted by ``f(A)``, ``A(s, a) = Q(s, a) - V(s)`` with ``V`` the mean or the
     max of ``Q(s, .)`` over the policy's actions; ``f`` is ``exp(A / beta)`` (clipped) or ``1[A > 0]``. Box and
@@ -247,6 +263,9 @@ class IQLOnlineConfig(IQLConfig):
     normalize_obs: bool = False
     """Observations pass through the frozen dataset statistics of the offline run that ``--warm-start.run``
     continues: set from that run's config (never computed online); without a warm start it must stay false."""
+    reward_scale: Literal["none", "return-range"] = "none"
+    """The offline run's reward scaling, continued (its scale comes with its training state, so the replay's rewards
+    are scaled as the dataset's were): set from that run's config; without a warm start it must stay ``none``."""
     buffer_size: int = ranged(1_000_000, ge=1)
     """Replay capacity (the offline dataset and the online steps together; the oldest are overwritten)."""
     learning_starts: int = ranged(0, ge=0)
@@ -255,6 +274,14 @@ class IQLOnlineConfig(IQLConfig):
     """Gradient steps per collected batch."""
     exploration_epsilon: float = ranged(0.0, ge=0, le=1)
     """Discrete actions: a uniformly random action with this probability on top of the sampled policy."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+        if self.actor_lr_schedule != "constant":
+            raise ConfigError(
+                "algo.actor_lr_schedule: iql-online keeps the policy's learning rate constant (the cosine decay is "
+                "the offline run's); drop --algo.actor-lr-schedule"
+            )
 
 
 @dataclass
@@ -275,6 +302,9 @@ class CQLOnlineConfig(CQLConfig):
     normalize_obs: bool = False
     """Observations pass through the frozen dataset statistics of the offline run that ``--warm-start.run``
     continues: set from that run's config (never computed online); without a warm start it must stay false."""
+    reward_scale: Literal["none", "return-range"] = "none"
+    """The offline run's reward scaling, continued (its scale comes with its training state, so the replay's rewards
+    are scaled as the dataset's were): set from that run's config; without a warm start it must stay ``none``."""
     buffer_size: int = ranged(1_000_000, ge=1)
     """Replay capacity (the offline dataset and the online steps together; the oldest are overwritten)."""
     learning_starts: int = ranged(0, ge=0)

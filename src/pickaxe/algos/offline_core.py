@@ -1,11 +1,16 @@
 """Pure loss functions of the offline algorithms (behaviour cloning, TD3+BC, IQL, CQL, BCQ, CRR), each a function of
-tensors with a known answer on hand-computed cases (tests/test_offline_losses.py)."""
+tensors with a known answer on hand-computed cases (tests/test_offline_losses.py), and the dataset's reward scale
+(``return_range_scale``)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
+import numpy as np
 import torch
+
+from pickaxe.errors import ConfigError
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -117,3 +122,17 @@ def crr_weights(advantage: torch.Tensor, kind: str, beta: float, max_weight: flo
     if kind == "binary":
         return (a > 0).to(a.dtype)
     return torch.exp(a / beta).clamp(max=max_weight)
+
+
+def return_range_scale(episode_returns: Sequence[float] | np.ndarray) -> float:
+    """The ``return-range`` reward scale: ``1000 / (max - min)`` of a dataset's episode returns (IQL's reference code
+    on locomotion datasets), computed in float64. A dataset of fewer than two episodes, or whose episodes all return
+    the same, has no range: refused (ConfigError)."""
+    returns = np.asarray(episode_returns, dtype=np.float64)
+    spread = float(returns.max() - returns.min()) if returns.size else 0.0
+    if returns.size < 2 or not spread > 0 or not math.isfinite(spread):
+        raise ConfigError(
+            f"--algo.reward-scale return-range needs episodes of different returns; the dataset's {returns.size} "
+            f"episode(s) span {spread!r}: drop --algo.reward-scale"
+        )
+    return 1000.0 / spread

@@ -17,6 +17,7 @@ from pickaxe.algos.base import Algorithm
 from pickaxe.algos.imitation_configs import uses_demonstrations
 from pickaxe.algos.multiagent_configs import is_multiagent
 from pickaxe.algos.offline_configs import is_offline
+from pickaxe.algos.offline_core import return_range_scale
 from pickaxe.envs.make import SeededVectorEnv, make
 from pickaxe.errors import ConfigError, PickaxeError
 from pickaxe.models.normalize import fit_obs_norm
@@ -271,6 +272,18 @@ def build_offline_trainer(cfg: TrainConfig, run: Run | None = None, progress: bo
         algo = build_algorithm(cfg, sampler)
         if getattr(cfg.algo, "normalize_obs", False):  # once, from every transition; a resume's checkpoint wins
             fit_obs_norm(algo.networks().values(), sampler.data["obs"])
+        if getattr(cfg.algo, "reward_scale", "none") == "return-range":  # once too; a resume's checkpoint wins
+            algo.reward_scale = return_range_scale(transitions.episode_returns)
+            if run is not None:
+                returns = transitions.episode_returns
+                run.event(
+                    f"reward scale {algo.reward_scale:.6g}: 1000 / (max - min) of the dataset's {len(returns)} "
+                    f"episode returns ({returns.min():.1f} to {returns.max():.1f})",
+                    reward_scale=algo.reward_scale,
+                    episodes=len(returns),
+                    return_min=float(returns.min()),
+                    return_max=float(returns.max()),
+                )
     except BaseException:
         eval_envs.close()
         raise

@@ -497,6 +497,11 @@ class TrainConfig(RunConfig):
                     f"--algo.normalize-obs: {name} normalises observations only by the dataset statistics of an "
                     f"offline run it continues (--warm-start.run); {fix} --algo.normalize-obs"
                 )
+            if not is_offline(self.algo) and getattr(self.algo, "reward_scale", "none") != "none":
+                raise ConfigError(
+                    f"--algo.reward-scale: {name} scales rewards only as the offline run it continues did "
+                    "(--warm-start.run); add --warm-start.run DIR or drop --algo.reward-scale"
+                )
             return
         sources = WARM_STARTS.get(name)
         if not sources:
@@ -543,6 +548,14 @@ class TrainConfig(RunConfig):
             raise ConfigError(f"--warm-start.run {run} records no dataset: add --warm-start.seed-replay false")
         # the networks see the inputs they were trained on: the offline run's statistics, frozen (its weights file)
         self.algo.normalize_obs = bool(source.get("algo", {}).get("normalize_obs", False))
+        scale = source.get("algo", {}).get("reward_scale", "none")
+        if name in CONTINUES_TRAINING:  # the scale itself comes with the offline run's training state
+            self.algo.reward_scale = scale
+        elif scale != "none":
+            raise ConfigError(
+                f"--warm-start.run {run} scaled its rewards (--algo.reward-scale {scale}), so its critics' values "
+                f"are not in the env's units that {name} learns from: warm-start from a run without reward scaling"
+            )
 
     def check_data(self) -> None:
         """Offline algorithms need ``--data.dataset``, whose files verify and whose spaces are the env's, and
