@@ -5,6 +5,7 @@ resume after a SIGKILL, and bad input as one line with exit status 2."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -247,6 +248,7 @@ def test_learns_the_cooperative_toy_well_above_the_untrained_policy(algo: object
 
 
 MPE = EnvConfig(id="mpe2:simple_spread_v3", num_envs=4, eval_envs=2, kwargs={"N": 2, "max_cycles": 5})
+REACH = EnvConfig(id="pickaxe.envs.multiagent_toys:CoopReach", num_envs=4, eval_envs=2, kwargs={"leave_at": 2})
 
 
 @pytest.mark.parametrize(
@@ -254,6 +256,7 @@ MPE = EnvConfig(id="mpe2:simple_spread_v3", num_envs=4, eval_envs=2, kwargs={"N"
     [
         (MAPPOConfig(epochs=2, minibatch_size=128), None),
         (replace(IDQN, gradient_steps=4), None),
+        (MAPPOConfig(epochs=2, minibatch_size=128, shared=False), REACH),  # Box actions, a Gaussian actor per agent
         pytest.param(MAPPOConfig(epochs=2, minibatch_size=128), MPE, marks=pytest.mark.slow),  # MPE2's captured state
     ],
 )
@@ -299,6 +302,11 @@ def test_a_run_killed_and_resumed_ends_exactly_as_one_never_stopped(
     [
         (["simple-spread-mappo", "--env.id", "CartPole-v1"], ["mappo", "PettingZoo"]),
         (["cartpole-ppo", "--env.id", TOY], ["multi-agent", "ppo"]),
+        pytest.param(
+            ["simple-spread-idqn", "--env.kwargs.continuous_actions", "true"],
+            ["idqn takes Discrete", "Box", "mappo"],
+            marks=pytest.mark.skipif(importlib.util.find_spec("mpe2") is None, reason="needs mpe2"),
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], words: list[str]) -> None:
@@ -326,7 +334,9 @@ def test_recipes_are_listed_with_their_algorithms() -> None:
     from pickaxe.recipes.algos import algo_catalog
 
     entries = {e.name: e for e in algo_catalog()}
-    assert set(entries["mappo"].recipes) == {"simple-spread-mappo", "simple-adversary-mappo"}
+    assert set(entries["mappo"].recipes) == {
+        "simple-spread-mappo", "simple-spread-mappo-continuous", "simple-adversary-mappo",
+    }  # fmt: skip
     assert entries["ippo"].recipes == ("simple-spread-ippo",)
     assert entries["idqn"].recipes == ("simple-spread-idqn",)
     cfg = get_recipe("simple-spread-mappo")
