@@ -190,17 +190,26 @@ def test_an_aec_env_goes_through_pettingzoos_conversion() -> None:
     assert ended == [False, False, True] and envs.alive().all()
 
 
-@pytest.mark.parametrize("env_id", ["mpe2:simple_spread_v3", "mpe2:simple_adversary_v3"])
-def test_mpe_state_is_captured_exactly_across_episode_ends(env_id: str) -> None:
+@pytest.mark.parametrize(
+    ("env_id", "continuous"),
+    [("mpe2:simple_spread_v3", False), ("mpe2:simple_adversary_v3", False), ("mpe2:simple_spread_v3", True)],
+)
+def test_mpe_state_is_captured_exactly_across_episode_ends(env_id: str, continuous: bool) -> None:
     pytest.importorskip("mpe2")
-    a, b = MultiAgentVectorEnv(env_id, 2, seed=7, max_cycles=5), MultiAgentVectorEnv(env_id, 2, seed=99, max_cycles=5)
+    kw = {"max_cycles": 5, "continuous_actions": continuous}
+    a, b = MultiAgentVectorEnv(env_id, 2, seed=7, **kw), MultiAgentVectorEnv(env_id, 2, seed=99, **kw)
     rng = np.random.default_rng(0)
+
+    def draw() -> np.ndarray:  # Box actions drawn past their [0, 1] bounds too: the adapter clips them
+        shape = (2, a.num_agents)
+        return rng.normal(0.5, 1.0, (*shape, 5)).astype(np.float32) if continuous else rng.integers(0, 5, shape)
+
     a.reset()
     for _ in range(3):
-        a.step(rng.integers(0, 5, (2, a.num_agents)), a.alive())
+        a.step(draw(), a.alive())
     assert a.state_support() == "exact"
     saved = a.get_states()
-    actions = [rng.integers(0, 5, (2, a.num_agents)) for _ in range(8)]  # two episode ends on the way
+    actions = [draw() for _ in range(8)]  # two episode ends on the way
     first = [a.step(x, a.alive()) for x in actions]
     b.set_states(saved)
     for x, want in zip(actions, first, strict=True):
