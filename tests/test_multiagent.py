@@ -5,6 +5,7 @@ resume after a SIGKILL, and bad input as one line with exit status 2."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -189,17 +190,26 @@ def test_an_aec_env_goes_through_pettingzoos_conversion() -> None:
     assert ended == [False, False, True] and envs.alive().all()
 
 
-@pytest.mark.parametrize("env_id", ["mpe2:simple_spread_v3", "mpe2:simple_adversary_v3"])
-def test_mpe_state_is_captured_exactly_across_episode_ends(env_id: str) -> None:
+@pytest.mark.parametrize(
+    ("env_id", "continuous"),
+    [("mpe2:simple_spread_v3", False), ("mpe2:simple_adversary_v3", False), ("mpe2:simple_spread_v3", True)],
+)
+def test_mpe_state_is_captured_exactly_across_episode_ends(env_id: str, continuous: bool) -> None:
     pytest.importorskip("mpe2")
-    a, b = MultiAgentVectorEnv(env_id, 2, seed=7, max_cycles=5), MultiAgentVectorEnv(env_id, 2, seed=99, max_cycles=5)
+    kw = {"max_cycles": 5, "continuous_actions": continuous}
+    a, b = MultiAgentVectorEnv(env_id, 2, seed=7, **kw), MultiAgentVectorEnv(env_id, 2, seed=99, **kw)
     rng = np.random.default_rng(0)
+
+    def draw() -> np.ndarray:  # Box actions drawn past their [0, 1] bounds too: the adapter clips them
+        shape = (2, a.num_agents)
+        return rng.normal(0.5, 1.0, (*shape, 5)).astype(np.float32) if continuous else rng.integers(0, 5, shape)
+
     a.reset()
     for _ in range(3):
-        a.step(rng.integers(0, 5, (2, a.num_agents)), a.alive())
+        a.step(draw(), a.alive())
     assert a.state_support() == "exact"
     saved = a.get_states()
-    actions = [rng.integers(0, 5, (2, a.num_agents)) for _ in range(8)]  # two episode ends on the way
+    actions = [draw() for _ in range(8)]  # two episode ends on the way
     first = [a.step(x, a.alive()) for x in actions]
     b.set_states(saved)
     for x, want in zip(actions, first, strict=True):
@@ -247,6 +257,7 @@ def test_learns_the_cooperative_toy_well_above_the_untrained_policy(algo: object
 
 
 MPE = EnvConfig(id="mpe2:simple_spread_v3", num_envs=4, eval_envs=2, kwargs={"N": 2, "max_cycles": 5})
+REACH = EnvConfig(id="pickaxe.envs.multiagent_toys:CoopReach", num_envs=4, eval_envs=2, kwargs={"leave_at": 2})
 
 
 @pytest.mark.parametrize(
@@ -254,6 +265,7 @@ MPE = EnvConfig(id="mpe2:simple_spread_v3", num_envs=4, eval_envs=2, kwargs={"N"
     [
         (MAPPOConfig(epochs=2, minibatch_size=128), None),
         (replace(IDQN, gradient_steps=4), None),
+        (MAPPOConfig(epochs=2, minibatch_size=128, shared=False), REACH),  # Box actions, a Gaussian actor per agent
         pytest.param(MAPPOConfig(epochs=2, minibatch_size=128), MPE, marks=pytest.mark.slow),  # MPE2's captured state
     ],
 )
@@ -299,6 +311,11 @@ def test_a_run_killed_and_resumed_ends_exactly_as_one_never_stopped(
     [
         (["simple-spread-mappo", "--env.id", "CartPole-v1"], ["mappo", "PettingZoo"]),
         (["cartpole-ppo", "--env.id", TOY], ["multi-agent", "ppo"]),
+        pytest.param(
+            ["simple-spread-idqn", "--env.kwargs.continuous_actions", "true"],
+            ["idqn takes Discrete", "Box", "mappo"],
+            marks=pytest.mark.skipif(importlib.util.find_spec("mpe2") is None, reason="needs mpe2"),
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], words: list[str]) -> None:
@@ -326,7 +343,9 @@ def test_recipes_are_listed_with_their_algorithms() -> None:
     from pickaxe.recipes.algos import algo_catalog
 
     entries = {e.name: e for e in algo_catalog()}
-    assert set(entries["mappo"].recipes) == {"simple-spread-mappo", "simple-adversary-mappo"}
+    assert set(entries["mappo"].recipes) == {
+        "simple-spread-mappo", "simple-spread-mappo-continuous", "simple-adversary-mappo",
+    }  # fmt: skip
     assert entries["ippo"].recipes == ("simple-spread-ippo",)
     assert entries["idqn"].recipes == ("simple-spread-idqn",)
     cfg = get_recipe("simple-spread-mappo")

@@ -114,6 +114,8 @@ class IndependentDQN(Algorithm):
 def build_idqn(config: IDQNConfig, envs: Any, model: Any, device: torch.device, seed: int) -> IndependentDQN:
     """Independent DQN with a Q-network for ``envs``' agents (a ``MultiAgentVectorEnv``) shaped by ``model``."""
     s = envs.spaces
+    if s.continuous:
+        raise ValueError("idqn takes Discrete actions; use ippo or mappo for Box actions")
     qnet = MultiAgentQNetwork(
         s.num_agents, s.obs_dim, s.n_actions, tuple(model.hidden), model.activation, config.shared, config.agent_id
     )

@@ -111,11 +111,12 @@ class MultiAgentPPO(Algorithm):
 
 
 def multiagent_policy(config: IPPOConfig, envs: Any, model: Any) -> MultiAgentActorCritic:
-    """The actor-critic for ``envs``' agents (a ``MultiAgentVectorEnv``), shaped by ``model`` and ``config``."""
+    """The actor-critic for ``envs``' agents (a ``MultiAgentVectorEnv``), shaped by ``model`` and ``config``: a
+    categorical actor for Discrete actions, a Gaussian one for Box actions."""
     s = envs.spaces
     return MultiAgentActorCritic(
         s.num_agents, s.obs_dim, s.n_actions, s.state_dim, tuple(model.hidden), model.activation,
-        shared=config.shared, agent_id=config.agent_id, central=type(config).central_critic,
+        shared=config.shared, agent_id=config.agent_id, central=type(config).central_critic, continuous=s.continuous,
     )  # fmt: skip
 
 

@@ -18,6 +18,8 @@ class IPPOConfig:
     """Marks a multi-agent algorithm: it trains on a PettingZoo env id, and no other algorithm does."""
     central_critic: ClassVar[bool] = False
     """Whether the critic reads the env's global state (``state()``) instead of the agent's observation."""
+    continuous_actions: ClassVar[bool] = True
+    """Whether it takes Box actions (a Gaussian actor) as well as Discrete ones."""
     mutable: ClassVar[tuple[str, ...]] = (
         "lr", "clip", "ent_coef", "vf_coef", "max_grad_norm", "target_kl", "epochs", "minibatch_size",
     )  # fmt: skip
@@ -69,6 +71,11 @@ def is_multiagent(algo: object) -> bool:
     return bool(getattr(type(algo), "multiagent", False))
 
 
+def takes_box_actions(algo: object) -> bool:
+    """Whether ``algo`` (a multi-agent config) takes Box actions as well as Discrete ones."""
+    return bool(getattr(type(algo), "continuous_actions", False))
+
+
 def needs_state(algo: object) -> bool:
     """Whether ``algo``'s critic reads the env's global state."""
     return bool(getattr(type(algo), "central_critic", False))
@@ -83,6 +90,8 @@ class IDQNConfig:
     multiagent: ClassVar[bool] = True
     """Marks a multi-agent algorithm (see ``IPPOConfig``)."""
     central_critic: ClassVar[bool] = False
+    continuous_actions: ClassVar[bool] = False
+    """Q-values over a Discrete action set: Box actions are refused."""
     mutable: ClassVar[tuple[str, ...]] = ("lr", "gradient_steps", "max_grad_norm")
     """Fields read afresh at every update, so ``pickaxe set`` may change them while the run trains."""
 

@@ -8,8 +8,9 @@ id that names a registered gymnasium env stays a gymnasium env.
 
 ``MultiAgentVectorEnv`` steps ``n`` copies in this process. Every array is ``[N, A, ...]`` over the env's
 ``possible_agents`` in their order: observations flattened to float32 (``gymnasium.spaces.flatten``: Discrete ones
-one-hot) and zero-padded to the longest agent's, integer actions (every agent's action space ``Discrete`` of one
-size), per-agent rewards and ``terminated`` / ``truncated`` flags, and ``alive`` (the agent is in ``env.agents``: it
+one-hot) and zero-padded to the longest agent's, actions (every agent's action space ``Discrete`` of one size: ints
+``[N, A]``; or ``Box`` of one shape: floats ``[N, A, d]``, ``d`` the Box's size, clipped to each agent's bounds when
+sent), per-agent rewards and ``terminated`` / ``truncated`` flags, and ``alive`` (the agent is in ``env.agents``: it
 acts this step). An agent that leaves mid-episode is ``alive=False`` from then on; its action is not sent and its
 rows are masked by the learner. An episode ends when no agent is left; the env is reset in the same step (the final
 observations and global state are returned, as with gymnasium's ``SAME_STEP``). ``state()`` (``[N, S]``) is the
@@ -112,20 +113,34 @@ class AgentSpaces:
     agents: tuple[str, ...]
     obs_dim: int
     n_actions: int
+    """Discrete actions: how many; Box actions: the size of one action (its dimensions, flattened)."""
     state_dim: int | None
     """None when the env has no ``state()``."""
+    action_low: np.ndarray | None = None
+    """Box actions: each agent's lower bounds, ``[A, n_actions]`` (None: Discrete actions)."""
+    action_high: np.ndarray | None = None
+    """Box actions: each agent's upper bounds, ``[A, n_actions]``."""
 
     @property
     def num_agents(self) -> int:
         """How many agents (``len(agents)``)."""
         return len(self.agents)
 
+    @property
+    def continuous(self) -> bool:
+        """Whether the actions are Box (float vectors) rather than Discrete."""
+        return self.action_low is not None
+
 
 def agent_spaces(env: Any, env_id: str) -> AgentSpaces:
     """The spaces of a (reset) parallel env, checked: observations gymnasium can flatten (Box, Discrete one-hot,
-    Dict, Tuple), the same ``Discrete`` action space for every agent (one-line ``EnvError`` otherwise)."""
+    Dict, Tuple); actions ``Discrete`` of one size for every agent, or ``Box`` of one shape for every agent (its
+    bounds may differ between agents); one-line ``EnvError`` otherwise, naming the first agent that differs."""
     agents = tuple(env.possible_agents)
-    dims, sizes = [], set()
+    dims: list[int] = []
+    first: Any = None
+    first_kind: tuple[str, Any] = ("", None)
+    lows, highs = [], []
     for agent in agents:
         obs_space, act_space = env.observation_space(agent), env.action_space(agent)
         try:
@@ -134,16 +149,28 @@ def agent_spaces(env: Any, env_id: str) -> AgentSpaces:
             raise EnvError(
                 f"environment {env_id!r}: agent {agent}'s observations {obs_space} cannot be flattened"
             ) from None
-        if not isinstance(act_space, gym.spaces.Discrete):
+        box = isinstance(act_space, gym.spaces.Box) and np.issubdtype(act_space.dtype, np.floating)
+        if not (box or isinstance(act_space, gym.spaces.Discrete)):
             raise EnvError(
                 f"environment {env_id!r}: agent {agent}'s actions are {act_space}; the multi-agent algorithms take "
-                "Discrete actions (MPE2: continuous_actions=False)"
+                "Discrete actions or float Box actions"
             )
-        sizes.add(int(act_space.n))
-    if len(sizes) != 1:
-        raise EnvError(f"environment {env_id!r}: agents have different action counts {sorted(sizes)}; need one")
+        kind = ("Box", tuple(act_space.shape)) if box else ("Discrete", int(act_space.n))
+        if first is None:
+            first, first_kind = act_space, kind
+        elif kind != first_kind:
+            raise EnvError(
+                f"environment {env_id!r}: agent {agent}'s actions are {act_space} and {agents[0]}'s {first}; the "
+                "multi-agent algorithms need one action space (Discrete of one size, or Box of one shape) for every "
+                "agent"
+            )
+        if box:
+            lows.append(np.asarray(act_space.low, dtype=np.float32).reshape(-1))
+            highs.append(np.asarray(act_space.high, dtype=np.float32).reshape(-1))
     state_dim = int(np.asarray(env.state()).size) if has_state(env) else None
-    return AgentSpaces(agents, max(dims), sizes.pop(), state_dim)
+    if lows:
+        return AgentSpaces(agents, max(dims), lows[0].size, state_dim, np.stack(lows), np.stack(highs))
+    return AgentSpaces(agents, max(dims), int(first.n), state_dim)
 
 
 @dataclass
@@ -187,7 +214,17 @@ class MultiAgentVectorEnv:
         self.agents = self.spaces.agents
         self.num_agents = len(self.agents)
         self._obs_spaces = [self.envs[0].observation_space(a) for a in self.agents]
+        self._act_spaces = [self.envs[0].action_space(a) for a in self.agents]
         self._seeded = False
+
+    def _action(self, j: int, action: np.ndarray) -> Any:
+        """What agent ``j``'s env receives of its row of the actions: an int, or a Box action clipped to the agent's
+        bounds, in the Box's shape and dtype."""
+        if not self.spaces.continuous:
+            return int(action)
+        space = self._act_spaces[j]
+        clipped = np.clip(action, self.spaces.action_low[j], self.spaces.action_high[j])  # type: ignore[index]
+        return clipped.reshape(space.shape).astype(space.dtype)
 
     def _obs_row(self, obs: dict[str, Any]) -> np.ndarray:
         """One env's observation dict as ``[A, D]`` float32 (absent agents zero)."""
@@ -230,7 +267,8 @@ class MultiAgentVectorEnv:
         return np.stack([self._state_row(env) for env in self.envs])
 
     def step(self, actions: np.ndarray, alive: np.ndarray) -> MultiAgentStep:
-        """Send each alive agent its action (``[N, A]`` ints), reset the envs whose episode ended."""
+        """Send each alive agent its action (``[N, A]`` ints, or ``[N, A, d]`` floats clipped to the Box bounds),
+        reset the envs whose episode ended."""
         N, A, D = self.num_envs, self.num_agents, self.spaces.obs_dim
         next_obs = np.zeros((N, A, D), dtype=np.float32)
         reward = np.zeros((N, A), dtype=np.float32)
@@ -243,7 +281,7 @@ class MultiAgentVectorEnv:
         next_state = np.empty((N, self.spaces.state_dim), dtype=np.float32) if with_state else None
         state = np.empty_like(next_state) if with_state else None
         for i, env in enumerate(self.envs):
-            sent = {a: int(actions[i, j]) for j, a in enumerate(self.agents) if alive[i, j]}
+            sent = {a: self._action(j, actions[i, j]) for j, a in enumerate(self.agents) if alive[i, j]}
             obs, rew, te, tr, _ = env.step(sent)
             next_obs[i] = self._obs_row(obs)
             for j, agent in enumerate(self.agents):
@@ -355,9 +393,11 @@ def restore_mpe(env: Any, state: dict[str, Any]) -> None:
     )
 
 
-def check_multiagent_env(env_id: str, env_kwargs: dict[str, Any], algo: str, needs_state: bool) -> AgentSpaces:
-    """Make one env of ``env_id`` and check it suits ``algo`` (spaces; a global state when ``needs_state``); one-line
-    ``EnvError`` otherwise."""
+def check_multiagent_env(
+    env_id: str, env_kwargs: dict[str, Any], algo: str, needs_state: bool, box_actions: bool = True
+) -> AgentSpaces:
+    """Make one env of ``env_id`` and check it suits ``algo`` (spaces; a global state when ``needs_state``; Discrete
+    actions unless ``box_actions``); one-line ``EnvError`` otherwise."""
     env = make_parallel_env(env_id, **env_kwargs)
     try:
         env.reset(seed=0)
@@ -368,5 +408,10 @@ def check_multiagent_env(env_id: str, env_kwargs: dict[str, Any], algo: str, nee
         raise EnvError(
             f"{algo}'s critic reads the env's global state, and {env_id!r} has no state(); use ippo (each agent's "
             "critic on its own observation)"
+        )
+    if spaces.continuous and not box_actions:
+        raise EnvError(
+            f"{algo} takes Discrete actions and {env_id!r} has Box actions of size {spaces.n_actions}; use ippo or "
+            "mappo (a Gaussian actor), or Discrete actions (MPE2: --env.kwargs.continuous_actions false)"
         )
     return spaces

@@ -20,6 +20,19 @@ from pickaxe.models.twin_mlp import TwinMLP
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
+def gaussian_logprob(mean: torch.Tensor, log_std: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    """``log N(action; mean, exp(log_std)^2)`` of a diagonal Gaussian, summed over the last axis (``log_std``
+    broadcasts against ``mean``: one per dimension, or one per row and dimension)."""
+    z = (action - mean) / log_std.exp()
+    return (-0.5 * z.pow(2) - log_std - _LOG_SQRT_2PI).sum(-1)
+
+
+def gaussian_entropy(log_std: torch.Tensor) -> torch.Tensor:
+    """The entropy of a diagonal Gaussian with ``log_std``, summed over the last axis (it does not depend on the
+    mean)."""
+    return (0.5 + _LOG_SQRT_2PI + log_std).sum(-1)
+
+
 class ActorCritic(nn.Module):
     """Separate actor and critic MLPs on vectors; a shared Nature CNN torso with separate actor and critic heads
     (``hidden`` layers, none for the standard Atari PPO) on images.
@@ -121,7 +134,7 @@ class ActorCritic(nn.Module):
         elif self.kind == "Box":
             std = self.log_std.exp()
             action = out if deterministic else out + std * torch.randn_like(out)
-            logprob = self._gaussian_logprob(out, action)
+            logprob = gaussian_logprob(out, self.log_std, action)
             action = action.reshape(-1, *self.action_shape)
         elif self.kind == "MultiDiscrete":
             parts = [torch.log_softmax(o, -1) for o in out.split(self.nvec, -1)]
@@ -148,8 +161,8 @@ class ActorCritic(nn.Module):
             logprob = logp_all.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
             entropy = -(logp_all.exp() * logp_all).sum(-1)
         elif self.kind == "Box":
-            logprob = self._gaussian_logprob(out, action.flatten(1))
-            entropy = (0.5 + _LOG_SQRT_2PI + self.log_std).sum().expand(out.shape[0])
+            logprob = gaussian_logprob(out, self.log_std, action.flatten(1))
+            entropy = gaussian_entropy(self.log_std).expand(out.shape[0])
         elif self.kind == "MultiDiscrete":
             a = action.long().flatten(1)
             if self.action_start is not None:
@@ -162,10 +175,6 @@ class ActorCritic(nn.Module):
             p = torch.sigmoid(out)
             entropy = (F.binary_cross_entropy_with_logits(out, p, reduction="none")).sum(-1)
         return logprob, entropy, self.critic(x).squeeze(-1)  # type: ignore[return-value]
-
-    def _gaussian_logprob(self, mean: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        z = (action - mean) / self.log_std.exp()
-        return (-0.5 * z.pow(2) - self.log_std - _LOG_SQRT_2PI).sum(-1)
 
     @staticmethod
     def _bernoulli_logprob(logits: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:

@@ -1,10 +1,12 @@
 """The networks of the multi-agent algorithms (IPPO, MAPPO, independent DQN): agents as a tensor dimension.
 
-Observations arrive as ``[..., A, D]``; every agent gets a categorical policy over the same ``n_actions`` and a
-value. With ``shared`` parameters one actor and one critic serve every agent, the agent's one-hot id appended to
-their input (``agent_id``); otherwise each agent has its own actor and critic. The critic reads each agent's own
-observation (IPPO) or the env's global state (MAPPO's centralised critic, ``central``). The learner works on flat
-rows of single agent-steps: ``*_rows`` take ``[B, ...]`` inputs with each row's agent index.
+Observations arrive as ``[..., A, D]``; every agent gets a policy, categorical over the same ``n_actions``, or
+(``continuous``) a diagonal Gaussian over ``n_actions`` dimensions with a state-independent ``log_std`` (as PPO's
+``ActorCritic``: log-probs and entropies summed over the dimensions, actions unbounded here and clipped by the env
+adapter), and a value. With ``shared`` parameters one actor and one critic serve every agent, the agent's one-hot
+id appended to their input (``agent_id``); otherwise each agent has its own actor and critic. The critic reads each
+agent's own observation (IPPO) or the env's global state (MAPPO's centralised critic, ``central``). The learner works
+on flat rows of single agent-steps: ``*_rows`` take ``[B, ...]`` inputs with each row's agent index.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pickaxe.models.actor_critic import gaussian_entropy, gaussian_logprob
 from pickaxe.models.mlp import mlp
 
 
@@ -35,7 +38,9 @@ def per_agent(
 
 
 class MultiAgentActorCritic(nn.Module):
-    """Categorical actors and value critics for ``num_agents`` agents (shared with an id input, or one each)."""
+    """Categorical or Gaussian actors and value critics for ``num_agents`` agents (shared with an id input, or one
+    each). A Gaussian actor's ``log_std`` is ``[1, d]`` with shared parameters, ``[A, d]`` (one row per agent)
+    otherwise."""
 
     def __init__(
         self,
@@ -48,12 +53,14 @@ class MultiAgentActorCritic(nn.Module):
         shared: bool = True,
         agent_id: bool = True,
         central: bool = False,
+        continuous: bool = False,
+        log_std_init: float = 0.0,
     ) -> None:
         super().__init__()
         if central and state_dim is None:
             raise ValueError("a central critic needs the env's state size (state_dim)")
         self.num_agents, self.obs_dim, self.n_actions = num_agents, obs_dim, n_actions
-        self.shared, self.central = shared, central
+        self.shared, self.central, self.continuous = shared, central, continuous
         self.agent_id = shared and agent_id  # separate networks know their agent already
         ids = num_agents if self.agent_id else 0
         critic_in = (state_dim if central else obs_dim) + ids  # type: ignore[operator]
@@ -62,10 +69,19 @@ class MultiAgentActorCritic(nn.Module):
             mlp(obs_dim + ids, hidden, n_actions, activation, out_gain=0.01) for _ in range(copies)
         )
         self.critics = nn.ModuleList(mlp(critic_in, hidden, 1, activation, out_gain=1.0) for _ in range(copies))
+        if continuous:
+            self.log_std = nn.Parameter(torch.full((copies, n_actions), float(log_std_init)))
 
     def logits_rows(self, obs: torch.Tensor, agent: torch.Tensor) -> torch.Tensor:
-        """``[B, n_actions]`` action logits of rows ``obs`` (``[B, D]``) of agents ``agent``."""
+        """``[B, n_actions]`` action logits (a Gaussian actor: means) of rows ``obs`` (``[B, D]``) of agents
+        ``agent``."""
         return per_agent(self.actors, obs, agent, self.num_agents, self.agent_id, self.n_actions)
+
+    def log_std_rows(self, agent: torch.Tensor) -> torch.Tensor:
+        """A Gaussian actor's ``[B, n_actions]`` log standard deviations of rows of agents ``agent``."""
+        if len(self.actors) == 1:
+            return self.log_std[0].expand(agent.shape[0], self.n_actions)
+        return self.log_std[agent]
 
     def value_rows(self, critic_in: torch.Tensor, agent: torch.Tensor) -> torch.Tensor:
         """``[B]`` values of rows of critic inputs (observation or global state) of agents ``agent``."""
@@ -74,8 +90,13 @@ class MultiAgentActorCritic(nn.Module):
     def evaluate_rows(
         self, obs: torch.Tensor, critic_in: torch.Tensor, agent: torch.Tensor, action: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(logprob, entropy, value)`` of each row's ``action`` under the current weights."""
-        logp = torch.log_softmax(self.logits_rows(obs, agent), dim=-1)
+        """``(logprob, entropy, value)`` of each row's ``action`` (``[B]`` ints, or ``[B, d]`` unclipped floats)
+        under the current weights."""
+        out = self.logits_rows(obs, agent)
+        if self.continuous:
+            log_std = self.log_std_rows(agent)
+            return gaussian_logprob(out, log_std, action), gaussian_entropy(log_std), self.value_rows(critic_in, agent)
+        logp = torch.log_softmax(out, dim=-1)
         logprob = logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
         entropy = -(logp.exp() * logp).sum(-1)
         return logprob, entropy, self.value_rows(critic_in, agent)
@@ -100,13 +121,22 @@ class MultiAgentActorCritic(nn.Module):
     def act(
         self, obs: torch.Tensor, state: torch.Tensor | None = None, deterministic: bool = False
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Actions ``[..., A]`` of every agent with their ``logprob`` and ``value`` (greedy when ``deterministic``)."""
+        """Actions of every agent, ``[..., A]`` ints or ``[..., A, d]`` floats (a Gaussian's sample, unclipped), with
+        their ``logprob`` and ``value``; greedy (the categorical's mode, the Gaussian's mean) when ``deterministic``."""
         rows, agent = self._flat(obs)
-        logp = torch.log_softmax(self.logits_rows(rows, agent), dim=-1)
-        action = logp.argmax(-1) if deterministic else torch.multinomial(logp.exp(), 1).squeeze(-1)
-        logprob = logp.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        out = self.logits_rows(rows, agent)
         shape = obs.shape[:-1]
-        return action.view(shape), {"logprob": logprob.view(shape), "value": self.value(obs, state)}
+        if self.continuous:
+            log_std = self.log_std_rows(agent)
+            action = out if deterministic else out + log_std.exp() * torch.randn_like(out)
+            logprob = gaussian_logprob(out, log_std, action)
+            action = action.view(*shape, self.n_actions)
+        else:
+            logp = torch.log_softmax(out, dim=-1)
+            action = logp.argmax(-1) if deterministic else torch.multinomial(logp.exp(), 1).squeeze(-1)
+            logprob = logp.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+            action = action.view(shape)
+        return action, {"logprob": logprob.view(shape), "value": self.value(obs, state)}
 
 
 class MultiAgentQNetwork(nn.Module):

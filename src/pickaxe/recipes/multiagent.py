@@ -1,4 +1,5 @@
-"""Multi-agent recipes: IPPO, MAPPO and independent DQN on MPE2 simple_spread (PettingZoo); torch-free."""
+"""Multi-agent recipes: IPPO, MAPPO (Discrete and continuous actions) and independent DQN on MPE2 simple_spread
+(PettingZoo); torch-free."""
 
 from __future__ import annotations
 
@@ -44,6 +45,15 @@ def _simple_spread_idqn() -> TrainConfig:
     return cfg
 
 
+def _simple_spread_mappo_continuous() -> TrainConfig:
+    # the MAPPO recipe with MPE2's continuous actions: each agent a Box(0, 1, (5,)) of (no-op and four directional)
+    # magnitudes, taken by a Gaussian actor (its samples clipped to the bounds when sent); settings otherwise the same
+    cfg = _simple_spread_mappo()
+    cfg.recipe = "simple-spread-mappo-continuous"
+    cfg.env.kwargs["continuous_actions"] = True
+    return cfg
+
+
 def _simple_adversary_mappo() -> TrainConfig:
     # a mixed game: one adversary (who does not see the target landmark) against two cooperating agents (who do);
     # observations of 8 (adversary) and 10 numbers, zero-padded to 10; per-agent returns tell the sides apart
@@ -63,6 +73,11 @@ MULTIAGENT_RECIPES: dict[str, Recipe] = {
             "simple-spread-mappo",
             "MAPPO (centralised critic on the global state, shared parameters) on MPE2 simple_spread, 3 agents",
             _simple_spread_mappo,
+        ),
+        Recipe(
+            "simple-spread-mappo-continuous",
+            "MAPPO with a Gaussian actor on MPE2 simple_spread's continuous actions (Box(0, 1, (5,))), 3 agents",
+            _simple_spread_mappo_continuous,
         ),
         Recipe(
             "simple-spread-ippo",

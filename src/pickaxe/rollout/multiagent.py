@@ -2,7 +2,8 @@
 
 A collected batch is ``[T, N]`` (env steps: what the Trainer counts) whose per-agent keys carry the agents as a
 third dimension: ``obs`` / ``next_obs`` ``[T, N, A, D]``; ``action``, ``logprob``, ``value``, ``reward``,
-``terminated``, ``truncated`` and ``mask`` ``[T, N, A]``; with a global state ``state`` / ``next_state`` ``[T, N,
+``terminated``, ``truncated`` and ``mask`` ``[T, N, A]`` (Box actions: ``action`` ``[T, N, A, d]``, as sampled,
+before the env adapter clips them); with a global state ``state`` / ``next_state`` ``[T, N,
 S]``. ``mask`` is True where the agent was present and acted; the learner keeps only those agent-steps.
 """
 

@@ -23,7 +23,14 @@ from pickaxe.algos.extra_configs import (
     TRPOConfig,
 )
 from pickaxe.algos.imitation_configs import GAILConfig, uses_demonstrations
-from pickaxe.algos.multiagent_configs import IDQNConfig, IPPOConfig, MAPPOConfig, is_multiagent, needs_state
+from pickaxe.algos.multiagent_configs import (
+    IDQNConfig,
+    IPPOConfig,
+    MAPPOConfig,
+    is_multiagent,
+    needs_state,
+    takes_box_actions,
+)
 from pickaxe.algos.offline_configs import (
     BCConfig,
     BCQConfig,
@@ -449,9 +456,9 @@ class TrainConfig(RunConfig):
             )
 
     def check_multiagent(self) -> bool:
-        """A PettingZoo env id needs a multi-agent algorithm (and MAPPO an env with a global state), and a
-        multi-agent algorithm a PettingZoo env, trained in one process; returns whether the run is multi-agent (its
-        env then checked here)."""
+        """A PettingZoo env id needs a multi-agent algorithm (MAPPO an env with a global state, independent DQN
+        Discrete actions), and a multi-agent algorithm a PettingZoo env, trained in one process; returns whether the
+        run is multi-agent (its env then checked here)."""
         from pickaxe.envs.multiagent import check_multiagent_env, is_multiagent_id
 
         name, env_id = self.algo_name(), self.env.id
@@ -478,7 +485,7 @@ class TrainConfig(RunConfig):
             )
         if self.warm_start.run is not None:
             raise ConfigError(f"--warm-start.run: {name} cannot continue an offline run; drop --warm-start.run")
-        check_multiagent_env(env_id, self.env.kwargs, name, needs_state(self.algo))
+        check_multiagent_env(env_id, self.env.kwargs, name, needs_state(self.algo), takes_box_actions(self.algo))
         return True
 
     def check_warm_start(self) -> None:
