@@ -31,3 +31,31 @@ def assert_classic_resume_is_exact(cfg: Any, tmp_path: Path, cut: int) -> list[d
     records = read_metrics(tmp_path / "full", deterministic=True)
     assert records == read_metrics(tmp_path / "cut", deterministic=True)
     return records
+
+
+def assert_killed_run_resumes_exactly(recipe: str, args: list[str], tmp_path: Path, fault: str) -> tuple[Path, Path]:
+    """``pickaxe train RECIPE ARGS`` to the end in ``tmp_path/a``; the same in ``tmp_path/b`` as a process SIGKILLed
+    at ``fault`` (``PICKAXE_FAULT``, e.g. ``iteration:10``), then ``pickaxe resume``d; assert both end with the same
+    weights bit for bit and the same deterministic records, and the resume recorded itself as exact. Returns the
+    two run folders (uninterrupted, resumed)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file
+
+    from pickaxe.cli import main
+    from pickaxe.runs.run import read_metrics
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert main(["train", recipe, *args, "--run-dir", str(a), "--no-progress"]) == 0
+    cmd = [sys.executable, "-m", "pickaxe.cli", "train", recipe, *args, "--run-dir", str(b), "--no-progress"]
+    proc = subprocess.run(cmd, env={**os.environ, "PICKAXE_FAULT": fault}, capture_output=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    assert main(["resume", str(b), "--no-progress"]) == 0
+    ta, tb = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
+    assert ta.keys() == tb.keys() and all(torch.equal(ta[k], tb[k]) for k in ta)
+    assert read_metrics(a, deterministic=True) == read_metrics(b, deterministic=True)
+    assert "resume is exact" in (b / "events.jsonl").read_text()
+    return a, b

@@ -6,18 +6,14 @@ same numbers as one never stopped."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file
 
+from classic_runs import assert_killed_run_resumes_exactly
 from cli_errors import train_error
 from pickaxe.cli import main
 from pickaxe.envs.make import make
@@ -25,7 +21,6 @@ from pickaxe.offline.dataset import DatasetError, Episode, read, read_mixed, wri
 from pickaxe.offline.sampler import DatasetSampler
 from pickaxe.runs.model import load_model
 from pickaxe.runs.policies import acting_networks
-from pickaxe.runs.run import read_metrics
 from pickaxe.train.build import build_algorithm
 from pickaxe.train.collect import play_episodes, run_config, weights_sha256
 
@@ -179,17 +174,7 @@ def test_killed_offline_run_resumes_exactly(source: dict[str, Path], tmp_path: P
         "--trainer.eval-every", "8192", "--trainer.eval-episodes", "2", "--env.eval-envs", "2", "--save-every", "4096",
         "--algo.batch-size", "128",
     ]  # fmt: skip
-    a, b = tmp_path / "a", tmp_path / "b"
-    assert main(["train", "cartpole-iql", *args, "--run-dir", str(a), "--no-progress"]) == 0
-    env = {**os.environ, "PICKAXE_FAULT": "iteration:22"}
-    cmd = [sys.executable, "-m", "pickaxe.cli", "train", "cartpole-iql", *args, "--run-dir", str(b), "--no-progress"]
-    proc = subprocess.run(cmd, env=env, capture_output=True)
-    assert proc.returncode == -signal.SIGKILL
-    assert main(["resume", str(b), "--no-progress"]) == 0
-    ta, tb = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
-    assert ta.keys() == tb.keys() and all(torch.equal(ta[k], tb[k]) for k in ta)
-    assert read_metrics(a, deterministic=True) == read_metrics(b, deterministic=True)
-    assert "resume is exact" in (b / "events.jsonl").read_text()
+    assert_killed_run_resumes_exactly("cartpole-iql", args, tmp_path, "iteration:22")
 
 
 def test_write_refuses_a_folder_in_use(tmp_path: Path) -> None:

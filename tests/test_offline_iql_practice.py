@@ -8,18 +8,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file
 
+from classic_runs import assert_killed_run_resumes_exactly
 from cli_errors import train_error
 from pickaxe.algos.iql import build_iql
 from pickaxe.algos.offline_configs import IQLConfig, IQLOnlineConfig
@@ -124,16 +120,7 @@ def test_a_killed_run_with_both_resumes_exactly(data: Path, tmp_path: Path) -> N
         "--collector.steps", "256", "--algo.batch-size", "64", "--trainer.eval-every", "2048",
         "--trainer.eval-episodes", "1", "--env.eval-envs", "1", "--save-every", "1024",
     ]  # fmt: skip
-    a, b = tmp_path / "a", tmp_path / "b"
-    assert main(["train", "pendulum-iql", *args, "--run-dir", str(a), "--no-progress"]) == 0
-    env = {**os.environ, "PICKAXE_FAULT": "iteration:10"}
-    cmd = [sys.executable, "-m", "pickaxe.cli", "train", "pendulum-iql", *args, "--run-dir", str(b), "--no-progress"]
-    proc = subprocess.run(cmd, env=env, capture_output=True)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
-    assert main(["resume", str(b), "--no-progress"]) == 0
-    ta, tb = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
-    assert ta.keys() == tb.keys() and all(torch.equal(ta[k], tb[k]) for k in ta)
-    assert read_metrics(a, deterministic=True) == read_metrics(b, deterministic=True)
+    _, b = assert_killed_run_resumes_exactly("pendulum-iql", args, tmp_path, "iteration:10")
     events = (b / "events.jsonl").read_text()
     assert "resume is exact" in events
     # the scale is recorded in the run and kept in its state; pendulum-iql's lr 1e-3 decayed over the 64 steps

@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -21,6 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 import pickaxe
+from classic_runs import assert_killed_run_resumes_exactly
 from cli_errors import train_error
 from offline_data import random_dataset
 from pickaxe.algos.offline_configs import TD3BCConfig, is_offline
@@ -175,17 +172,8 @@ def test_a_killed_normalised_run_resumes_exactly(runs: dict[str, Path], tmp_path
         "--collector.steps", "512", "--algo.batch-size", "128", "--trainer.eval-every", "4096",
         "--trainer.eval-episodes", "2", "--env.eval-envs", "2", "--save-every", "2048",
     ]  # fmt: skip
-    a, b = tmp_path / "a", tmp_path / "b"
-    assert main(["train", "pendulum-td3-bc", *args, "--run-dir", str(a), "--no-progress"]) == 0
-    env = {**os.environ, "PICKAXE_FAULT": "iteration:10"}
-    cmd = [sys.executable, "-m", "pickaxe.cli", "train", "pendulum-td3-bc", *args, "--run-dir", str(b), "--no-progress"]
-    proc = subprocess.run(cmd, env=env, capture_output=True)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
-    assert main(["resume", str(b), "--no-progress"]) == 0
-    ta, tb = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
-    assert ta.keys() == tb.keys() and all(torch.equal(ta[k], tb[k]) for k in ta)
-    assert read_metrics(a, deterministic=True) == read_metrics(b, deterministic=True)
-    assert "resume is exact" in (b / "events.jsonl").read_text()
+    _, b = assert_killed_run_resumes_exactly("pendulum-td3-bc", args, tmp_path, "iteration:10")
+    tb = load_file(str(b / "model.safetensors"))
     mean, _, n = _dataset_stats(runs["data"])
     np.testing.assert_allclose(tb["actor.encoder.norm.mean"].numpy(), mean, rtol=1e-12, atol=1e-12)
     assert tb["critic.encoder.norm.count"].item() == n

@@ -13,6 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from classic_runs import assert_killed_run_resumes_exactly
 from cli_errors import train_error
 from offline_data import random_dataset
 from pickaxe.cli import main
@@ -102,23 +103,9 @@ def test_bad_warm_starts_are_one_line(
 
 
 def test_a_killed_warm_started_run_resumes_exactly(offline_run: dict[str, Path], tmp_path: Path) -> None:
-    import os
-    import signal
-    import subprocess
-    import sys
-
     args = [
         "--warm-start.run", str(offline_run["run"]), "--algo.learning-starts", "0", "--trainer.total-steps", "1024",
         "--trainer.eval-every", "512", "--trainer.eval-episodes", "2", "--env.eval-envs", "2", "--save-every", "256",
         "--trainer.no-stop-at-target",
     ]  # fmt: skip
-    a, b = tmp_path / "a", tmp_path / "b"
-    assert main(["train", "pendulum-td3", *args, "--run-dir", str(a), "--no-progress"]) == 0
-    env = {**os.environ, "PICKAXE_FAULT": "iteration:20"}
-    cmd = [sys.executable, "-m", "pickaxe.cli", "train", "pendulum-td3", *args, "--run-dir", str(b), "--no-progress"]
-    proc = subprocess.run(cmd, env=env, capture_output=True)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
-    assert main(["resume", str(b), "--no-progress"]) == 0
-    ta, tb = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
-    assert ta.keys() == tb.keys() and all(torch.equal(ta[k], tb[k]) for k in ta)
-    assert read_metrics(a, deterministic=True) == read_metrics(b, deterministic=True)
+    assert_killed_run_resumes_exactly("pendulum-td3", args, tmp_path, "iteration:20")

@@ -5,11 +5,7 @@ run it cannot continue is one line."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from classic_runs import assert_killed_run_resumes_exactly
 from cli_errors import train_error
 from offline_data import random_dataset
 from pickaxe.cli import main
@@ -124,13 +121,4 @@ def test_a_killed_continuation_resumes_exactly(offline_runs: dict[str, Path], re
         "--warm-start.run", str(offline_runs[recipe]), "--algo.batch-size", "32", "--algo.gradient-steps", "2",
         "--trainer.total-steps", "256", "--trainer.eval-every", "128", *EVAL, "--save-every", "64",
     ]  # fmt: skip
-    a, b = tmp_path / "a", tmp_path / "b"
-    assert main(["train", f"{recipe}-online", *args, "--run-dir", str(a), "--no-progress"]) == 0
-    env = {**os.environ, "PICKAXE_FAULT": "iteration:5"}
-    cmd = [sys.executable, "-m", "pickaxe.cli", "train", f"{recipe}-online", *args, "--run-dir", str(b)]
-    proc = subprocess.run([*cmd, "--no-progress"], env=env, capture_output=True)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
-    assert main(["resume", str(b), "--no-progress"]) == 0
-    ta, tb = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
-    assert ta.keys() == tb.keys() and all(torch.equal(ta[k], tb[k]) for k in ta)
-    assert read_metrics(a, deterministic=True) == read_metrics(b, deterministic=True)
+    assert_killed_run_resumes_exactly(f"{recipe}-online", args, tmp_path, "iteration:5")
