@@ -16,11 +16,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from pickaxe.models.actor_critic import gaussian_entropy, gaussian_logprob
 from pickaxe.models.encoders import encoder_for
 from pickaxe.models.mlp import ACTIVATIONS, single_spaces
 from pickaxe.models.normalize import RunningMeanStd
-
-_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 State = tuple[torch.Tensor, torch.Tensor]
 """``(h, c)`` of the LSTM, each ``[B, lstm]``."""
@@ -165,7 +164,7 @@ class RecurrentActorCritic(nn.Module):
             logprob = logp_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         else:
             action = out if deterministic else out + self.log_std.exp() * torch.randn_like(out)
-            logprob = self._gaussian_logprob(out, action)
+            logprob = gaussian_logprob(out, self.log_std, action)
             action = action.reshape(-1, *self.action_shape)
         return action, {"logprob": logprob, "value": value, "h0": state[0], "c0": state[1]}, new
 
@@ -200,10 +199,6 @@ class RecurrentActorCritic(nn.Module):
             logprob = logp_all.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
             entropy = -(logp_all.exp() * logp_all).sum(-1)
         else:
-            logprob = self._gaussian_logprob(out, action.reshape(L, B, -1))
-            entropy = (0.5 + _LOG_SQRT_2PI + self.log_std).sum().expand(L, B)
+            logprob = gaussian_logprob(out, self.log_std, action.reshape(L, B, -1))
+            entropy = gaussian_entropy(self.log_std).expand(L, B)
         return logprob, entropy, value
-
-    def _gaussian_logprob(self, mean: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        z = (action - mean) / self.log_std.exp()
-        return (-0.5 * z.pow(2) - self.log_std - _LOG_SQRT_2PI).sum(-1)
