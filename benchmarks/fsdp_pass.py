@@ -19,8 +19,11 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 LEARNER = r"""
@@ -29,7 +32,7 @@ import torch.distributed as dist
 from pickaxe.models.lm import tiny_lm
 from pickaxe.models.shapes import get_shape
 torch.set_num_threads(1)
-shape, tokens, passes, sharded = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+shape, tokens, passes, sharded, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1", sys.argv[5]
 s = get_shape(shape)
 model = tiny_lm(s.vocab, s.arch, s.hidden, s.layers, s.heads, s.kv_heads, s.intermediate, max_positions=tokens + 1,
                 tied=s.tied).train()
@@ -51,25 +54,35 @@ cpu0, faults0 = used()
 for _ in range(passes):
     one_pass()
 cpu1, faults1 = used()
-print(json.dumps({"cpu_s": (cpu1 - cpu0) / passes, "faults": (faults1 - faults0) / passes}), flush=True)
+with open(os.path.join(out, os.environ.get("RANK", "0") + ".json"), "w") as f:  # not stdout: learners interleave
+    json.dump({"cpu_s": (cpu1 - cpu0) / passes, "faults": (faults1 - faults0) / passes}, f)
 if sharded:
     dist.destroy_process_group()
 """
 
 
 def run(shape: str, tokens: int, passes: int, sharded: bool) -> list[dict[str, float]]:
-    """Each process's figures (one process, or two sharded learners under torchrun)."""
-    args = [shape, str(tokens), str(passes), "1" if sharded else "0"]
+    """Each process's figures (one process, or two sharded learners under torchrun), each written to its own file:
+    two learners printing to one stdout could interleave their lines."""
+    out = tempfile.mkdtemp(prefix="pickaxe-fsdp-pass-")
+    args = [shape, str(tokens), str(passes), "1" if sharded else "0", out]
     if sharded:  # torchrun on a free port of this machine, each learner running LEARNER
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--no-python",
                sys.executable, "-c", LEARNER, *args]  # fmt: skip
     else:
         cmd = [sys.executable, "-c", LEARNER, *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        raise SystemExit(f"{'sharded' if sharded else 'one'} at {tokens} tokens failed: {done.stderr.strip()[-400:]}")
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if done.returncode != 0:
+            what = "sharded" if sharded else "one"
+            raise SystemExit(f"{what} at {tokens} tokens failed: {done.stderr.strip()[-400:]}")
+        figures = [json.loads(path.read_text()) for path in sorted(Path(out).glob("*.json"))]
+        if len(figures) != (2 if sharded else 1):
+            raise SystemExit(f"{len(figures)} processes reported their figures at {tokens} tokens; expected all")
+        return figures
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def main() -> None:
