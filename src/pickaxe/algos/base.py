@@ -18,7 +18,7 @@ from torch.optim import optimizer as torch_optimizer
 from pickaxe.data.batch import Batch
 from pickaxe.errors import NonFiniteError
 from pickaxe.models.policy import Policy
-from pickaxe.models.sharding import mesh_device
+from pickaxe.models.sharding import local_tensor, mesh_device
 
 
 def first_nonfinite(named: Any, grads: bool = False) -> str | None:
@@ -28,7 +28,7 @@ def first_nonfinite(named: Any, grads: bool = False) -> str | None:
     what = "gradient of " if grads else "parameter "
     tensors = [(p.grad if grads else p) for _, p in named]
     if any(isinstance(t, DTensor) for t in tensors):
-        local = [t.to_local() if isinstance(t, DTensor) else t for t in tensors]
+        local = [None if t is None else local_tensor(t) for t in tensors]
         device = mesh_device(next(t for t in tensors if t is not None))
         bad = [torch.zeros((), device=device) if t is None else (~torch.isfinite(t)).any().float() for t in local]
         flags = all_reduce(torch.stack([b.to(device) for b in bad]), "max").tolist() if bad else []

@@ -40,6 +40,7 @@ from pickaxe.models.sharding import (
     is_meta,
     load_sharded,
     load_sharded_optimizer,
+    local_tensor,
     scatter_into,
     shard_from,
     shard_model,
@@ -497,7 +498,7 @@ class LMAlgorithm(Algorithm):
         this learner's shards of each when sharded. Frozen models and rank 0's unsharded copy are not in it."""
 
         def size(t: torch.Tensor) -> int:
-            t = t.to_local() if isinstance(t, DTensor) else t
+            t = local_tensor(t)
             return t.numel() * t.element_size()
 
         total = 0

@@ -23,17 +23,15 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.optim.adam import adam
 
+from pickaxe.models.sharding import local_tensor
+
 HOST = torch.device("cpu")
-
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    return t.to_local() if isinstance(t, DTensor) else t
 
 
 def _on_host(value: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """``value`` (laid out like parameter ``like``) moved to host memory: a DTensor keeps its mesh and placements,
     its local piece on the host (as FSDP2's offloaded shards)."""
-    local = _local(value).to(HOST)
+    local = local_tensor(value).to(HOST)
     if isinstance(like, DTensor):
         return DTensor.from_local(
             local, like.device_mesh, like.placements, run_check=False, shape=like.shape, stride=like.stride()
@@ -81,7 +79,7 @@ class HostAdamW(torch.optim.AdamW):
     def _buffers(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         staged = self.staging.get(p)
         if staged is None:
-            local = _local(p)
+            local = local_tensor(p)
             pin = local.device.type != "cpu" and torch.cuda.is_available()
             staged = tuple(torch.empty(local.shape, dtype=local.dtype, pin_memory=pin) for _ in range(2))
             self.staging[p] = staged  # type: ignore[assignment]
@@ -106,13 +104,13 @@ class HostAdamW(torch.optim.AdamW):
                     state["exp_avg"] = _on_host(torch.zeros_like(p, memory_format=torch.preserve_format), p)
                     state["exp_avg_sq"] = _on_host(torch.zeros_like(p, memory_format=torch.preserve_format), p)
                 host, grad = self._buffers(p)
-                host.copy_(_local(p))
-                grad.copy_(_local(p.grad))
+                host.copy_(local_tensor(p))
+                grad.copy_(local_tensor(p.grad))
                 params.append(p)
                 hosts.append(host)
                 grads.append(grad)
-                avgs.append(_local(state["exp_avg"]))
-                squares.append(_local(state["exp_avg_sq"]))
+                avgs.append(local_tensor(state["exp_avg"]))
+                squares.append(local_tensor(state["exp_avg_sq"]))
                 steps.append(state["step"])
             if not params:
                 continue
@@ -124,7 +122,7 @@ class HostAdamW(torch.optim.AdamW):
                 eps=group["eps"], maximize=False,
             )  # fmt: skip
             for p, host in zip(params, hosts, strict=True):
-                _local(p).copy_(host, non_blocking=True)  # a pinned source: the device stream orders the copy
+                local_tensor(p).copy_(host, non_blocking=True)  # a pinned source: the device stream orders the copy
         return loss
 
 
@@ -134,7 +132,7 @@ def adamw_for(
     """The AdamW a sharded learner steps ``params`` with: :class:`HostAdamW` for ``--dist.offload optimizer`` on an
     accelerator, else ``torch.optim.AdamW`` (with ``params`` offload FSDP2 already keeps shards and state on the
     host; on a CPU device there is nothing to offload to)."""
-    device = _local(params[0]).device if params else HOST
+    device = local_tensor(params[0]).device if params else HOST
     if offload == "optimizer" and device.type != "cpu":
         return HostAdamW(params, lr=lr, weight_decay=weight_decay, fused=fused)
     return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=fused)

@@ -83,6 +83,11 @@ def mesh_device(param: torch.Tensor) -> torch.device:
     return torch.device(kind, torch.cuda.current_device()) if kind == "cuda" else torch.device(kind)
 
 
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """This learner's piece of ``t``: a DTensor's local shard, a plain tensor itself."""
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
 def compute_device(model: nn.Module) -> torch.device:
     """The device ``model`` computes on: its parameters' device, or for a sharded model its mesh's (the shards may
     live on the host with ``offload``)."""
