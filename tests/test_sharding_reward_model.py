@@ -18,6 +18,7 @@ from torch.distributed.tensor import DTensor
 
 from pickaxe.algos.grpo import GRPO, GRPOConfig
 from pickaxe.dist import data_parallel
+from pickaxe.models import last_layer
 from pickaxe.models.reward import tiny_reward_model
 from pickaxe.models.tokenizer import char_tokenizer
 from pickaxe.rollout.pairs import RewardModelScorer
@@ -68,11 +69,16 @@ def _learner(cases: dict[str, Any], out: Path) -> dict[str, Any]:
     }
 
 
-def test_each_learner_holds_half_the_reward_model_and_scores_as_the_whole_one(tmp_path: Path) -> None:
+def test_each_learner_holds_half_the_reward_model_and_scores_as_the_whole_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     torch.set_num_threads(1)
     model = _reward_model()
     cases = {"model": model, "rows": _rows()}
     learners = on_learners(_learner, cases, tmp_path, WORLD)
+    # a sharded decoder runs its last layer at every position (FSDP's hooks own its weights); so does the whole
+    # model here, so that the scores compare bit for bit
+    monkeypatch.setattr(last_layer, "MAX_SHARE", 0.0)
     whole = RewardModelScorer(model, TOK, rows=4)
     want = whole.score_tokens(cases["rows"]["input_ids"], cases["rows"]["attention_mask"])
     texts = whole.batch(["sort 12=", "sort 3="], ["12", ""])

@@ -18,6 +18,7 @@ from torch import nn
 from pickaxe.data.layout import LayoutMode, SequenceBounds, TokenLayout, over_layouts
 from pickaxe.data.shared_prefix import SharedPrefixLayout, plan_shared_prefix
 from pickaxe.models.folders import ModelError, check_lm_folder, check_tiny_shape
+from pickaxe.models.last_layer import hidden_at
 from pickaxe.utils import resolve_device
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]
@@ -358,8 +359,8 @@ def scalar_head(
     decoder: nn.Module, head: nn.Module, layout: TokenLayout, index: torch.Tensor, precision: Autocast = "off"
 ) -> torch.Tensor:
     """``[N]`` float32 outputs of a one-output ``head`` on ``decoder``'s hidden states (a transformers base model:
-    reward and value models) at flat positions ``index`` of a layout's rows, under the precision's autocast."""
+    reward and value models) at flat positions ``index`` of a layout's rows, under the precision's autocast; the
+    decoder's last layer runs at those positions only where it can (:func:`~pickaxe.models.last_layer.hidden_at`)."""
     with autocast(layout.input_ids.device, precision):
-        hidden = decoder(**layout_inputs(decoder, layout)).last_hidden_state
-        picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index)
+        picked = hidden_at(decoder, layout_inputs(decoder, layout), index)
         return head(picked).squeeze(-1).float()

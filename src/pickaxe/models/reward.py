@@ -27,6 +27,7 @@ from pickaxe.models.folders import (
     ModelError,
     check_reward_model_folder,
 )
+from pickaxe.models.last_layer import hidden_at
 from pickaxe.models.lm import enable_checkpointing, load_lm, position_ids, scalar_head, split_lm, tiny_lm
 from pickaxe.utils import resolve_device
 
@@ -68,10 +69,11 @@ class RewardModel(nn.Module):
         """``[B]`` scores of ``[B, L]`` rows (real tokens contiguous), read at each row's last real token."""
         mask = attention_mask.long()
         pos = position_ids(mask) if positions is None else positions
-        hidden = self.backbone(input_ids=input_ids, attention_mask=mask, position_ids=pos, use_cache=False)
-        last = (mask * torch.arange(mask.shape[1], device=mask.device)).argmax(-1)
-        picked = hidden.last_hidden_state[torch.arange(mask.shape[0], device=mask.device), last]
-        return self.head(picked).squeeze(-1).float()
+        inputs = {"input_ids": input_ids, "attention_mask": mask, "position_ids": pos, "use_cache": False}
+        width = mask.shape[1]
+        last = (mask * torch.arange(width, device=mask.device)).argmax(-1)
+        index = torch.arange(mask.shape[0], device=mask.device) * width + last
+        return self.head(hidden_at(self.backbone, inputs, index)).squeeze(-1).float()
 
     def layout_scores(self, layout: TokenLayout, precision: Literal["off", "bf16"] = "off") -> torch.Tensor:
         """``[b]`` scores of a layout's sequences, in the order of its output block (the ``rows`` it was planned
