@@ -236,12 +236,16 @@ class MarkerError(ValueError):
     """FILE lacks the results markers."""
 
 
-def replace_block(text: str, block: str) -> str:
-    """``text`` with everything between the results markers replaced by ``block`` (the markers stay)."""
-    begin, end = text.find(BEGIN), text.find(END)
+def replace_block(text: str, block: str, markers: tuple[str, str] = (BEGIN, END)) -> str:
+    """``text`` with everything between the ``markers`` (default: the results markers) replaced by ``block`` (the
+    markers stay)."""
+    first, last = markers
+    begin, end = text.find(first), text.find(last)
     if begin < 0 or end < 0 or end < begin:
-        raise MarkerError(f"no '{BEGIN}' ... '{END}' block; fix: put both markers, in that order, where the table goes")
-    return text[: begin + len(BEGIN)] + "\n" + block.rstrip("\n") + "\n" + text[end:]
+        raise MarkerError(
+            f"no '{first}' ... '{last}' block; fix: put both markers, in that order, where the table goes"
+        )
+    return text[: begin + len(first)] + "\n" + block.rstrip("\n") + "\n" + text[end:]
 
 
 def current_block(text: str) -> str:
