@@ -86,6 +86,11 @@ class RecipeResult:
     recipe: str
     budget: int
     random: float | None = None
+    """Uniform random actions' mean team total, with its 95% CI (``random_low``, ``random_high``)."""
+    random_low: float | None = None
+    random_high: float | None = None
+    random_agents: dict[str, float] = field(default_factory=dict)
+    """Uniform random actions' mean return per agent."""
     runs: list[RunRecord] = field(default_factory=list)
 
 
@@ -113,11 +118,20 @@ def spread_text(values: list[float | None]) -> str:
     return med if len(present) == 1 else f"{med} [{fmt_return(min(present))} to {fmt_return(max(present))}]"
 
 
+def random_text(r: RecipeResult) -> str:
+    """The random reference: the total with its CI, and each agent's where they are not all ``agent_0..``."""
+    if r.random is None:
+        return "-"
+    text = f"{fmt_return(r.random)} [{fmt_return(r.random_low)}, {fmt_return(r.random_high)}]"
+    named = r.random_agents and not all(name.startswith("agent_") for name in r.random_agents)
+    return f"{text} ({agents_text(r.random_agents)})" if named else text
+
+
 def build_table(results: list[RecipeResult]) -> str:
     """The markdown table: one row per recipe."""
     lines = [
         "| recipe | final eval total, per seed [95% CI] | median [min to max] | per agent (seed 0) "
-        "| untrained (per seed) | random | training wall s (per seed) | training CPU s (per seed) |",
+        "| untrained (per seed) | random [95% CI] | training wall s (per seed) | training CPU s (per seed) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
@@ -130,7 +144,7 @@ def build_table(results: list[RecipeResult]) -> str:
         lines.append(
             f"| `{r.recipe}` | {finals or '-'}{' (' + ', '.join(bad) + ')' if bad else ''} "
             f"| {spread_text([x.final for x in r.runs])} | {agents_text(seed0.agents) if seed0 else '-'} "
-            f"| {' / '.join(fmt_return(x.untrained) for x in r.runs)} | {fmt_return(r.random)} "
+            f"| {' / '.join(fmt_return(x.untrained) for x in r.runs)} | {random_text(r)} "
             f"| {' / '.join(fmt_seconds(x.wall_s) for x in r.runs)} "
             f"| {' / '.join(fmt_seconds(x.cpu_s) for x in r.runs)} |"
         )
@@ -276,21 +290,25 @@ class RandomPolicy:
         return low + u * (high - low), {}
 
 
-def random_reference(recipe: str, episodes: int) -> float:
-    """The mean team total of uniform random actions over ``episodes`` episodes of the recipe's eval envs (seeded as
-    seed 0's run seeds them)."""
+def random_reference(recipe: str, episodes: int) -> tuple[float, float, float, dict[str, float]]:
+    """Uniform random actions over ``episodes`` episodes of the recipe's eval envs (seeded as seed 0's run seeds
+    them): the mean team total, its 95% bootstrap CI (as the evaluations compute theirs) and each agent's mean."""
     from pickaxe.envs.multiagent import MultiAgentVectorEnv
     from pickaxe.recipes import get_recipe
     from pickaxe.rollout.multiagent import play_episodes
     from pickaxe.train.build import derive_seeds
+    from pickaxe.train.evaluate import mean_ci
 
     cfg = get_recipe(recipe)
     envs = MultiAgentVectorEnv(cfg.env.id, max(cfg.env.eval_envs, 1), derive_seeds(0)["eval_env"], **cfg.env.kwargs)
     try:
         returns, _ = play_episodes(RandomPolicy(envs.spaces), envs, episodes)
+        agents = list(envs.agents)
     finally:
         envs.close()
-    return float(np.asarray(returns).sum(1).mean())
+    total = np.asarray(returns).sum(1)
+    low, high = mean_ci(total)
+    return float(total.mean()), low, high, {a: float(returns[:, j].mean()) for j, a in enumerate(agents)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -328,13 +346,15 @@ def main(argv: list[str] | None = None) -> int:
         root.mkdir(parents=True, exist_ok=True)
         for name in recipes:
             budget = args.budget or get_recipe(name).trainer.total_steps
-            result = RecipeResult(name, budget, random_reference(name, args.random_episodes))
+            mean, low, high, agents = random_reference(name, args.random_episodes)
+            result = RecipeResult(name, budget, mean, low, high, agents)
             for seed in range(args.seeds):
                 record = spawn(name, seed, budget, root, args.reuse and bool(args.root))
                 result.runs.append(record)
                 print(f"  {name}: {json.dumps(asdict(record))}", file=sys.stderr, flush=True)
             results.append(result)
-    ended = time.time()
+    ends = [x.started + x.wall_s for r in results for x in r.runs if x.started is not None and x.wall_s is not None]
+    ended = max(ends, default=time.time())  # the last run's end (runs read back with --reuse keep their times)
     table = build_table(results)
     print()
     print(table)

@@ -28,8 +28,9 @@ Usage::
     python benchmarks/tianshou_multiagent.py --seeds 3 --root /tmp/ma --write docs/multi-agent.md
     python benchmarks/tianshou_multiagent.py --quick     # one seed at 2,400 env steps: a smoke run
 
-``--root`` keeps the pickaxe run folders (``benchmarks/multiagent.py --root`` with the same folder reuses them, and
-the other way round). The last line printed is one JSON object.
+``--root`` keeps the runs: finished ones found there are read back, not run again (``benchmarks/multiagent.py --root
+DIR --reuse`` and this script share pickaxe's run folders), so a second call with ``--write`` only writes the table.
+The last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -231,7 +232,6 @@ def run_tianshou(seed: int, steps: int) -> dict[str, Any]:
         "final_low": low,
         "final_high": high,
         "agents": {a: float(returns[:, j].mean()) for j, a in enumerate(env.agents)},
-        "last_test_total": float(result.best_reward) if s["epochs"] == 1 else None,
         "wall_s": wall,
         "cpu_s": cpu,
         "started": started,
@@ -241,8 +241,11 @@ def run_tianshou(seed: int, steps: int) -> dict[str, Any]:
 
 
 def spawn_tianshou(seed: int, steps: int, root: Path) -> dict[str, Any]:
-    """One Tianshou run in a fresh interpreter; its record (``state`` says how it ended)."""
+    """One Tianshou run in a fresh interpreter (or the record of a finished one already in ``root``); its record
+    (``state`` says how it ended)."""
     out = root / f"tianshou-idqn-s{seed}-{steps}.json"
+    if out.is_file():
+        return json.loads(out.read_text())
     cmd = [sys.executable, os.path.abspath(__file__), "--one-tianshou", f"{seed}:{steps}:{out}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     if proc.returncode != 0 or not out.is_file():
@@ -289,13 +292,17 @@ def build_table(rows: dict[str, list[dict[str, Any]]]) -> str:
     lines += [row(*names[k], runs) for k, runs in rows.items() if k in names]
     t = rows.get("tianshou", [])
     ratios = []
-    for k in ("pickaxe-idqn", "pickaxe-idqn-unshared"):
-        if k in rows:
-            for key, what in (("wall_s", "wall"), ("cpu_s", "CPU")):
-                p, q = median_of(rows[k], key), median_of(t, key)
-                if p is not None and q:
-                    ratios.append(f"{names[k][0]} / Tianshou, {what} (medians): {p / q:.2f}")
-    return "\n".join(lines) + ("\n\n" + "; ".join(ratios) + "." if ratios else "")
+    for k, short in (("pickaxe-idqn", "`simple-spread-idqn`"), ("pickaxe-idqn-unshared", "`--algo.shared False`")):
+        parts = []
+        for key, what in (("cpu_s", "CPU"), ("wall_s", "wall")):
+            p, q = median_of(rows.get(k, []), key), median_of(t, key)
+            if p is not None and q:
+                parts.append(f"{what} {p / q:.2f}")
+        if parts:
+            ratios.append(f"{short} {', '.join(parts)}")
+    return "\n".join(lines) + (
+        "\n\nRatios of the medians, pickaxe / Tianshou: " + "; ".join(ratios) + "." if ratios else ""
+    )
 
 
 def records(runs: list[RunRecord]) -> list[dict[str, Any]]:
@@ -313,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=50_000, help="joint env steps (default 50,000: 50,400 run)")
     parser.add_argument("--quick", action="store_true", help="one seed, 2,400 env steps, no MAPPO row: a smoke run")
     parser.add_argument("--no-mappo", action="store_true", help="leave out the MAPPO reference row")
-    parser.add_argument("--root", help="where runs go (default: a temporary folder); pickaxe's finished runs reused")
+    parser.add_argument("--root", help="where runs go (default: a temporary folder); finished runs there are reused")
     parser.add_argument("--write", metavar="FILE", help="replace the block between the tianshou-multiagent markers")
     parser.add_argument("--one-tianshou", help=argparse.SUPPRESS)  # SEED:STEPS:OUT_JSON, run by the parent
     args = parser.parse_args(argv)
@@ -353,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {key}: {json.dumps(rows[key][-1])}", file=sys.stderr, flush=True)
             rows["tianshou"].append(spawn_tianshou(seed, args.budget, root))
             print(f"  tianshou: {json.dumps(rows['tianshou'][-1])}", file=sys.stderr, flush=True)
-    ended = time.time()
+    ends = [r["started"] + r["wall_s"] for runs in rows.values() for r in runs if r.get("started") and r.get("wall_s")]
+    ended = max(ends, default=time.time())  # the last run's end (runs read back keep their times)
     table = build_table(rows)
     print()
     print(table)

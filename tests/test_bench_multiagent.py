@@ -44,20 +44,22 @@ def _run(ma: ModuleType, seed: int, final: float | None, **kw: object) -> object
 
 
 def test_table_rows_per_seed_cis_median_agents_references_and_seconds(ma: ModuleType) -> None:
-    spread = ma.RecipeResult("simple-spread-mappo", 50_000, random=-81.23)
+    spread = ma.RecipeResult("simple-spread-mappo", 50_000, -81.23, -84.0, -78.46, {"agent_0": -27.1})
     spread.runs = [_run(ma, 0, -60.33), _run(ma, 1, -58.34), _run(ma, 2, -63.9)]
     lines = ma.build_table([spread]).splitlines()
     assert lines[0].startswith("| recipe | final eval total, per seed [95% CI] | median [min to max] |")
     assert lines[2] == (
         "| `simple-spread-mappo` | -60.3 [-65.3, -55.8] / -58.3 [-63.3, -53.8] / -63.9 [-68.9, -59.4] "
-        "| -60.3 [-63.9 to -58.3] | -20.0, -20.0, -20.0 | -148 / -147 / -146 | -81.2 | 35 / 36 / 37 | 8.2 / 9.2 / 10 |"
+        "| -60.3 [-63.9 to -58.3] | -20.0, -20.0, -20.0 | -148 / -147 / -146 | -81.2 [-84.0, -78.5] | 35 / 36 / 37 "
+        "| 8.2 / 9.2 / 10 |"
     )
-    adversary = ma.RecipeResult("simple-adversary-mappo", 50_000, random=-12.6)
+    adversary = ma.RecipeResult("simple-adversary-mappo", 50_000, -12.6, -15.0, -10.0, {"adversary_0": -28.0})
     agents = {"adversary_0": -16.24, "agent_0": 7.1, "agent_1": 7.14}
     adversary.runs = [_run(ma, 0, -2.0, agents=agents), _run(ma, 1, None, agents={}, state="exit 1")]
     row = ma.build_table([adversary]).splitlines()[2]
     assert "| -2.0 [-7.0, 2.5] / - (seed 1 exit 1) | -2.0 |" in row  # a failed seed is named, not a number
     assert "| adversary_0 -16.2, agent_0 7.1, agent_1 7.1 |" in row  # named when the agents are not agent_0..
+    assert "| -12.6 [-15.0, -10.0] (adversary_0 -28.0) |" in row  # the random reference per agent too, then
 
 
 def test_read_run_takes_the_last_evaluation_per_agent_and_the_timing(ma: ModuleType, tmp_path: Path) -> None:
@@ -154,8 +156,7 @@ def test_tianshou_table_rows_and_ratios(ts: ModuleType) -> None:
     )
     assert table[3].startswith("| pickaxe `simple-spread-idqn` | one shared network, agent id appended | -57.0 [")
     assert table[-1] == (  # medians: pickaxe 42 / 31, Tianshou 210 / 155
-        "pickaxe `simple-spread-idqn` / Tianshou, wall (medians): 0.20; "
-        "pickaxe `simple-spread-idqn` / Tianshou, CPU (medians): 0.20."
+        "Ratios of the medians, pickaxe / Tianshou: `simple-spread-idqn` CPU 0.20, wall 0.20."
     )
 
 
