@@ -25,8 +25,10 @@ long as the pole stays up), so a better policy costs more; the training figure c
 
     python benchmarks/tianshou_offline.py --out /tmp/ts-offline --seeds 3
     python benchmarks/tianshou_offline.py --algos bcq --seeds 1 --steps 16      # a smoke run
+    python benchmarks/tianshou_offline.py --from-logs run1.log run2.log         # one table from earlier runs' logs
 
-The last line printed is one JSON object: per algorithm the medians, ranges and ratios pickaxe / Tianshou.
+The last line printed is one JSON object: per algorithm the medians, ranges and ratios pickaxe / Tianshou, the
+scores' mean and IQM with 95% bootstrap CIs, and the probability that a pickaxe seed outscores a Tianshou seed.
 """
 
 from __future__ import annotations
@@ -254,15 +256,36 @@ def spread(xs: list[float]) -> dict[str, float]:
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
 
 
+def score_cis(scores: list[float]) -> dict[str, float]:
+    """Mean and IQM of the seeds' normalised scores, each with its 95% percentile-bootstrap CI (2,000 resamples,
+    seed 0: a pure function of the scores)."""
+    from pickaxe.eval.stats import iqm, mean, stratified_bootstrap_ci
+
+    x = np.asarray(scores, dtype=np.float64)
+    m_lo, m_hi = stratified_bootstrap_ci(x, statistic=mean)
+    i_lo, i_hi = stratified_bootstrap_ci(x, statistic=iqm)
+    return {"mean": float(x.mean()), "mean_low": m_lo, "mean_high": m_hi,
+            "iqm": float(iqm(x[:, None])), "iqm_low": i_lo, "iqm_high": i_hi}  # fmt: skip
+
+
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per algorithm and library: score, return, wall and CPU spreads; ratios of medians pickaxe / Tianshou."""
+    """Per algorithm and library: score, return, wall and CPU spreads, the score's mean and IQM with 95% CIs; ratios
+    of medians pickaxe / Tianshou; the probability that a pickaxe seed outscores a Tianshou seed, with its CI."""
+    from pickaxe.eval.stats import probability_of_improvement, probability_of_improvement_ci
+
     out: dict[str, Any] = {}
     for algo in dict.fromkeys(r["algo"] for r in rows):
         entry: dict[str, Any] = {}
+        scores: dict[str, list[float]] = {}
         for lib in ("pickaxe", "tianshou"):
             group = [r for r in rows if r["algo"] == algo and r["lib"] == lib]
             keys = ("score", "eval_return", "wall_s", "cpu_s", "train_s", "train_cpu_s")
             entry[lib] = {k: spread([r[k] for r in group]) for k in keys}
+            scores[lib] = [r["score"] for r in group]
+            entry[lib]["score_ci"] = score_cis(scores[lib])
+        p, t = scores["pickaxe"], scores["tianshou"]
+        low, high = probability_of_improvement_ci(p, t)
+        entry["p_improvement"] = {"value": probability_of_improvement(p, t), "low": low, "high": high}
         for k in ("wall_s", "cpu_s", "train_s", "train_cpu_s"):
             entry[f"{k[:-2]}_ratio"] = entry["pickaxe"][k]["median"] / entry["tianshou"][k]["median"]
         entry["seeds"] = len([r for r in rows if r["algo"] == algo and r["lib"] == "pickaxe"])
@@ -289,7 +312,33 @@ def table(result: dict[str, Any]) -> str:
             f"{e['wall_ratio']:.2f} | {e['cpu_ratio']:.2f} | {fmt(p['train_cpu_s'], 2)} | {fmt(t['train_cpu_s'], 2)} | "
             f"{e['train_cpu_ratio']:.2f} | {e['train_ratio']:.2f} |"
         )
+    lines += [
+        "",
+        "| algorithm | seeds | pickaxe mean [95% CI] | Tianshou mean [95% CI] | pickaxe IQM [95% CI] "
+        "| Tianshou IQM [95% CI] | P(pickaxe seed > Tianshou seed) [95% CI] |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for algo, e in result.items():
+        p, t, poi = e["pickaxe"]["score_ci"], e["tianshou"]["score_ci"], e["p_improvement"]
+
+        def ci(c: dict[str, float], k: str) -> str:
+            return f"{c[k]:.1f} [{c[k + '_low']:.1f}, {c[k + '_high']:.1f}]"
+
+        lines.append(
+            f"| {algo} | {e['seeds']} | {ci(p, 'mean')} | {ci(t, 'mean')} | {ci(p, 'iqm')} | {ci(t, 'iqm')} | "
+            f"{poi['value']:.2f} [{poi['low']:.2f}, {poi['high']:.2f}] |"
+        )
     return "\n".join(lines)
+
+
+def read_rows(paths: list[str]) -> list[dict[str, Any]]:
+    """The per-run rows (the JSON lines with a ``lib``) printed by earlier runs of this script, from their logs."""
+    rows = []
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith("{") and '"lib"' in line and '"runs"' not in line:
+                rows.append(json.loads(line))
+    return rows
 
 
 def cli(argv: list[str] | None = None) -> None:
@@ -301,7 +350,20 @@ def cli(argv: list[str] | None = None) -> None:
     parser.add_argument("--dataset", default="medium", choices=["expert", "medium", "random"])
     parser.add_argument("--steps", type=int, default=2000, help="gradient steps of 256 transitions (multiple of 5)")
     parser.add_argument("--source-steps", type=int, default=None, help="cut the source runs short (smoke runs)")
+    parser.add_argument("--from-logs", nargs="+", default=None, metavar="LOG",
+                        help="summarise the runs printed in these logs of earlier runs (no training)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.from_logs:
+        missing = [p for p in args.from_logs if not Path(p).is_file()]
+        if missing:
+            raise SystemExit(f"{missing[0]}: no such log; fix: pass the logs this script printed (saved with > FILE)")
+        rows = read_rows(args.from_logs)
+        if not rows:
+            raise SystemExit(f"no runs found in {' '.join(args.from_logs)}; fix: pass this script's printed logs")
+        result = summary(rows)
+        print(table(result))
+        print(json.dumps({"from_logs": args.from_logs, "algos": result, "runs": rows}))
+        return
     try:
         import tianshou
     except ImportError:

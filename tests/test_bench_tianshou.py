@@ -37,6 +37,39 @@ def test_offline_bcq_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str], m
         assert bcq[lib]["score"]["median"] is not None
 
 
+def test_offline_from_logs_summarises_earlier_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--from-logs reads the runs two earlier logs printed and summarises them without training: the mean's CI
+    holds the mean, a library whose every seed outscores the other's has P(improvement) 1."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    bench = load_benchmark("tianshou_offline")
+    logs = []
+    for part, (algo, base) in enumerate((("bc", 0.0), ("cql", 50.0))):
+        lines = ["load average 0.10, tianshou 2.0.1"]
+        for seed in range(5):
+            for lib, score in (("pickaxe", base + 40 + seed), ("tianshou", base + 10 + seed)):
+                run = {"algo": algo, "lib": lib, "seed": seed, "eval_return": -200.0, "wall_s": 2.0, "cpu_s": 2.0,
+                       "train_s": 1.0, "train_cpu_s": 1.0 if lib == "pickaxe" else 2.0, "score": score}  # fmt: skip
+                lines.append(json.dumps(run))
+        log = tmp_path / f"run{part}.log"
+        log.write_text("\n".join(lines) + "\n")
+        logs.append(str(log))
+    bench.cli(["--from-logs", *logs])
+    result = _last_json(capsys.readouterr().out)
+    assert set(result["algos"]) == {"bc", "cql"} and len(result["runs"]) == 20
+    cql = result["algos"]["cql"]
+    ci = cql["pickaxe"]["score_ci"]
+    assert ci["mean"] == pytest.approx(92.0) and ci["mean_low"] <= 92.0 <= ci["mean_high"]
+    assert cql["p_improvement"] == {"value": 1.0, "low": 1.0, "high": 1.0}
+    assert cql["train_cpu_ratio"] == pytest.approx(0.5) and cql["seeds"] == 5
+    (tmp_path / "empty.log").write_text("load average 0.10\n")
+    with pytest.raises(SystemExit, match="no runs found"):
+        bench.cli(["--from-logs", str(tmp_path / "empty.log")])
+    with pytest.raises(SystemExit, match="no such log"):
+        bench.cli(["--from-logs", str(tmp_path / "missing.log")])
+
+
 def test_online_npg_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """NPG on CartPole at a 1,024-step budget a side: both runs recorded, unsolved seeds as null."""
     pytest.importorskip("tianshou")
