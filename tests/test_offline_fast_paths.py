@@ -1,16 +1,31 @@
 """The offline gradient step's shortcuts (issue 29: BC and BCQ per-step cost) give the plain path's numbers bit for
-bit: the fused Adam step without ``Adam.step``'s Python and the summed finite check."""
+bit: the fused Adam step without ``Adam.step``'s Python, the summed finite check, the actions mapped into the unit box
+once per batch, BCQ's and IQL's next-state passes without a graph, and the stats computed without one."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from pickaxe.algos.base import all_finite, fused_adam_step, plain_fused_adam, step_once
+from pickaxe.algos.core import td_target
+from pickaxe.algos.offline import split_minibatches
+from pickaxe.algos.offline_core import (
+    advantage_weights,
+    bcq_argmax,
+    bcq_imitation_loss,
+    expectile_loss,
+    gaussian_logprob,
+    gaussian_nll,
+    weighted_nll,
+)
 from pickaxe.data.batch import Batch
 from pickaxe.models.mlp import mlp
 from pickaxe.train.build import build_algorithm
@@ -118,3 +133,115 @@ def test_the_summed_finite_check_answers_as_the_elementwise_one() -> None:
     huge = [torch.full((4,), 3e38), torch.full((3,), 3e38)]  # finite; their sum overflows to inf
     assert all_finite(huge) and all_finite(t.double() for t in huge)
     assert all_finite([torch.ones(3), torch.arange(4)]) and not all_finite([torch.arange(4), torch.tensor([math.nan])])
+
+
+# ----------------------------------------------------------------------------- unit-box actions once per batch
+@pytest.mark.parametrize("name", ["bc", "td3-bc", "cql", "crr", "iql"])
+def test_unit_actions_computed_per_batch_give_each_minibatchs_numbers(name: str) -> None:
+    whole, each = _algo(name, BOX), _algo(name, BOX)
+    for seed in (1, 2):
+        batch = _batch(BOX, seed=seed)
+        torch.manual_seed(seed)
+        metrics = whole.update(batch)  # with unit_action
+        torch.manual_seed(seed)
+        plain = each.learn(split_minibatches(batch, 32))  # without: each minibatch maps its own actions
+        assert metrics == plain
+    assert _same_state(whole, each)
+
+
+# ------------------------------------------------------------------------------------- the losses, plain and fast
+def _bc_plain(algo, mb):
+    if algo.discrete:
+        logprobs = algo.actor(mb["obs"])
+        loss = -logprobs.gather(-1, mb["action"].long().reshape(-1, 1)).mean()
+        fit = (logprobs.argmax(-1) == mb["action"].long()).float().mean()
+    else:
+        mean, log_std = algo.actor(mb["obs"])
+        a = algo.policy.scale.to_unit(mb["action"])
+        loss = gaussian_nll(mean, log_std, a)
+        fit = (mean - a).pow(2).mean()
+    return loss, torch.stack([loss, fit]).detach()
+
+
+def _bcq_plain(algo, mb):
+    """Discrete BCQ's losses as they were: both networks on ``cat([s, s'])`` with a graph, the filter twice."""
+    cfg = algo.config
+    obs, next_obs, action = mb["obs"], mb["next_obs"], mb["action"]
+    b = obs.shape[0]
+    q_all, next_q = algo.qnet(torch.cat([obs, next_obs])).split(b)
+    logits, next_logits = algo.imitation(torch.cat([obs, next_obs])).split(b)
+    with torch.no_grad():
+        next_logprobs = torch.log_softmax(next_logits, dim=-1)
+        next_a = bcq_argmax(next_q, next_logprobs, cfg.threshold)
+        next_value = algo.target(next_obs).gather(-1, next_a.reshape(-1, 1)).squeeze(-1)
+        y = td_target(mb["reward"], next_value, mb["terminated"], cfg.gamma)
+        ratio = torch.exp(next_logprobs - next_logprobs.max(-1, keepdim=True).values)
+        allowed = (ratio >= cfg.threshold).float().mean()
+    q = q_all.gather(-1, action.long().reshape(-1, 1)).squeeze(-1)
+    td = F.smooth_l1_loss(q, y)
+    imitation = bcq_imitation_loss(logits, action, cfg.imitation_penalty)
+    return td + imitation, torch.stack([td, imitation, q.mean().detach(), allowed]).detach()
+
+
+def _iql_plain(algo, mb):
+    """IQL's losses as they were: the value network on ``cat([s, s'])`` with a graph, actions mapped per use."""
+    cfg = algo.config
+    obs, action = mb["obs"], mb["action"]
+
+    def q_of(net):
+        if algo.discrete:
+            q_all = net(obs)
+            return q_all.gather(-1, action.long().reshape(1, -1, 1).expand(q_all.shape[0], -1, 1)).squeeze(-1)
+        return net(obs, algo.policy.scale.to_unit(action))
+
+    v, next_v = algo.value(torch.cat([obs, mb["next_obs"]])).reshape(-1).split(obs.shape[0])
+    with torch.no_grad():
+        q_target = q_of(algo.target).min(dim=0).values
+        y = td_target(mb["reward"], next_v.detach(), mb["terminated"], cfg.gamma)
+    value_loss = expectile_loss(q_target - v, cfg.expectile)
+    q = q_of(algo.critic)
+    critic_loss = 0.5 * (q - y.unsqueeze(0)).pow(2).mean(-1).sum()
+    weights = advantage_weights(q_target - v.detach(), cfg.beta, cfg.max_weight)
+    if algo.discrete:
+        logprob = algo.actor(obs).gather(-1, action.long().reshape(-1, 1)).squeeze(-1)
+    else:
+        mean, log_std = algo.actor(obs)
+        logprob = gaussian_logprob(mean, log_std, algo.policy.scale.to_unit(action))
+    actor_loss = weighted_nll(logprob, weights)
+    stats = torch.stack([critic_loss, value_loss, actor_loss, q.mean(), v.mean(), weights.mean()]).detach()
+    return critic_loss + value_loss + actor_loss, stats
+
+
+PLAIN = [
+    ("bc", BOX, _bc_plain),
+    ("bc", DISCRETE, _bc_plain),
+    ("bcq", DISCRETE, _bcq_plain),
+    ("iql", BOX, _iql_plain),
+    ("iql", DISCRETE, _iql_plain),
+]
+
+
+@pytest.mark.parametrize("name, space, plain", PLAIN)
+def test_losses_and_gradients_are_the_plain_paths(name: str, space: gym.Space, plain) -> None:
+    algo = _algo(name, space)
+    algo.update(_batch(space, seed=3))  # trained weights, not the initial ones
+    mb = split_minibatches(_batch(space, seed=4), 32)[0]
+    grads = []
+    for fn in (algo.losses, lambda m: plain(algo, m)):
+        algo.optimizer.zero_grad(set_to_none=True)
+        total, stats = fn(dict(mb))
+        total.backward()
+        grads.append((total.detach(), stats, [p.grad.clone() for p in algo.learned.parameters()]))
+    (total, stats, ours), (ref_total, ref_stats, ref) = grads
+    assert torch.equal(total, ref_total) and torch.equal(stats, ref_stats) and not stats.requires_grad
+    assert all(torch.equal(a, b) for a, b in zip(ours, ref, strict=True))
+
+
+def test_a_replayed_minibatch_without_unit_actions_still_maps_them() -> None:
+    algo = _algo("bc", BOX)
+    mb = split_minibatches(_batch(BOX), 32)[0]
+    assert "unit_action" not in mb
+    assert torch.equal(algo.unit_action(mb), algo.policy.scale.to_unit(mb["action"]))
+    twin = copy.deepcopy(mb)
+    twin["unit_action"] = algo.policy.scale.to_unit(mb["action"])
+    assert torch.equal(algo.losses(mb)[1], algo.losses(twin)[1])

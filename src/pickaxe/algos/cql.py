@@ -88,7 +88,7 @@ class CQL(OfflineAlgorithm):
             y = sac_critic_target(
                 mb["reward"], self.target(next_obs, next_a), next_logp, mb["terminated"], cfg.gamma, alpha
             )
-        q_data = self.critic(obs, self.policy.scale.to_unit(mb["action"]))
+        q_data = self.critic(obs, self.unit_action(mb))
         critic_loss = 0.5 * (q_data - y.unsqueeze(0)).pow(2).mean(-1).sum()
         uniform = torch.rand(k * b, self.action_dim, device=obs.device) * 2.0 - 1.0
         q_more = self.critic(torch.cat([repeated, repeated]), torch.cat([uniform, sampled.detach()]))
@@ -101,7 +101,8 @@ class CQL(OfflineAlgorithm):
         total = critic_loss + cfg.cql_alpha * penalty.sum() + actor_loss
         alpha_loss = temperature_loss(log_alpha, logp, self.target_entropy) if self.auto_alpha else obs.new_zeros(())
         total = total + alpha_loss
-        stats = torch.stack([critic_loss, actor_loss, alpha_loss, penalty.mean(), alpha, q_data.mean()]).detach()
+        with torch.no_grad():  # reported only: no graph for the stats
+            stats = torch.stack([critic_loss, actor_loss, alpha_loss, penalty.mean(), alpha, q_data.mean()])
         return total, stats
 
     def after_step(self) -> None:
@@ -136,7 +137,9 @@ class DiscreteCQL(OfflineAlgorithm):
         q = q_all.gather(-1, mb["action"].long().reshape(-1, 1)).squeeze(-1)
         td = 0.5 * (q - y).pow(2).mean()
         penalty = cql_discrete_penalty(q_all, mb["action"])
-        return td + cfg.cql_alpha * penalty, torch.stack([td, penalty, q.mean()]).detach()
+        with torch.no_grad():
+            stats = torch.stack([td, penalty, q.mean()])
+        return td + cfg.cql_alpha * penalty, stats
 
     def after_step(self) -> None:
         """Polyak update of the target Q-network."""

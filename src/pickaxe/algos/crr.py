@@ -88,8 +88,9 @@ class CRR(OfflineAlgorithm):
         )
         weights = crr_weights(advantage, cfg.weight, cfg.beta, cfg.max_weight)
         actor_loss = weighted_nll(logprobs.gather(-1, action).squeeze(-1), weights)
-        stats = [critic_loss, actor_loss, q.mean(), advantage.mean(), weights.mean()]
-        return critic_loss + actor_loss, torch.stack(stats).detach()
+        with torch.no_grad():  # reported only: no graph for the stats
+            stats = torch.stack([critic_loss, actor_loss, q.mean(), advantage.mean(), weights.mean()])
+        return critic_loss + actor_loss, stats
 
     def _box_losses(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = self.config
@@ -101,7 +102,7 @@ class CRR(OfflineAlgorithm):
             sampled, _ = self.actor.sample(torch.cat([next_obs, repeated]))
             next_a, others = sampled.split([b, k * b])
             y = td_target(mb["reward"], self.target(next_obs, next_a).min(dim=0).values, mb["terminated"], cfg.gamma)
-        a = self.policy.scale.to_unit(mb["action"])
+        a = self.unit_action(mb)
         q = self.critic(obs, a)  # [2, B]
         critic_loss = 0.5 * (q - y.unsqueeze(0)).pow(2).mean(-1).sum()
         with torch.no_grad():
@@ -110,8 +111,9 @@ class CRR(OfflineAlgorithm):
         weights = crr_weights(advantage, cfg.weight, cfg.beta, cfg.max_weight)
         mean, log_std = self.actor(obs)
         actor_loss = weighted_nll(gaussian_logprob(mean, log_std, a), weights)
-        stats = [critic_loss, actor_loss, q.mean(), advantage.mean(), weights.mean()]
-        return critic_loss + actor_loss, torch.stack(stats).detach()
+        with torch.no_grad():  # reported only: no graph for the stats
+            stats = torch.stack([critic_loss, actor_loss, q.mean(), advantage.mean(), weights.mean()])
+        return critic_loss + actor_loss, stats
 
     def after_step(self) -> None:
         """Polyak update of the target critics."""
