@@ -1,6 +1,7 @@
 """The offline gradient step's shortcuts (issue 29: BC and BCQ per-step cost) give the plain path's numbers bit for
 bit: the fused Adam step without ``Adam.step``'s Python, the summed finite check, the actions mapped into the unit box
-once per batch, BCQ's and IQL's next-state passes without a graph, and the stats computed without one."""
+and the TD targets' discounts once per batch, BCQ's and IQL's next-state passes without a graph, and the stats
+computed without one."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pickaxe.algos.base import all_finite, fused_adam_step, plain_fused_adam, step_once
-from pickaxe.algos.core import td_target
+from pickaxe.algos.core import discounts, td_target
 from pickaxe.algos.offline import split_minibatches
 from pickaxe.algos.offline_core import (
     advantage_weights,
@@ -135,18 +136,30 @@ def test_the_summed_finite_check_answers_as_the_elementwise_one() -> None:
     assert all_finite([torch.ones(3), torch.arange(4)]) and not all_finite([torch.arange(4), torch.tensor([math.nan])])
 
 
-# ----------------------------------------------------------------------------- unit-box actions once per batch
-@pytest.mark.parametrize("name", ["bc", "td3-bc", "cql", "crr", "iql"])
-def test_unit_actions_computed_per_batch_give_each_minibatchs_numbers(name: str) -> None:
-    whole, each = _algo(name, BOX), _algo(name, BOX)
+# ------------------------------------------------------------------- unit-box actions and discounts once per batch
+ALL = [("bc", BOX), ("td3-bc", BOX), ("cql", BOX), ("crr", BOX), ("iql", BOX)]
+ALL += [("bc", DISCRETE), ("cql", DISCRETE), ("bcq", DISCRETE), ("crr", DISCRETE), ("iql", DISCRETE)]
+
+
+@pytest.mark.parametrize("name, space", ALL)
+def test_fields_computed_per_batch_give_each_minibatchs_numbers(name: str, space: gym.Space) -> None:
+    whole, each = _algo(name, space), _algo(name, space)
     for seed in (1, 2):
-        batch = _batch(BOX, seed=seed)
+        batch = _batch(space, seed=seed)
         torch.manual_seed(seed)
-        metrics = whole.update(batch)  # with unit_action
+        metrics = whole.update(batch)  # with unit_action (Box) and discount (TD targets)
         torch.manual_seed(seed)
-        plain = each.learn(split_minibatches(batch, 32))  # without: each minibatch maps its own actions
+        plain = each.learn(split_minibatches(batch, 32))  # without: each minibatch computes its own
         assert metrics == plain
     assert _same_state(whole, each)
+
+
+def test_the_discounts_are_td_targets_own() -> None:
+    reward, value = torch.randn(50), torch.randn(50)
+    terminated = torch.rand(50) < 0.3
+    given = td_target(reward, value, terminated, 0.97, discounts(reward, terminated, 0.97))
+    assert torch.equal(given, reward + 0.97 * (1.0 - terminated.float()) * value)
+    assert torch.equal(given, td_target(reward, value, terminated, 0.97))
 
 
 # ------------------------------------------------------------------------------------- the losses, plain and fast

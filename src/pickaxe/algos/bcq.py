@@ -78,7 +78,7 @@ class BCQ(OfflineAlgorithm):
             allowed = bcq_allowed(next_logprobs, cfg.threshold)
             next_a = bcq_argmax(self.qnet(next_obs), next_logprobs, cfg.threshold, allowed=allowed)
             next_value = self.target(next_obs).gather(-1, next_a.reshape(-1, 1)).squeeze(-1)
-            y = td_target(mb["reward"], next_value, mb["terminated"], cfg.gamma)
+            y = td_target(mb["reward"], next_value, mb["terminated"], cfg.gamma, mb.get("discount"))
         q = q_all.gather(-1, action.long().reshape(-1, 1)).squeeze(-1)
         td = F.smooth_l1_loss(q, y)
         imitation = bcq_imitation_loss(logits, action, cfg.imitation_penalty)

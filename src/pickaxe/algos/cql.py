@@ -86,7 +86,13 @@ class CQL(OfflineAlgorithm):
         logp, next_logp, sampled_logp = logps.split([b, b, k * b])
         with torch.no_grad():
             y = sac_critic_target(
-                mb["reward"], self.target(next_obs, next_a), next_logp, mb["terminated"], cfg.gamma, alpha
+                mb["reward"],
+                self.target(next_obs, next_a),
+                next_logp,
+                mb["terminated"],
+                cfg.gamma,
+                alpha,
+                mb.get("discount"),
             )
         q_data = self.critic(obs, self.unit_action(mb))
         critic_loss = 0.5 * (q_data - y.unsqueeze(0)).pow(2).mean(-1).sum()
@@ -132,7 +138,8 @@ class DiscreteCQL(OfflineAlgorithm):
         """Half the squared TD error plus ``cql_alpha`` times the penalty."""
         cfg = self.config
         with torch.no_grad():
-            y = td_target(mb["reward"], self.target(mb["next_obs"]).max(-1).values, mb["terminated"], cfg.gamma)
+            next_value = self.target(mb["next_obs"]).max(-1).values
+            y = td_target(mb["reward"], next_value, mb["terminated"], cfg.gamma, mb.get("discount"))
         q_all = self.qnet(mb["obs"])
         q = q_all.gather(-1, mb["action"].long().reshape(-1, 1)).squeeze(-1)
         td = 0.5 * (q - y).pow(2).mean()

@@ -119,7 +119,7 @@ class IQL(OfflineAlgorithm):
         with torch.no_grad():
             next_v = self.value(mb["next_obs"]).reshape(-1)
             q_target = self._q(self.target, obs, action).min(dim=0).values
-            y = td_target(mb["reward"], next_v, mb["terminated"], cfg.gamma)
+            y = td_target(mb["reward"], next_v, mb["terminated"], cfg.gamma, mb.get("discount"))
         value_loss = expectile_loss(q_target - v, cfg.expectile)
         q = self._q(self.critic, obs, action)
         critic_loss = 0.5 * (q - y.unsqueeze(0)).pow(2).mean(-1).sum()

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from pickaxe.algos.base import Algorithm, clear_grads, clip_and_step
-from pickaxe.algos.core import adam
+from pickaxe.algos.core import adam, discounts
 from pickaxe.algos.offline_configs import BCConfig
 from pickaxe.algos.offline_core import categorical_nll, gaussian_nll
 from pickaxe.algos.sac import SACPolicy
@@ -66,14 +66,20 @@ class OfflineAlgorithm(Algorithm):
             group["lr"] = self.config.lr
 
     def update(self, batch: Batch) -> dict[str, float]:
-        """One gradient step per ``batch_size`` transitions of ``batch``; metrics are means over the steps. With
-        Box actions the dataset's actions in the policy's ``[-1, 1]`` box (``unit_action``) are computed here for
-        the whole batch at once (element by element: the values each minibatch would compute)."""
+        """One gradient step per ``batch_size`` transitions of ``batch``; metrics are means over the steps.
+
+        What every step would compute again from the dataset's fields is computed here for the whole batch at
+        once, element by element, so the values each minibatch would compute: with Box actions the actions in the
+        policy's ``[-1, 1]`` box (``unit_action``), and for TD targets the ``discount`` ``gamma * (1 -
+        terminated)`` (``core.discounts``)."""
         flat = batch if batch.batch_dims == 1 else batch.reshape(-1)
         fields = dict(flat.items())
         scale = getattr(self.policy, "scale", None)
         if scale is not None:
             fields["unit_action"] = scale.to_unit(fields["action"])
+        gamma = getattr(self.config, "gamma", None)
+        if gamma is not None:
+            fields["discount"] = discounts(fields["reward"], fields["terminated"], gamma)
         return self.learn(split_minibatches(fields, self.config.batch_size))
 
     def unit_action(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -68,7 +68,9 @@ class TD3BC(OfflineAlgorithm):
             if cfg.target_noise > 0:
                 noise = cfg.target_noise * torch.randn_like(next_a)
                 next_a = smoothed_target_action(next_a, noise, cfg.target_noise_clip)
-            y = td3_target(mb["reward"], self.critic_target(next_obs, next_a), mb["terminated"], cfg.gamma)
+            y = td3_target(
+                mb["reward"], self.critic_target(next_obs, next_a), mb["terminated"], cfg.gamma, mb.get("discount")
+            )
         q = self.critic(obs, a)
         critic_loss = 0.5 * (q - y.unsqueeze(0)).pow(2).mean(-1).sum()
         actor_step = self._actor_step()
