@@ -99,7 +99,16 @@ def reduce_sums(values: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
 
 
 def all_finite(tensors: Any) -> bool:
-    """Whether every tensor of ``tensors`` is free of NaN/Inf, in one host read (not one per tensor)."""
+    """Whether every tensor of ``tensors`` is free of NaN/Inf, in one host read (not one per tensor).
+
+    Plain floating-point tensors are summed first, one reduction each instead of ``isfinite``'s several ops: a NaN
+    or an infinity anywhere makes the total NaN or infinite, so a finite total is the answer; only a non-finite one
+    (a NaN, or finite values whose sum overflows) is checked element by element."""
+    tensors = list(tensors)
+    if tensors and all(type(t) in (torch.Tensor, nn.Parameter) and t.is_floating_point() for t in tensors):
+        device = tensors[0].device
+        if bool(torch.isfinite(torch.stack([t.sum().float().to(device) for t in tensors]).sum())):
+            return True
     flags = [torch.isfinite(t).all() for t in tensors]
     return not flags or bool(torch.stack([f.to(flags[0].device) for f in flags]).all())
 
@@ -229,13 +238,75 @@ def unhooked_step(optimizer: torch.optim.Optimizer) -> Callable[[], Any] | None:
     return lambda: raw(optimizer)
 
 
+def plain_fused_adam(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer`` is a ``torch.optim.Adam`` (the class itself) with ``fused=True`` in its plain form: no
+    AMSGrad, no decoupled weight decay, not capturable or differentiable, float learning rates and betas, and no
+    gradient scaler attached (``grad_scale``/``found_inf``). Its step is then :func:`fused_adam_step`'s."""
+    if type(optimizer) is not torch.optim.Adam or hasattr(optimizer, "grad_scale") or hasattr(optimizer, "found_inf"):
+        return False
+    for group in optimizer.param_groups:
+        flags = (group["amsgrad"], group["capturable"], group["differentiable"], group.get("decoupled_weight_decay"))
+        if not group["fused"] or any(flags):
+            return False
+        if any(isinstance(v, torch.Tensor) for v in (group["lr"], *group["betas"])):
+            return False
+    return True
+
+
+def fused_adam_step(optimizer: torch.optim.Optimizer) -> bool:
+    """The step of a :func:`plain_fused_adam` optimizer as ``Adam.step`` runs it, minus its Python: per parameter
+    group the parameters with a gradient and their state, grouped by device and dtype (torch's own grouping), the
+    step counters incremented and ``torch._fused_adam_`` called with the group's settings (the same kernels with
+    the same arguments, so the same update bit for bit). Returns False, having done nothing, when a parameter with a
+    gradient has no state yet (its first step: ``Adam.step`` creates it)."""
+    state = optimizer.state
+    work = []
+    for group in optimizer.param_groups:
+        params = [p for p in group["params"] if p.grad is not None]
+        states = [state.get(p) for p in params]
+        if not all(states):
+            return False
+        if params:
+            work.append((group, params, states))
+    for group, params, states in work:
+        grads = [p.grad for p in params]
+        exp_avgs = [s["exp_avg"] for s in states]
+        exp_avg_sqs = [s["exp_avg_sq"] for s in states]
+        steps = [s["step"] for s in states]
+        beta1, beta2 = group["betas"]
+        lists = [params, grads, exp_avgs, exp_avg_sqs, [], steps]
+        for (p, g, m, v, _, t), _ in torch._C._group_tensors_by_device_and_dtype(lists, False).values():
+            torch._foreach_add_(t, 1)
+            torch._fused_adam_(
+                p,
+                g,
+                m,
+                v,
+                [],
+                t,
+                amsgrad=False,
+                lr=group["lr"],
+                beta1=beta1,
+                beta2=beta2,
+                weight_decay=group["weight_decay"],
+                eps=group["eps"],
+                maximize=group["maximize"],
+                grad_scale=None,
+                found_inf=None,
+            )
+    return True
+
+
 def step_once(optimizer: torch.optim.Optimizer) -> None:
-    """One ``optimizer.step()``, through :func:`unhooked_step` where nothing hooks into it (the same update)."""
+    """One ``optimizer.step()``, through :func:`unhooked_step` where nothing hooks into it (the same update), and
+    for a plain fused Adam through :func:`fused_adam_step`."""
     raw = unhooked_step(optimizer)
     if raw is None:
         optimizer.step()
         return
     with torch.no_grad():
+        if plain_fused_adam(optimizer) and fused_adam_step(optimizer):
+            return
         raw()
 
 

@@ -22,7 +22,7 @@ from torch import nn
 from pickaxe.algos.core import adam, td_target
 from pickaxe.algos.offline import OfflineAlgorithm, normalized_inputs
 from pickaxe.algos.offline_configs import BCQConfig
-from pickaxe.algos.offline_core import bcq_argmax, bcq_imitation_loss
+from pickaxe.algos.offline_core import bcq_allowed, bcq_argmax, bcq_imitation_loss
 from pickaxe.errors import ConfigError
 from pickaxe.models.continuous import polyak
 from pickaxe.models.mlp import single_spaces
@@ -64,25 +64,27 @@ class BCQ(OfflineAlgorithm):
         self.optimizer = adam(list(self.learned.parameters()), lr=cfg.lr)
 
     def losses(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Huber TD error to the filtered target plus the behaviour-cloning head's loss."""
+        """Huber TD error to the filtered target plus the behaviour-cloning head's loss.
+
+        Both networks run with a graph on ``s`` only: their values at ``s'`` pick the target's action and are
+        constants to the loss, so they are computed without one (the backward pass then covers the minibatch's
+        rows, not twice as many). The filter's mask is computed once, for the target and the reported fraction."""
         cfg = self.config
         obs, next_obs, action = mb["obs"], mb["next_obs"], mb["action"]
-        b = obs.shape[0]
-        q_both = self.qnet(torch.cat([obs, next_obs]))  # one pass for Q(s) and Q(s')
-        logits_both = self.imitation(torch.cat([obs, next_obs]))
-        q_all, next_q = q_both.split(b)
-        logits, next_logits = logits_both.split(b)
+        q_all = self.qnet(obs)
+        logits = self.imitation(obs)
         with torch.no_grad():
-            next_logprobs = torch.log_softmax(next_logits, dim=-1)
-            next_a = bcq_argmax(next_q, next_logprobs, cfg.threshold)
+            next_logprobs = torch.log_softmax(self.imitation(next_obs), dim=-1)
+            allowed = bcq_allowed(next_logprobs, cfg.threshold)
+            next_a = bcq_argmax(self.qnet(next_obs), next_logprobs, cfg.threshold, allowed=allowed)
             next_value = self.target(next_obs).gather(-1, next_a.reshape(-1, 1)).squeeze(-1)
-            y = td_target(mb["reward"], next_value, mb["terminated"], cfg.gamma)
-            ratio = torch.exp(next_logprobs - next_logprobs.max(-1, keepdim=True).values)
-            allowed = (ratio >= cfg.threshold).float().mean()
+            y = td_target(mb["reward"], next_value, mb["terminated"], cfg.gamma, mb.get("discount"))
         q = q_all.gather(-1, action.long().reshape(-1, 1)).squeeze(-1)
         td = F.smooth_l1_loss(q, y)
         imitation = bcq_imitation_loss(logits, action, cfg.imitation_penalty)
-        return td + imitation, torch.stack([td, imitation, q.mean().detach(), allowed]).detach()
+        with torch.no_grad():
+            stats = torch.stack([td, imitation, q.mean(), allowed.float().mean()])
+        return td + imitation, stats
 
     def after_step(self) -> None:
         """Polyak update of the target Q-network."""

@@ -46,9 +46,23 @@ def approx_kl(logprob: torch.Tensor, old_logprob: torch.Tensor) -> torch.Tensor:
     return (log_ratio.exp() - 1.0 - log_ratio).mean()
 
 
-def td_target(reward: torch.Tensor, next_value: torch.Tensor, terminated: torch.Tensor, gamma: float) -> torch.Tensor:
-    """One-step TD target ``r + gamma * (1 - terminated) * V(s')``; truncation still bootstraps."""
-    return reward + gamma * (1.0 - terminated.to(reward.dtype)) * next_value
+def discounts(reward: torch.Tensor, terminated: torch.Tensor, gamma: float) -> torch.Tensor:
+    """``gamma * (1 - terminated)`` in ``reward``'s dtype: the factor of ``V(s')`` in :func:`td_target`."""
+    return gamma * (1.0 - terminated.to(reward.dtype))
+
+
+def td_target(
+    reward: torch.Tensor,
+    next_value: torch.Tensor,
+    terminated: torch.Tensor,
+    gamma: float,
+    discount: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """One-step TD target ``r + gamma * (1 - terminated) * V(s')``; truncation still bootstraps. ``discount``: the
+    :func:`discounts` of these transitions when the caller has them already (the same values)."""
+    if discount is None:
+        discount = discounts(reward, terminated, gamma)
+    return reward + discount * next_value
 
 
 def huber(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

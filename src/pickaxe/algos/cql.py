@@ -86,9 +86,15 @@ class CQL(OfflineAlgorithm):
         logp, next_logp, sampled_logp = logps.split([b, b, k * b])
         with torch.no_grad():
             y = sac_critic_target(
-                mb["reward"], self.target(next_obs, next_a), next_logp, mb["terminated"], cfg.gamma, alpha
+                mb["reward"],
+                self.target(next_obs, next_a),
+                next_logp,
+                mb["terminated"],
+                cfg.gamma,
+                alpha,
+                mb.get("discount"),
             )
-        q_data = self.critic(obs, self.policy.scale.to_unit(mb["action"]))
+        q_data = self.critic(obs, self.unit_action(mb))
         critic_loss = 0.5 * (q_data - y.unsqueeze(0)).pow(2).mean(-1).sum()
         uniform = torch.rand(k * b, self.action_dim, device=obs.device) * 2.0 - 1.0
         q_more = self.critic(torch.cat([repeated, repeated]), torch.cat([uniform, sampled.detach()]))
@@ -101,7 +107,8 @@ class CQL(OfflineAlgorithm):
         total = critic_loss + cfg.cql_alpha * penalty.sum() + actor_loss
         alpha_loss = temperature_loss(log_alpha, logp, self.target_entropy) if self.auto_alpha else obs.new_zeros(())
         total = total + alpha_loss
-        stats = torch.stack([critic_loss, actor_loss, alpha_loss, penalty.mean(), alpha, q_data.mean()]).detach()
+        with torch.no_grad():  # reported only: no graph for the stats
+            stats = torch.stack([critic_loss, actor_loss, alpha_loss, penalty.mean(), alpha, q_data.mean()])
         return total, stats
 
     def after_step(self) -> None:
@@ -131,12 +138,15 @@ class DiscreteCQL(OfflineAlgorithm):
         """Half the squared TD error plus ``cql_alpha`` times the penalty."""
         cfg = self.config
         with torch.no_grad():
-            y = td_target(mb["reward"], self.target(mb["next_obs"]).max(-1).values, mb["terminated"], cfg.gamma)
+            next_value = self.target(mb["next_obs"]).max(-1).values
+            y = td_target(mb["reward"], next_value, mb["terminated"], cfg.gamma, mb.get("discount"))
         q_all = self.qnet(mb["obs"])
         q = q_all.gather(-1, mb["action"].long().reshape(-1, 1)).squeeze(-1)
         td = 0.5 * (q - y).pow(2).mean()
         penalty = cql_discrete_penalty(q_all, mb["action"])
-        return td + cfg.cql_alpha * penalty, torch.stack([td, penalty, q.mean()]).detach()
+        with torch.no_grad():
+            stats = torch.stack([td, penalty, q.mean()])
+        return td + cfg.cql_alpha * penalty, stats
 
     def after_step(self) -> None:
         """Polyak update of the target Q-network."""

@@ -78,7 +78,8 @@ class CRR(OfflineAlgorithm):
         logprobs, next_logprobs = self.actor(torch.cat([obs, next_obs])).split(b)
         with torch.no_grad():
             next_q = self.target(next_obs).min(dim=0).values  # [B, n]
-            y = td_target(mb["reward"], (next_logprobs.exp() * next_q).sum(-1), mb["terminated"], cfg.gamma)
+            next_value = (next_logprobs.exp() * next_q).sum(-1)
+            y = td_target(mb["reward"], next_value, mb["terminated"], cfg.gamma, mb.get("discount"))
         q_all = self.critic(obs)  # [2, B, n]
         q = q_all.gather(-1, action.reshape(1, -1, 1).expand(q_all.shape[0], -1, 1)).squeeze(-1)
         critic_loss = 0.5 * (q - y.unsqueeze(0)).pow(2).mean(-1).sum()
@@ -88,8 +89,9 @@ class CRR(OfflineAlgorithm):
         )
         weights = crr_weights(advantage, cfg.weight, cfg.beta, cfg.max_weight)
         actor_loss = weighted_nll(logprobs.gather(-1, action).squeeze(-1), weights)
-        stats = [critic_loss, actor_loss, q.mean(), advantage.mean(), weights.mean()]
-        return critic_loss + actor_loss, torch.stack(stats).detach()
+        with torch.no_grad():  # reported only: no graph for the stats
+            stats = torch.stack([critic_loss, actor_loss, q.mean(), advantage.mean(), weights.mean()])
+        return critic_loss + actor_loss, stats
 
     def _box_losses(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = self.config
@@ -100,8 +102,9 @@ class CRR(OfflineAlgorithm):
         with torch.no_grad():  # the policy's samples are constants to both losses
             sampled, _ = self.actor.sample(torch.cat([next_obs, repeated]))
             next_a, others = sampled.split([b, k * b])
-            y = td_target(mb["reward"], self.target(next_obs, next_a).min(dim=0).values, mb["terminated"], cfg.gamma)
-        a = self.policy.scale.to_unit(mb["action"])
+            next_value = self.target(next_obs, next_a).min(dim=0).values
+            y = td_target(mb["reward"], next_value, mb["terminated"], cfg.gamma, mb.get("discount"))
+        a = self.unit_action(mb)
         q = self.critic(obs, a)  # [2, B]
         critic_loss = 0.5 * (q - y.unsqueeze(0)).pow(2).mean(-1).sum()
         with torch.no_grad():
@@ -110,8 +113,9 @@ class CRR(OfflineAlgorithm):
         weights = crr_weights(advantage, cfg.weight, cfg.beta, cfg.max_weight)
         mean, log_std = self.actor(obs)
         actor_loss = weighted_nll(gaussian_logprob(mean, log_std, a), weights)
-        stats = [critic_loss, actor_loss, q.mean(), advantage.mean(), weights.mean()]
-        return critic_loss + actor_loss, torch.stack(stats).detach()
+        with torch.no_grad():  # reported only: no graph for the stats
+            stats = torch.stack([critic_loss, actor_loss, q.mean(), advantage.mean(), weights.mean()])
+        return critic_loss + actor_loss, stats
 
     def after_step(self) -> None:
         """Polyak update of the target critics."""

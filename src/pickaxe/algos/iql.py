@@ -95,37 +95,39 @@ class IQL(OfflineAlgorithm):
         return metrics
 
     def _q(self, net: QEnsemble, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """``[n, B]`` values of the dataset's actions (Discrete: gathered from all actions' values)."""
+        """``[n, B]`` values of the dataset's actions (Discrete: gathered from all actions' values; Box: ``action``
+        in the policy's ``[-1, 1]`` box)."""
         if self.discrete:
             q_all = net(obs)
             index = action.long().reshape(1, -1, 1).expand(q_all.shape[0], -1, 1)
             return q_all.gather(-1, index).squeeze(-1)
-        assert self.policy.scale is not None
-        return net(obs, self.policy.scale.to_unit(action))
+        return net(obs, action)
 
     def _logprob(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         if self.discrete:
             return self.actor(obs).gather(-1, action.long().reshape(-1, 1)).squeeze(-1)
-        assert self.policy.scale is not None
         mean, log_std = self.actor(obs)
-        return gaussian_logprob(mean, log_std, self.policy.scale.to_unit(action))
+        return gaussian_logprob(mean, log_std, action)
 
     def losses(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Value (expectile), critic (TD to V(s')) and policy (advantage-weighted) losses, summed."""
+        """Value (expectile), critic (TD to V(s')) and policy (advantage-weighted) losses, summed. ``V(s')`` is a
+        constant to every loss: computed without a graph, so the backward pass covers ``V(s)``'s rows only."""
         cfg = self.config
-        obs, action = mb["obs"], mb["action"]
-        v_both = self.value(torch.cat([obs, mb["next_obs"]])).reshape(-1)  # one pass for V(s) and V(s')
-        v, next_v = v_both.split(obs.shape[0])
+        obs = mb["obs"]
+        action = mb["action"] if self.discrete else self.unit_action(mb)
+        v = self.value(obs).reshape(-1)
         with torch.no_grad():
+            next_v = self.value(mb["next_obs"]).reshape(-1)
             q_target = self._q(self.target, obs, action).min(dim=0).values
-            y = td_target(mb["reward"], next_v.detach(), mb["terminated"], cfg.gamma)
+            y = td_target(mb["reward"], next_v, mb["terminated"], cfg.gamma, mb.get("discount"))
         value_loss = expectile_loss(q_target - v, cfg.expectile)
         q = self._q(self.critic, obs, action)
         critic_loss = 0.5 * (q - y.unsqueeze(0)).pow(2).mean(-1).sum()
         weights = advantage_weights(q_target - v.detach(), cfg.beta, cfg.max_weight)
         actor_loss = weighted_nll(self._logprob(obs, action), weights)
         total = critic_loss + value_loss + actor_loss
-        stats = torch.stack([critic_loss, value_loss, actor_loss, q.mean(), v.mean(), weights.mean()]).detach()
+        with torch.no_grad():
+            stats = torch.stack([critic_loss, value_loss, actor_loss, q.mean(), v.mean(), weights.mean()])
         return total, stats
 
     def after_step(self) -> None:

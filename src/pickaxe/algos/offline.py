@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from pickaxe.algos.base import Algorithm, clear_grads, clip_and_step
-from pickaxe.algos.core import adam
+from pickaxe.algos.core import adam, discounts
 from pickaxe.algos.offline_configs import BCConfig
 from pickaxe.algos.offline_core import categorical_nll, gaussian_nll
 from pickaxe.algos.sac import SACPolicy
@@ -29,10 +29,10 @@ from pickaxe.models.mlp import single_spaces
 from pickaxe.models.normalize import frozen_obs_norm
 
 
-def split_minibatches(batch: Batch, batch_size: int) -> list[dict[str, torch.Tensor]]:
-    """``batch`` (1-D, or any shape: flattened) cut into consecutive minibatches of ``batch_size`` as plain tensors
-    (a last shorter one is kept)."""
-    flat = batch.reshape(-1)
+def split_minibatches(batch: Batch | dict[str, torch.Tensor], batch_size: int) -> list[dict[str, torch.Tensor]]:
+    """``batch`` (1-D, or any shape: flattened; or a dict of 1-D fields of one length) cut into consecutive
+    minibatches of ``batch_size`` as plain tensors (a last shorter one is kept)."""
+    flat = batch if isinstance(batch, dict) or batch.batch_dims == 1 else batch.reshape(-1)
     keys = list(flat.keys())
     parts = {k: flat[k].split(batch_size) for k in keys}
     return [{k: parts[k][i] for k in keys} for i in range(len(parts[keys[0]]))]
@@ -66,15 +66,34 @@ class OfflineAlgorithm(Algorithm):
             group["lr"] = self.config.lr
 
     def update(self, batch: Batch) -> dict[str, float]:
-        """One gradient step per ``batch_size`` transitions of ``batch``; metrics are means over the steps."""
-        return self.learn(split_minibatches(batch, self.config.batch_size))
+        """One gradient step per ``batch_size`` transitions of ``batch``; metrics are means over the steps.
+
+        What every step would compute again from the dataset's fields is computed here for the whole batch at
+        once, element by element, so the values each minibatch would compute: with Box actions the actions in the
+        policy's ``[-1, 1]`` box (``unit_action``), and for TD targets the ``discount`` ``gamma * (1 -
+        terminated)`` (``core.discounts``)."""
+        flat = batch if batch.batch_dims == 1 else batch.reshape(-1)
+        fields = dict(flat.items())
+        scale = getattr(self.policy, "scale", None)
+        if scale is not None:
+            fields["unit_action"] = scale.to_unit(fields["action"])
+        gamma = getattr(self.config, "gamma", None)
+        if gamma is not None:
+            fields["discount"] = discounts(fields["reward"], fields["terminated"], gamma)
+        return self.learn(split_minibatches(fields, self.config.batch_size))
+
+    def unit_action(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The minibatch's actions in the policy's ``[-1, 1]`` box: ``update``'s ``unit_action``, or computed here
+        (minibatches from a replay buffer)."""
+        unit = mb.get("unit_action")
+        return self.policy.scale.to_unit(mb["action"]) if unit is None else unit
 
     def learn(self, minibatches: Iterable[dict[str, torch.Tensor]]) -> dict[str, float]:
         """One guarded gradient step per minibatch (from a dataset batch, or a replay buffer when the algorithm
         trains online); metrics are means over the steps."""
         cfg = self.config
         max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else math.inf
-        sums, steps = np.zeros(len(self.metric_names) + 1), 0
+        sums, steps, name = np.zeros(len(self.metric_names) + 1), 0, f"{self.prefix} loss"
         for mb in minibatches:
             self.set_learning_rates()
             if self.reward_scale != 1.0:
@@ -82,7 +101,7 @@ class OfflineAlgorithm(Algorithm):
             total, stats = self.losses(mb)
             clear_grads(self.optimizer)
             total.backward()
-            sums += clip_and_step(self.learned, self.optimizer, max_norm, sums=stats, name=f"{self.prefix} loss")
+            sums += clip_and_step(self.learned, self.optimizer, max_norm, sums=stats, name=name)
             self.after_step()
             self.num_updates += 1
             steps += 1
@@ -131,14 +150,13 @@ class BC(OfflineAlgorithm):
         if self.discrete:
             logprobs = self.actor(mb["obs"])
             loss = categorical_nll(logprobs, mb["action"])
-            fit = (logprobs.argmax(-1) == mb["action"].long()).float().mean()
-        else:
-            assert self.policy.scale is not None
-            mean, log_std = self.actor(mb["obs"])
-            a = self.policy.scale.to_unit(mb["action"])
-            loss = gaussian_nll(mean, log_std, a)
-            fit = (mean - a).pow(2).mean()
-        return loss, torch.stack([loss, fit]).detach()
+            with torch.no_grad():  # reported only: no graph for it
+                return loss, torch.stack([loss, (logprobs.argmax(-1) == mb["action"].long()).float().mean()])
+        mean, log_std = self.actor(mb["obs"])
+        a = self.unit_action(mb)
+        loss = gaussian_nll(mean, log_std, a)
+        with torch.no_grad():
+            return loss, torch.stack([loss, (mean - a).pow(2).mean()])
 
     def networks(self) -> dict[str, nn.Module]:
         """The actor (what acts)."""

@@ -86,10 +86,14 @@ def bcq_allowed(logprobs: torch.Tensor, threshold: float) -> torch.Tensor:
     return ratio >= threshold
 
 
-def bcq_argmax(q: torch.Tensor, logprobs: torch.Tensor, threshold: float) -> torch.Tensor:
+def bcq_argmax(
+    q: torch.Tensor, logprobs: torch.Tensor, threshold: float, allowed: torch.Tensor | None = None
+) -> torch.Tensor:
     """The action of highest ``q`` among those ``bcq_allowed`` lets through, ``[B]`` (``q``, ``logprobs``:
-    ``[B, n]``)."""
-    masked = torch.where(bcq_allowed(logprobs, threshold), q, torch.finfo(q.dtype).min)
+    ``[B, n]``); ``allowed``: that filter's mask when the caller already has it."""
+    if allowed is None:
+        allowed = bcq_allowed(logprobs, threshold)
+    masked = torch.where(allowed, q, torch.finfo(q.dtype).min)
     return masked.argmax(dim=-1)
 
 

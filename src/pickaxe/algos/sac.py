@@ -68,13 +68,14 @@ def sac_critic_target(
     terminated: torch.Tensor,
     gamma: float,
     alpha: float | torch.Tensor,
+    discount: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``r + gamma (1 - terminated) (min_i Q'_i(s', a') - alpha log pi(a'|s'))`` with ``a' ~ pi(s')``.
 
     ``next_q``: ``[n critics, B]``; ``next_logprob``: ``[B]``. Truncated steps bootstrap (only ``terminated``
-    stops it)."""
+    stops it). ``discount``: as ``td_target``'s."""
     soft_value = next_q.min(dim=0).values - alpha * next_logprob
-    return td_target(reward, soft_value, terminated, gamma)
+    return td_target(reward, soft_value, terminated, gamma, discount)
 
 
 def discrete_sac_critic_target(

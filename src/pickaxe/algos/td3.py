@@ -40,10 +40,16 @@ def smoothed_target_action(next_action: torch.Tensor, noise: torch.Tensor, noise
     return (next_action + noise.clamp(-noise_clip, noise_clip)).clamp(-1.0, 1.0)
 
 
-def td3_target(reward: torch.Tensor, next_q: torch.Tensor, terminated: torch.Tensor, gamma: float) -> torch.Tensor:
+def td3_target(
+    reward: torch.Tensor,
+    next_q: torch.Tensor,
+    terminated: torch.Tensor,
+    gamma: float,
+    discount: torch.Tensor | None = None,
+) -> torch.Tensor:
     """``r + gamma (1 - terminated) min_i Q'_i(s', a')``; ``next_q``: ``[n critics, B]`` (one critic: DDPG's
-    target). Truncated steps bootstrap."""
-    return td_target(reward, next_q.min(dim=0).values, terminated, gamma)
+    target). Truncated steps bootstrap. ``discount``: as ``td_target``'s."""
+    return td_target(reward, next_q.min(dim=0).values, terminated, gamma, discount)
 
 
 def deterministic_actor_loss(q: torch.Tensor) -> torch.Tensor:

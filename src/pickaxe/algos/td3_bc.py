@@ -62,13 +62,15 @@ class TD3BC(OfflineAlgorithm):
         """Critic loss (TD3's target), plus the TD3+BC actor loss on actor steps (reported on every step)."""
         cfg = self.config
         obs, next_obs = mb["obs"], mb["next_obs"]
-        a = self.policy.scale.to_unit(mb["action"])
+        a = self.unit_action(mb)
         with torch.no_grad():
             next_a = self.actor_target(next_obs)
             if cfg.target_noise > 0:
                 noise = cfg.target_noise * torch.randn_like(next_a)
                 next_a = smoothed_target_action(next_a, noise, cfg.target_noise_clip)
-            y = td3_target(mb["reward"], self.critic_target(next_obs, next_a), mb["terminated"], cfg.gamma)
+            y = td3_target(
+                mb["reward"], self.critic_target(next_obs, next_a), mb["terminated"], cfg.gamma, mb.get("discount")
+            )
         q = self.critic(obs, a)
         critic_loss = 0.5 * (q - y.unsqueeze(0)).pow(2).mean(-1).sum()
         actor_step = self._actor_step()
@@ -78,8 +80,9 @@ class TD3BC(OfflineAlgorithm):
             with frozen(self.critic) if actor_step else contextlib.nullcontext():
                 actor_loss, lam = td3_bc_actor_loss(self.critic(obs, pi)[0], pi, a, cfg.alpha)
         total = critic_loss + actor_loss if actor_step else critic_loss
-        bc_mse = (pi - a).pow(2).mean()
-        return total, torch.stack([critic_loss, actor_loss, q.mean(), torch.as_tensor(lam), bc_mse]).detach()
+        with torch.no_grad():  # reported only: no graph for the stats
+            stats = torch.stack([critic_loss, actor_loss, q.mean(), torch.as_tensor(lam), (pi - a).pow(2).mean()])
+        return total, stats
 
     def after_step(self) -> None:
         """Polyak updates of both targets after an actor step."""
