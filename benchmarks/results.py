@@ -67,8 +67,8 @@ DEFAULT_BUDGETS: dict[str, int] = {  # pong-dqn learns from 20k steps; halfcheet
     "cartpole-npg": 100_000,
     "cartpole-trpo": 100_000,
     "pendulum-redq": 20_000,
-    "cartpole-iqn": 61_440,  # ~2.5 ms per env step here (2026-12-03): 100k would be ~4 min a seed
-    "cartpole-fqf": 61_440,
+    "cartpole-iqn": 100_000,
+    "cartpole-fqf": 100_000,
     "pendulum-bdq": 30_000,
 }
 
