@@ -102,9 +102,9 @@ def fqf_loss(
     The taken action's quantiles at the midpoints ``tau_hat`` proposed for ``s`` regress on the target staircase
     ``r + discount * Z'_{tau_hat'}(s', a*)``: the target network's quantiles at the midpoints ``tau_hat'`` proposed
     for ``s'`` by the network that picks ``a*`` (the online one when ``double``, else the target), each step weighted
-    by its width. So the target's mean is ``r + discount * Q'(s', a*)``, the Q that chose ``a*``; averaging the steps
-    equally (Algorithm 1 of the paper) over-weights the narrow ones, and on CartPole drove Q past ``1 / (1 - gamma)``
-    and the runs into divergence once the proposals learned."""
+    by its width ``w'``. So the target's mean is ``r + discount * sum_j w'_j Z'_j``, the staircase's own mean (how FQF
+    defines Q); averaging the steps equally (Algorithm 1 of the paper) over-weights the narrow ones, and on CartPole
+    drove Q past ``1 / (1 - gamma)`` and the runs into divergence once the proposals learned."""
     obs, next_obs = mb["obs"], mb["next_obs"]
     x = qnet.features(obs)
     tau, tau_hat, entropy = qnet.propose(x)
