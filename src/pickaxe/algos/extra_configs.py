@@ -193,8 +193,8 @@ class FQFConfig(IQNConfig):
     fractions: int = ranged(32, ge=2, le=10_000)
     """Fractions proposed per state (N); the online and target quantiles are taken at their midpoints."""
     fraction_lr: float = ranged(2.5e-5, gt=0, le=10)
-    """Learning rate of the fraction-proposal layer (its own Adam parameter group; much smaller than ``lr``, as in the
-    paper)."""
+    """Learning rate of the fraction-proposal layer (its own Adam parameter group; much smaller than ``lr``: the
+    reference implementations' Atari setting is 2.5e-9 with RMSProp, where the fractions barely move)."""
     fraction_ent_coef: float = ranged(0.0, ge=0)
     """Weight of the entropy bonus on the proposed fractions' widths (the paper's Atari runs use 0.001)."""
 

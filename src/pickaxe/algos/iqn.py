@@ -3,9 +3,10 @@ on the DQN family's pieces: replay (uniform, n-step windows), target network, do
 decay, and QR-DQN's quantile Huber loss generalised to any fractions (:func:`quantile_huber_loss_at`).
 
 IQN samples its fractions ``tau ~ U(0, 1)`` (torch's RNG, which the checkpoint restores) for the online quantiles
-and, independently, for the target's. FQF's proposal layer chooses ``N`` fractions per state; the quantiles (online
-and target) are taken at their midpoints and the proposal is trained by the gradient of the 1-Wasserstein error of
-the staircase they make (:func:`fraction_loss`), in its own Adam parameter group with ``fraction_lr``. Each
+and, independently, for the target's. FQF's proposal layer chooses ``N`` fractions per state; the online quantiles
+are taken at the midpoints of the state's proposals, the target's at those of the next state's, weighted by their
+widths in the quantile loss (:func:`fqf_loss`), and the proposal is trained by the gradient of the 1-Wasserstein
+error of the staircase they make (:func:`fraction_loss`), in its own Adam parameter group with ``fraction_lr``. Each
 gradient step is one backward pass and one host read (``clip_and_step``).
 """
 
@@ -31,19 +32,29 @@ REPLAY_KEYS = ("obs", "action", "reward", "terminated", "next_obs")
 
 # ------------------------------------------------------------------------------------------------------ pure losses
 def quantile_huber_loss_at(
-    quantiles: torch.Tensor, tau: torch.Tensor, target: torch.Tensor, kappa: float = 1.0
+    quantiles: torch.Tensor,
+    tau: torch.Tensor,
+    target: torch.Tensor,
+    kappa: float = 1.0,
+    target_weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The quantile Huber loss per sample, ``[B]``, of ``quantiles`` ``[B, N]`` estimated at fractions ``tau``
     ``[B, N]`` (each row its own, e.g. sampled) against ``target`` ``[B, M]`` samples of the target distribution.
 
     With ``u = target_j - quantiles_i``, each pair costs ``|tau_i - 1{u < 0}| * huber_kappa(u) / kappa``; the loss
     sums over ``i`` and averages over ``j`` (QR-DQN's ``quantile_huber_loss`` is this at ``tau_i = (2i + 1) / 2N``).
+    ``target_weights`` ``[B, M]`` (each row summing to 1) replaces that average by a weighted sum: the target is then
+    the distribution with mass ``target_weights_j`` at ``target_j`` (FQF's staircase, whose steps have the proposed
+    widths), not ``M`` equally likely samples (IQN's, whose fractions are drawn uniformly).
     """
     u = target.unsqueeze(-2) - quantiles.unsqueeze(-1)  # [B, N, M]
     abs_u = u.abs()
     hub = torch.where(abs_u <= kappa, 0.5 * u.pow(2), kappa * (abs_u - 0.5 * kappa))
     rho = (tau.unsqueeze(-1) - (u.detach() < 0).to(u.dtype)).abs() * hub / kappa
-    return rho.sum(-2).mean(-1)
+    per_target = rho.sum(-2)  # [B, M]
+    if target_weights is None:
+        return per_target.mean(-1)
+    return (per_target * target_weights).sum(-1)
 
 
 def fraction_loss(z_tau: torch.Tensor, z_hat: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
@@ -86,9 +97,14 @@ def fqf_loss(
     qnet: ImplicitQuantileNetwork, target: ImplicitQuantileNetwork, mb: Batch, cfg: FQFConfig
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """FQF's minibatch loss (quantile loss + fraction loss - ``fraction_ent_coef`` x the widths' entropy; disjoint
-    parameters) and its stats ``[quantile loss, fraction loss, mean Q, entropy]``: the taken action's quantiles at
-    the proposed midpoints ``tau_hat`` against ``r + discount * Z'_{tau_hat}(s', a*)``, ``a*`` greedy under the
-    online (``double``) or target network's proposals."""
+    parameters) and its stats ``[quantile loss, fraction loss, mean Q, entropy]``.
+
+    The taken action's quantiles at the midpoints ``tau_hat`` proposed for ``s`` regress on the target staircase
+    ``r + discount * Z'_{tau_hat'}(s', a*)``: the target network's quantiles at the midpoints ``tau_hat'`` proposed
+    for ``s'`` by the network that picks ``a*`` (the online one when ``double``, else the target), each step weighted
+    by its width ``w'``. So the target's mean is ``r + discount * sum_j w'_j Z'_j``, the staircase's own mean (how FQF
+    defines Q); averaging the steps equally (Algorithm 1 of the paper) over-weights the narrow ones, and on CartPole
+    drove Q past ``1 / (1 - gamma)`` and the runs into divergence once the proposals learned."""
     obs, next_obs = mb["obs"], mb["next_obs"]
     x = qnet.features(obs)
     tau, tau_hat, entropy = qnet.propose(x)
@@ -96,11 +112,12 @@ def fqf_loss(
     z_hat = _chosen(qnet.quantiles(x, tau_hat_c), mb["action"])
     with torch.no_grad():
         picker = qnet if cfg.double else target
-        next_action = picker.q_values(next_obs).argmax(-1)
-        z_next = _chosen(target.quantiles(target.features(next_obs), tau_hat_c), next_action)
+        q_next, tau_hat_next, widths_next = picker.proposed_q(picker.features(next_obs))
+        next_action = q_next.argmax(-1)
+        z_next = _chosen(target.quantiles(target.features(next_obs), tau_hat_next), next_action)
         y = mb["reward"].unsqueeze(-1) + discount_of(mb, cfg.gamma).unsqueeze(-1) * z_next
         z_tau = _chosen(qnet.quantiles(x.detach(), tau[:, 1:-1].detach()), mb["action"])
-    q_loss = quantile_huber_loss_at(z_hat, tau_hat_c, y, cfg.kappa).mean()
+    q_loss = quantile_huber_loss_at(z_hat, tau_hat_c, y, cfg.kappa, widths_next).mean()
     f_loss = fraction_loss(z_tau, z_hat.detach(), tau).mean()
     ent = entropy.mean()
     total = q_loss + f_loss - cfg.fraction_ent_coef * ent

@@ -83,15 +83,21 @@ class ImplicitQuantileNetwork(nn.Module):
         tau_hat = (tau[:, :-1] + tau[:, 1:]) / 2
         return tau, tau_hat, -(widths * logp).sum(-1)
 
+    def proposed_q(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """FQF's Q-values ``[B, n_actions]`` (the quantiles at the proposed midpoints, weighted by the widths), those
+        midpoints ``tau_hat`` ``[B, N]`` and the widths ``[B, N]``, all detached from the proposal layer."""
+        tau, tau_hat, _ = self.propose(features)
+        widths, tau_hat = (tau[:, 1:] - tau[:, :-1]).detach(), tau_hat.detach()
+        z = self.quantiles(features, tau_hat)
+        return (widths.unsqueeze(-1) * z).sum(1), tau_hat, widths
+
     def q_values(self, obs: torch.Tensor, taus: int = 32, sample: bool = False) -> torch.Tensor:
         """Q-values ``[B, n_actions]``: with proposals (FQF) the width-weighted sum of the quantiles at the proposed
         midpoints; else (IQN) the mean of ``taus`` quantiles, at fractions drawn from U(0, 1) (``sample``, from
         torch's RNG) or at the fixed midpoints."""
         x = self.features(obs)
         if self.fractions:
-            tau, tau_hat, _ = self.propose(x)
-            z = self.quantiles(x, tau_hat.detach())
-            return ((tau[:, 1:] - tau[:, :-1]).detach().unsqueeze(-1) * z).sum(1)
+            return self.proposed_q(x)[0]
         b = x.shape[0]
         tau = torch.rand(b, taus, device=x.device) if sample else midpoint_taus(taus, b, x.device)
         return self.quantiles(x, tau).mean(1)
