@@ -30,7 +30,6 @@ import argparse
 import datetime
 import json
 import os
-import shlex
 import statistics
 import subprocess
 import sys
@@ -44,6 +43,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import MarkerError, fmt_seconds, replace_block
+from results import shown_command as results_command
 
 MARKERS = ("<!-- multiagent:begin -->", "<!-- multiagent:end -->")
 
@@ -152,16 +152,8 @@ def build_table(results: list[RecipeResult]) -> str:
 
 
 def shown_command(argv: list[str], script: str = "benchmarks/multiagent.py") -> str:
-    """The command line, less the options that only decide where things are stored (--root, --reuse, --write)."""
-    shown, skip = [], False
-    for a in argv:
-        if skip:
-            skip = False
-        elif a in ("--root", "--write"):
-            skip = True
-        elif a != "--reuse" and not a.startswith(("--root=", "--write=")):
-            shown.append(a)
-    return shlex.join(["python", script, *shown])
+    """The command line of ``script`` as the docs show it (:func:`results.shown_command`)."""
+    return results_command(argv, script)
 
 
 def utc(t: float, spec: str) -> str:

@@ -277,8 +277,9 @@ def merge_block(old: str, table: str, line: str) -> str:
     return "\n".join([*head, *rows.values()]) + "\n\n" + "\n\n".join([*notes, f"Rows {names}: {line}"])
 
 
-def shown_command(argv: list[str]) -> str:
-    """The command line, less the options that only decide where things are stored (--root, --reuse, --write)."""
+def shown_command(argv: list[str], script: str = "benchmarks/results.py") -> str:
+    """The command line of ``script``, less the options that only decide where things are stored or how a table is
+    written (--root, --write with their values; --reuse, --merge)."""
     shown, skip = [], False
     for a in argv:
         if skip:
@@ -287,7 +288,7 @@ def shown_command(argv: list[str]) -> str:
             skip = True
         elif a not in ("--reuse", "--merge") and not a.startswith(("--root=", "--write=")):
             shown.append(a)
-    return shlex.join(["python", "benchmarks/results.py", *shown])
+    return shlex.join(["python", script, *shown])
 
 
 def machine_line(argv: list[str], threads: int, results: list[RecipeResult]) -> str:
