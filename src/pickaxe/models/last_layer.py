@@ -84,7 +84,7 @@ def _partial(
     mask, rope = kwargs.get("attention_mask"), kwargs.get("position_embeddings")
     if kwargs["args"] or not isinstance(rope, tuple) or (mask is not None and mask.dim() != 4):
         return None
-    batch, width, dim = hidden.shape
+    batch, width = hidden.shape[:2]
     order = torch.argsort(index)
     used, local, slot, cols = _rows_and_slots(index[order], width)
     if cols.numel() > MAX_SHARE * used.numel() * width:
@@ -93,9 +93,8 @@ def _partial(
     module = sys.modules[type(attn).__module__]
     head_dim = attn.head_dim
     rows = hidden.index_select(0, used)  # [R, T, D]
-    take = cols.unsqueeze(-1)  # [R, S, 1]
     x = layer.input_layernorm(rows)
-    x_q = x.gather(1, take.expand(-1, -1, dim))
+    x_q = _take_rows(x, cols)
     q = attn.q_proj(x_q).view(*cols.shape, -1, head_dim)
     k = attn.k_proj(x).view(used.numel(), width, -1, head_dim)
     if hasattr(attn, "q_norm"):  # Qwen3: RMS norm of each head's queries and keys before the rotation
@@ -103,7 +102,7 @@ def _partial(
     q, k = q.transpose(1, 2), k.transpose(1, 2)
     v = attn.v_proj(x).view(used.numel(), width, -1, head_dim).transpose(1, 2)
     cos, sin = (t.expand(batch, -1, -1).index_select(0, used) for t in rope)  # [R, T, head_dim]
-    q, _ = module.apply_rotary_pos_emb(q, q, take_rows(cos, cols), take_rows(sin, cols))
+    q, _ = module.apply_rotary_pos_emb(q, q, _take_rows(cos, cols), _take_rows(sin, cols))
     k, _ = module.apply_rotary_pos_emb(k, k, cos, sin)
     if mask is None:  # transformers passes none for plain causal rows (no padding, no packing)
         m = cols[:, None, :, None] >= torch.arange(width, device=cols.device)  # [R, 1, S, T]
@@ -118,13 +117,13 @@ def _partial(
         scaling=attn.scaling,
         sliding_window=getattr(attn, "sliding_window", None),
     )  # fmt: skip
-    y = rows.gather(1, take.expand(-1, -1, dim)) + attn.o_proj(out.reshape(*cols.shape, -1))
+    y = _take_rows(rows, cols) + attn.o_proj(out.reshape(*cols.shape, -1))
     y = y + layer.mlp(layer.post_attention_layernorm(y))
     picked = norm(y)[local, slot]
     return picked[torch.argsort(order)]
 
 
-def take_rows(t: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+def _take_rows(t: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
     """``t[r, cols[r, s]]`` for a ``[R, T, ...]`` tensor and ``[R, S]`` positions: ``[R, S, ...]``."""
     shape = (*cols.shape, *t.shape[2:])
     return t.gather(1, cols.reshape(*cols.shape, *([1] * (t.dim() - 2))).expand(shape))
