@@ -16,7 +16,7 @@ from torch import nn
 
 from pickaxe.algos.base import Algorithm, clip_and_step
 from pickaxe.algos.configs import DQNConfig
-from pickaxe.algos.core import adam, huber, linear_schedule, td_target
+from pickaxe.algos.core import adam, discounts, huber, linear_schedule, td_target
 from pickaxe.data.batch import Batch
 from pickaxe.data.buffers import ReplayBuffer
 from pickaxe.data.replay import NSTEP_KEYS, NStepAccumulator, PrioritizedReplayBuffer
@@ -27,10 +27,10 @@ _REPLAY_KEYS = ("obs", "action", "reward", "terminated", "next_obs")
 
 def discount_of(mb: Batch, gamma: float) -> torch.Tensor:
     """Each transition's bootstrap discount: its own ``discount`` (n-step: ``gamma^k``, 0 if terminated) where it
-    has one, else ``gamma * (1 - terminated)``."""
+    has one, else ``gamma * (1 - terminated)`` (:func:`~pickaxe.algos.core.discounts`)."""
     if "discount" in mb.keys():  # noqa: SIM118 - TensorDict refuses `in` on itself
         return mb["discount"]
-    return gamma * (1.0 - mb["terminated"].to(mb["reward"].dtype))
+    return discounts(mb["reward"], mb["terminated"], gamma)
 
 
 def _bootstrap(mb: Batch, next_value: torch.Tensor, gamma: float) -> torch.Tensor:
