@@ -10,8 +10,8 @@ check, in thread CPU seconds (one torch thread).
   ``--steps`` steps: a change that must not change a number keeps every hash.
 
 Run it in fresh processes alternately for two source trees to compare them (``PYTHONPATH=A/src python
-benchmarks/offline_step.py --time``, then B, then A, ...). ``--algos bc-box,bc-box-mse`` also times Tianshou's BC
-method in pickaxe's step (``EXTRA``). Usage: ``python benchmarks/offline_step.py [--time]
+benchmarks/offline_step.py --time``, then B, then A, ...). ``bc-box-mse`` is BC by regression (Tianshou's BC method on
+Box actions), ``FLAGS``. Usage: ``python benchmarks/offline_step.py [--time]
 [--hash] [--steps 80] [--rounds 3] [--algos bc-box,bcq,...]``; the last line printed is one JSON object.
 """
 
@@ -33,6 +33,7 @@ from pickaxe.train.build import build_algorithm
 
 CASES: dict[str, str] = {
     "bc-box": "pendulum-bc",
+    "bc-box-mse": "pendulum-bc",
     "bc-discrete": "cartpole-bc",
     "td3-bc": "pendulum-td3-bc",
     "cql-box": "pendulum-cql",
@@ -45,10 +46,9 @@ CASES: dict[str, str] = {
 }
 """Case name -> the recipe whose algorithm and settings it takes (the spaces: the recipe's env's)."""
 
-EXTRA: dict[str, str] = {"bc-box-mse": "pendulum-bc"}
-"""Cases that are not pickaxe's methods, timed with ``--algos`` only: ``bc-box-mse`` is Tianshou's BC on Box actions
-(a deterministic tanh actor, the mean squared error to the action) in pickaxe's step (``pendulum-bc``'s net, fused
-Adam, guarded step, per-batch unit actions), to tell the cost of the method from the cost of the library."""
+FLAGS: dict[str, dict[str, Any]] = {"bc-box-mse": {"box_loss": "mse"}}
+"""Algorithm settings on top of the recipe's: ``bc-box-mse`` is behaviour cloning by regression (``--algo.box-loss
+mse``, Tianshou's BC method on Box actions) beside the likelihood of ``bc-box``."""
 
 SPACES: dict[str, tuple[gym.Space, gym.Space]] = {
     "Pendulum-v1": (
@@ -91,30 +91,14 @@ def synthetic_batches(obs_space: gym.Space, action_space: gym.Space, n: int, siz
     return out
 
 
-def mse_bc(obs_space: gym.Space, action_space: gym.Space, config: Any) -> Any:
-    """``bc-box-mse``: behaviour cloning by a deterministic tanh actor and the mean squared error to the action."""
-    from pickaxe.algos.offline import BC
-    from pickaxe.models.continuous import DeterministicActor
-
-    class MSEBC(BC):
-        def losses(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-            loss = (self.actor(mb["obs"]) - self.unit_action(mb)).pow(2).mean()
-            with torch.no_grad():
-                return loss, torch.stack([loss, loss])
-
-    actor = DeterministicActor(obs_space, action_space.shape[0], (64, 64), "relu")
-    return MSEBC(actor, action_space, config)
-
-
 def build(case: str) -> tuple[Any, list[Any]]:
     """The case's algorithm (weights from seed 0) and 4 synthetic dataset batches of one iteration each."""
-    cfg = get_recipe(CASES.get(case) or EXTRA[case])
+    cfg = get_recipe(CASES[case])
+    for key, value in FLAGS.get(case, {}).items():
+        setattr(cfg.algo, key, value)
     obs_space, action_space = SPACES[cfg.env.id]
     torch.manual_seed(0)
-    if case == "bc-box-mse":
-        algo = mse_bc(obs_space, action_space, cfg.algo)
-    else:
-        algo = build_algorithm(cfg, _Spaces(obs_space, action_space))
+    algo = build_algorithm(cfg, _Spaces(obs_space, action_space))
     return algo, synthetic_batches(obs_space, action_space, 4, cfg.collector.steps)
 
 

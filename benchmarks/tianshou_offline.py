@@ -1,6 +1,7 @@
 """Offline RL side by side with Tianshou 2.0.1 (issue 29): pickaxe's offline recipes and Tianshou's BC
-(``OfflineImitationLearning``), TD3+BC, CQL (continuous, on SAC), discrete BCQ and discrete CQL (on QR-DQN), trained
-on the very same datasets, for the same gradient steps, with the same evaluations.
+(``OfflineImitationLearning``; beside pickaxe's likelihood BC, ``bc``, and its regression, ``bc-mse``), TD3+BC, CQL
+(continuous, on SAC), discrete BCQ and discrete CQL (on QR-DQN), trained on the very same datasets, for the same
+gradient steps, with the same evaluations.
 
 Datasets: as ``benchmarks/offline.py`` makes them (its source runs ``cartpole-ppo`` / ``pendulum-sac``, seed 0, then
 ``pickaxe collect``): by default the medium ones (CartPole ``--epsilon 0.5``, 20 episodes; Pendulum ``--noise 0.5``,
@@ -60,14 +61,20 @@ TIANSHOU_MISSING = "Tianshou is not installed; fix: pip install -r benchmarks/re
 # algorithm -> (env, pickaxe recipe)
 ALGOS: dict[str, tuple[str, str]] = {
     "bc": ("pendulum", "pendulum-bc"),
+    "bc-mse": ("pendulum", "pendulum-bc"),
     "td3-bc": ("pendulum", "pendulum-td3-bc"),
     "cql": ("pendulum", "pendulum-cql"),
     "bcq": ("cartpole", "cartpole-bcq"),
     "cql-discrete": ("cartpole", "cartpole-cql"),
 }
 
+FLAGS: dict[str, list[str]] = {"bc-mse": ["--algo.box-loss", "mse"]}
+"""pickaxe's flags on top of the recipe, per algorithm."""
+
 DIFFERENCES: dict[str, str] = {
     "bc": "pickaxe: Gaussian likelihood (tanh mean, learned std); Tianshou: deterministic actor, MSE to the action",
+    "bc-mse": "the same method (a deterministic tanh actor, the mean squared error to the action: pickaxe's "
+    "--algo.box-loss mse); only the initialisation differs",
     "td3-bc": "the same method and settings; only the initialisation differs (observations normalised in neither)",
     "cql": "pickaxe CQL(H) on SAC, fixed weight 1, alpha auto from 1.0; Tianshou CQL on SAC, fixed weight 1 "
     "(with_lagrange off, calibrated off: plain CQL(H)), alpha auto from 1.0, its critic grad-norm clip 1.0 "
@@ -87,9 +94,12 @@ def normalised(ret: float, meta: dict[str, Any]) -> float | None:
     return 100.0 * (ret - float(lo)) / (float(hi) - float(lo))
 
 
-def run_pickaxe(recipe: str, data: Path, seed: int, run: Path, steps: int) -> dict[str, Any]:
-    """One pickaxe offline run of ``steps`` gradient steps (5 evaluations); its final return, wall and CPU seconds."""
-    args = ["train", recipe, "--data.dataset", str(data), "--seed", str(seed), "--device", "cpu"]
+def run_pickaxe(
+    recipe: str, data: Path, seed: int, run: Path, steps: int, flags: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """One pickaxe offline run of ``steps`` gradient steps (5 evaluations) with ``flags`` on top of ``recipe``; its
+    final return, wall and CPU seconds."""
+    args = ["train", recipe, *flags, "--data.dataset", str(data), "--seed", str(seed), "--device", "cpu"]
     args += ["--trainer.total-steps", str(steps * 256), "--trainer.eval-every", str(steps * 256 // 5)]
     if steps * 256 < 2048:  # a smoke budget: one collector iteration must fit in it
         args += ["--collector.steps", "256"]
@@ -142,7 +152,7 @@ def tianshou_algorithm(algo: str, env: Any) -> Any:
             policy=policy, optim=adam, min_q_weight=1.0, gamma=0.99, num_quantiles=200, target_update_freq=500
         )
     act = space.shape
-    if algo == "bc":
+    if algo in ("bc", "bc-mse"):  # Tianshou's BC on Box actions is the regression either way
         actor = ContinuousActorDeterministic(preprocess_net=Net(state_shape=obs, hidden_sizes=hidden), action_shape=act)
         policy = ImitationPolicy(actor=actor, action_space=space, action_scaling=True, action_bound_method="clip")
         return OfflineImitationLearning(policy=policy, optim=adam)
@@ -382,7 +392,7 @@ def cli(argv: list[str] | None = None) -> None:
         meta = read(data).metadata
         env_id = "CartPole-v1" if env == "cartpole" else "Pendulum-v1"
         for seed in range(args.seeds):
-            p = run_pickaxe(recipe, data, seed, out / env / f"{algo}-s{seed}", args.steps)
+            p = run_pickaxe(recipe, data, seed, out / env / f"{algo}-s{seed}", args.steps, tuple(FLAGS.get(algo, ())))
             t = run_tianshou(algo, env_id, data, seed, args.steps)
             for lib, r in (("pickaxe", p), ("tianshou", t)):
                 score = normalised(r["eval_return"], meta)

@@ -12,7 +12,7 @@ from bench_modules import load_benchmark
 
 def test_every_case_builds_and_the_hash_repeats() -> None:
     bench = load_benchmark("offline_step")
-    for case in [*bench.CASES, *bench.EXTRA]:
+    for case in bench.CASES:
         algo, batches = bench.build(case)
         assert batches[0].batch_size[0] == 8 * algo.config.batch_size
     assert bench.hash_case("bcq", 8) == bench.hash_case("bcq", 8) != bench.hash_case("bcq", 16)

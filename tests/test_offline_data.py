@@ -137,6 +137,8 @@ def test_dataset_and_flags_must_fit_the_run(
     assert "multiple of algo.batch_size" in err
     err = train_error(capsys, "cartpole-bc", "--data.dataset", data, "--dist.learners", "2", "--run-dir", run_dir)
     assert "in one process" in err
+    err = train_error(capsys, "cartpole-bc", "--data.dataset", data, "--algo.box-loss", "mse", "--run-dir", run_dir)
+    assert "--algo.box-loss mse regresses Box actions" in err and "fix: drop --algo.box-loss" in err
     assert not Path(run_dir).exists()
 
 

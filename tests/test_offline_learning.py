@@ -100,3 +100,42 @@ def test_beats_the_behaviour_policy_on_a_random_dataset(cartpole: dict[str, Path
     args = ["--data.dataset", str(random), "--trainer.eval-every", "256000", "--run-dir", str(run), "--no-progress"]
     assert main(["train", f"cartpole-{algo}", *args]) == 0
     assert _evals(run)[-1]["eval/return_mean_ci_low"] > 2 * behaviour
+
+
+def test_bc_regression_clones_a_deterministic_controller(tmp_path: Path) -> None:
+    """``--algo.box-loss mse``: a deterministic actor fitted by the squared error acts like the controller that made
+    its dataset (a smooth function of the observation), in the run's saved policy as loaded for use."""
+    import gymnasium as gym
+    import numpy as np
+
+    from pickaxe.api import load
+    from pickaxe.offline.dataset import Episode, write
+
+    def controller(obs: np.ndarray) -> np.ndarray:
+        return np.clip(-1.5 * obs[..., 1:2] - 0.2 * obs[..., 2:3], -2.0, 2.0).astype(np.float32)
+
+    env = gym.make("Pendulum-v1")
+    episodes = []
+    for seed in range(4):
+        obs, _ = env.reset(seed=seed)
+        o, a, r, term, trunc = [obs], [], [], [], []
+        done = False
+        while not done:
+            action = controller(obs)
+            obs, reward, terminated, truncated, _ = env.step(action)
+            o.append(obs), a.append(action), r.append(reward), term.append(terminated), trunc.append(truncated)
+            done = terminated or truncated
+        episodes.append(Episode(np.array(o), np.array(a), np.array(r), np.array(term), np.array(trunc)))
+    spaces = (env.observation_space, env.action_space)
+    data = write(tmp_path / "data", episodes, *spaces, "t/pendulum-v0", {}, "Pendulum-v1")
+    run = tmp_path / "bc"
+    args = ["--data.dataset", str(data), "--algo.box-loss", "mse", "--trainer.total-steps", "153600"]  # 600 steps
+    args += ["--trainer.eval-every", "153600", "--trainer.eval-episodes", "2"]
+    assert main(["train", "pendulum-bc", *args, "--run-dir", str(run), "--no-progress"]) == 0
+    records = [r for r in read_metrics(run) if "bc/mean_sq_error" in r]
+    assert all(r["loss/policy"] == r["bc/mean_sq_error"] for r in records)  # the loss is the squared error
+    assert records[-1]["bc/mean_sq_error"] < 0.1 * records[0]["bc/mean_sq_error"]  # in the policy's [-1, 1] box
+    policy = load(run, "final")
+    states = np.concatenate([e.obs[:-1] for e in episodes])
+    acted = policy.act(states, deterministic=True)
+    assert np.abs(np.asarray(acted) - controller(states)).mean() < 0.1  # env units: torque in [-2, 2]

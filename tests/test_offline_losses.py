@@ -9,6 +9,7 @@ import torch
 
 from pickaxe.algos.offline_core import (
     advantage_weights,
+    bc_squared_error,
     bcq_allowed,
     bcq_argmax,
     bcq_imitation_loss,
@@ -35,6 +36,15 @@ def test_bc_likelihoods() -> None:
     assert gaussian_nll(t([[0.0]]), t([0.0]), t([[1.0]])).item() == pytest.approx(0.5 + half_log_2pi)
     two_dims = gaussian_nll(t([[0.0, 0.0]]), t([0.0, 1.0]), t([[1.0, 0.0]])).item()
     assert two_dims == pytest.approx((0.5 + half_log_2pi) + (1.0 + half_log_2pi))
+
+
+def test_bc_squared_error_is_the_mean_over_batch_and_action_dimensions() -> None:
+    # (0.5^2 + 1^2 + 0^2 + 1^2) / 4 = 0.5625; its gradient 2 (pi - a) / (B * A)
+    pi = t([[0.5, -1.0], [0.0, 0.0]], requires_grad=True)
+    loss = bc_squared_error(pi, t([[0.0, 0.0], [0.0, 1.0]]))
+    assert loss.item() == pytest.approx(0.5625)
+    loss.backward()
+    assert pi.grad.flatten().tolist() == pytest.approx([0.25, -0.5, 0.0, -0.5])
 
 
 def test_td3_bc_lambda_normalises_by_the_mean_absolute_q() -> None:

@@ -21,10 +21,12 @@ from torch import nn
 from pickaxe.algos.base import Algorithm, clear_grads, clip_and_step
 from pickaxe.algos.core import adam, discounts
 from pickaxe.algos.offline_configs import BCConfig
-from pickaxe.algos.offline_core import categorical_nll, gaussian_nll
+from pickaxe.algos.offline_core import bc_squared_error, categorical_nll, gaussian_nll
 from pickaxe.algos.sac import SACPolicy
+from pickaxe.algos.td3 import TD3Policy
 from pickaxe.data.batch import Batch
-from pickaxe.models.continuous import ActionScale, CategoricalActor, GaussianActor, box_action_dim
+from pickaxe.errors import ConfigError
+from pickaxe.models.continuous import ActionScale, CategoricalActor, DeterministicActor, GaussianActor, box_action_dim
 from pickaxe.models.mlp import single_spaces
 from pickaxe.models.normalize import frozen_obs_norm
 
@@ -130,14 +132,16 @@ class OfflineAlgorithm(Algorithm):
 
 class BC(OfflineAlgorithm):
     """Behaviour cloning: the policy maximises the likelihood of the dataset's actions (categorical on Discrete,
-    Gaussian with a tanh mean on Box, in the normalised box ``[-1, 1]^A``)."""
+    Gaussian with a tanh mean on Box, in the normalised box ``[-1, 1]^A``); given a ``DeterministicActor`` (Box,
+    ``box_loss mse``) it regresses the actions by their squared error instead."""
 
     prefix = "bc"
 
     def __init__(self, actor: nn.Module, action_space: gym.Space, config: BCConfig | None = None) -> None:
         self.config = cfg = config or BCConfig()
-        self.policy = SACPolicy(actor, action_space)
-        self.discrete = self.policy.discrete
+        self.regression = isinstance(actor, DeterministicActor)
+        self.policy = TD3Policy(actor, action_space, noise=0.0) if self.regression else SACPolicy(actor, action_space)
+        self.discrete = not self.regression and self.policy.discrete
         self.metric_names = ("loss/policy", "bc/accuracy" if self.discrete else "bc/mean_sq_error")
         self.actor = actor
         self.learned = actor
@@ -145,8 +149,12 @@ class BC(OfflineAlgorithm):
         self.optimizer = adam(list(actor.parameters()), lr=cfg.lr)
 
     def losses(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Negative log-likelihood; the second stat is the greedy accuracy (Discrete) or the mean's squared error
-        (Box)."""
+        """Negative log-likelihood, or the squared error of a deterministic actor; the second stat is the greedy
+        accuracy (Discrete) or the mean's (the action's) squared error (Box)."""
+        if self.regression:
+            loss = bc_squared_error(self.actor(mb["obs"]), self.unit_action(mb))
+            with torch.no_grad():
+                return loss, torch.stack([loss, loss])
         if self.discrete:
             logprobs = self.actor(mb["obs"])
             loss = categorical_nll(logprobs, mb["action"])
@@ -174,9 +182,21 @@ def actor_for(obs_space: gym.Space, action_space: gym.Space, model: Any) -> nn.M
 
 
 def build_bc(config: BCConfig, envs: Any, model: Any, device: torch.device, seed: int) -> BC:
-    """Behaviour cloning sized from ``envs``' spaces (or a dataset sampler's) with ``model``'s hidden sizes."""
+    """Behaviour cloning sized from ``envs``' spaces (or a dataset sampler's) with ``model``'s hidden sizes: the
+    likelihood policy of ``actor_for``, or with ``box_loss mse`` a ``DeterministicActor`` (Box actions only)."""
     obs_space, action_space = single_spaces(envs)
-    actor = actor_for(obs_space, action_space, model)
+    if config.box_loss == "mse":
+        if not isinstance(action_space, gym.spaces.Box):
+            raise ConfigError(
+                f"--algo.box-loss mse regresses Box actions; this dataset's are {type(action_space).__name__}; fix: "
+                "drop --algo.box-loss (Discrete actions are cloned by their likelihood)"
+            )
+        ActionScale(action_space)  # refuses unbounded Boxes before anything is built
+        actor: nn.Module = DeterministicActor(
+            obs_space, box_action_dim(action_space), tuple(model.hidden), model.activation
+        )
+    else:
+        actor = actor_for(obs_space, action_space, model)
     normalized_inputs(config, obs_space, actor)
     return BC(actor.to(device), action_space, config)
 

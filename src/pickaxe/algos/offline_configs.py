@@ -45,7 +45,8 @@ class ScaledRewards(NormalizeObs):
 @dataclass
 class BCConfig(NormalizeObs):
     """Behaviour cloning: maximum likelihood of the dataset's actions (a categorical policy on Discrete actions, a
-    Gaussian with a tanh mean and a learned state-independent std on Box actions)."""
+    Gaussian with a tanh mean and a learned state-independent std on Box actions), or on Box actions a deterministic
+    actor fitted by the squared error (``box_loss mse``)."""
 
     offline: ClassVar[bool] = True
     mutable: ClassVar[tuple[str, ...]] = ("lr", "max_grad_norm")
@@ -56,6 +57,10 @@ class BCConfig(NormalizeObs):
     """Transitions per gradient step (``collector.steps`` must be a multiple)."""
     max_grad_norm: float | None = ranged(None, gt=0)
     """Clip the gradient norm (None: no clipping)."""
+    box_loss: Literal["likelihood", "mse"] = "likelihood"
+    """Box actions: ``likelihood``, a Gaussian policy (tanh mean, learned std) by maximum likelihood; ``mse``, a
+    deterministic tanh actor by the mean squared error to the dataset's action (TD3+BC's BC term alone: the BC
+    baseline of the TD3+BC paper and CORL, and Tianshou's BC on Box actions). Discrete actions: likelihood only."""
 
     def __post_init__(self) -> None:
         validate(self)

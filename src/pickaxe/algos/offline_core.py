@@ -31,12 +31,18 @@ def gaussian_nll(mean: torch.Tensor, log_std: torch.Tensor, action: torch.Tensor
     return -gaussian_logprob(mean, log_std, action).mean()
 
 
+def bc_squared_error(policy_action: torch.Tensor, data_action: torch.Tensor) -> torch.Tensor:
+    """Behaviour cloning by regression: ``mean (pi(s) - a)^2`` over the batch and the action's dimensions (TD3+BC's
+    BC term; ``[B, A]`` each)."""
+    return (policy_action - data_action).pow(2).mean()
+
+
 def td3_bc_actor_loss(q: torch.Tensor, policy_action: torch.Tensor, data_action: torch.Tensor, alpha: float):
     """TD3+BC's actor loss ``-lambda mean Q(s, pi(s)) + mean (pi(s) - a)^2`` with ``lambda = alpha / mean|Q|``
     (the normaliser a constant: no gradient through it); ``q``: ``[B]``, actions ``[B, A]``. Returns ``(loss,
     lambda)``."""
     lam = alpha / q.abs().mean().detach().clamp_min(1e-8)
-    return -lam * q.mean() + (policy_action - data_action).pow(2).mean(), lam
+    return -lam * q.mean() + bc_squared_error(policy_action, data_action), lam
 
 
 def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
