@@ -175,3 +175,37 @@ def test_tianshou_side_by_side_runs_end_to_end_at_one_collect(
         assert run["state"] == "finished" and run["final_low"] <= run["final"] <= run["final_high"]
         assert run["wall_s"] > 0 and run["cpu_s"] > 0
         assert run["steps"] == 800
+
+
+def test_mpe2_team_total_converts_to_the_mappo_codes_units() -> None:
+    """docs/multi-agent.md compares simple_spread with MAPPO's code as ``2 x team total - 75``: MAPPO's scenario
+    (the original MPE's, marlbenchmark/on-policy) gives every agent the sum over agents of ``-(distance term) -
+    (collisions, its own included)``, summed over 25 steps; checked here on MPE2's own world states."""
+    pytest.importorskip("mpe2")
+    from mpe2 import simple_spread_v3
+
+    def mappo_reward(agent: object, world: object) -> float:  # the on-policy repo's simple_spread reward
+        rew = -sum(min(float(np.linalg.norm(a.state.p_pos - lm.state.p_pos)) for a in world.agents)
+                   for lm in world.landmarks)  # fmt: skip
+        hits = sum(float(np.linalg.norm(a.state.p_pos - agent.state.p_pos)) < a.size + agent.size for a in world.agents)
+        return rew - hits
+
+    env = simple_spread_v3.parallel_env(N=3, local_ratio=0.5, max_cycles=25, continuous_actions=False)
+    rng = np.random.default_rng(0)
+    collisions = 0
+    for episode in range(20):
+        env.reset(seed=episode)
+        world = env.unwrapped.world
+        team, mappo, steps = 0.0, 0.0, 0
+        while env.agents:
+            _, rewards, *_ = env.step({a: int(rng.integers(0, 5)) for a in env.agents})
+            team += sum(rewards.values())
+            mappo += sum(mappo_reward(agent, world) for agent in world.agents)  # shared by all, reported once
+            collisions += sum(
+                float(np.linalg.norm(a.state.p_pos - b.state.p_pos)) < a.size + b.size
+                for i, a in enumerate(world.agents)
+                for b in world.agents[i + 1 :]
+            )
+            steps += 1
+        assert steps == 25 and mappo == pytest.approx(2 * team - 75, abs=1e-9)
+    assert collisions > 0  # the collision term was exercised, not only the distances
