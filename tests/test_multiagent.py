@@ -384,18 +384,6 @@ def toy_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
-def test_pickaxe_load_of_a_multi_agent_run_is_one_clear_error(toy_run_dir: Path) -> None:
-    # it failed in make() with "module ... registers no environment 'CoopGuess'": the refusal sat in a function
-    # pickaxe.load never reached
-    import pickaxe
-    from pickaxe.errors import PickaxeError
-
-    with pytest.raises(
-        PickaxeError, match=r"multi-agent run: .*pickaxe eval RUN.*pickaxe.load takes single-agent runs"
-    ):
-        pickaxe.load(toy_run_dir)
-
-
 def test_eval_checkpoints_gives_each_agent_and_the_total_with_cis_and_selects_on_the_total(
     toy_run_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -58,7 +58,10 @@ def load(run_dir: str | Path, checkpoint: str | int = "best", device: str = "cpu
 
     A classic run gives a :class:`~pickaxe.train.acting.ClassicPolicy`: ``act(obs, deterministic=True)`` on one
     observation or a batch (observation normalisation and flattening applied as in training), ``play(env,
-    episodes)`` in a gymnasium env, ``evaluate()`` in the run's own eval envs. An LLM run gives a
+    episodes)`` in a gymnasium env, ``evaluate()`` in the run's own eval envs. A multi-agent run (IPPO, MAPPO,
+    independent DQN) gives a :class:`~pickaxe.train.multiagent_acting.MultiAgentPolicy`: ``act(obs_dict)`` for every
+    agent of a PettingZoo parallel env's observations, ``play(env, episodes)``, ``evaluate()``; the team's and each
+    agent's returns. An LLM run gives a
     :class:`~pickaxe.train.generate.RunPolicy`: ``generate(prompts)`` (greedy by default, the prompts rendered as
     training rendered them). A missing or foreign folder, an unknown checkpoint name, a checkpoint the run does not
     have and damaged weights are each one ``PickaxeError`` line.
@@ -68,6 +71,12 @@ def load(run_dir: str | Path, checkpoint: str | int = "best", device: str = "cpu
 
     which = checkpoint_choice(checkpoint)  # a bad name is one line before torch is imported
     if cfg.KIND == "classic":
+        from pickaxe.algos.multiagent_configs import is_multiagent
+
+        if is_multiagent(cfg.algo):
+            from pickaxe.train.multiagent_acting import MultiAgentPolicy
+
+            return MultiAgentPolicy.load(run_dir, cfg, which, device)
         from pickaxe.train.acting import ClassicPolicy
 
         return ClassicPolicy.load(run_dir, cfg, which, device)

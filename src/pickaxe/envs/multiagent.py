@@ -173,6 +173,34 @@ def agent_spaces(env: Any, env_id: str) -> AgentSpaces:
     return AgentSpaces(agents, max(dims), int(first.n), state_dim)
 
 
+class AgentRows:
+    """One parallel env's per-agent dicts as pickaxe's ``[A, ...]`` rows and back: each agent's observation
+    flattened into its row, zero-padded to ``obs_dim`` (an absent agent's row all zeros), and a row of actions as
+    the agent's own action (an int, or a Box action clipped to the agent's bounds, in its shape and dtype)."""
+
+    def __init__(self, env: Any, spaces: AgentSpaces) -> None:
+        self.spaces, self.agents = spaces, spaces.agents
+        self.obs_spaces = [env.observation_space(a) for a in self.agents]
+        self.act_spaces = [env.action_space(a) for a in self.agents]
+
+    def obs_row(self, obs: dict[str, Any]) -> np.ndarray:
+        """One env's observation dict as ``[A, D]`` float32 (absent agents zero)."""
+        row = np.zeros((len(self.agents), self.spaces.obs_dim), dtype=np.float32)
+        for j, agent in enumerate(self.agents):
+            if agent in obs:
+                flat = np.asarray(gym.spaces.flatten(self.obs_spaces[j], obs[agent]), dtype=np.float32)
+                row[j, : flat.size] = flat
+        return row
+
+    def env_action(self, j: int, action: np.ndarray) -> Any:
+        """What agent ``j``'s env receives of its row of the actions."""
+        if not self.spaces.continuous:
+            return int(action)
+        space = self.act_spaces[j]
+        clipped = np.clip(action, self.spaces.action_low[j], self.spaces.action_high[j])  # type: ignore[index]
+        return clipped.reshape(space.shape).astype(space.dtype)
+
+
 @dataclass
 class MultiAgentStep:
     """What one step of ``MultiAgentVectorEnv`` returns (``[N, A]`` per agent, ``[N, S]`` for the state)."""
@@ -213,27 +241,8 @@ class MultiAgentVectorEnv:
         self.spaces = agent_spaces(self.envs[0], env_id)
         self.agents = self.spaces.agents
         self.num_agents = len(self.agents)
-        self._obs_spaces = [self.envs[0].observation_space(a) for a in self.agents]
-        self._act_spaces = [self.envs[0].action_space(a) for a in self.agents]
+        self.rows = AgentRows(self.envs[0], self.spaces)
         self._seeded = False
-
-    def _action(self, j: int, action: np.ndarray) -> Any:
-        """What agent ``j``'s env receives of its row of the actions: an int, or a Box action clipped to the agent's
-        bounds, in the Box's shape and dtype."""
-        if not self.spaces.continuous:
-            return int(action)
-        space = self._act_spaces[j]
-        clipped = np.clip(action, self.spaces.action_low[j], self.spaces.action_high[j])  # type: ignore[index]
-        return clipped.reshape(space.shape).astype(space.dtype)
-
-    def _obs_row(self, obs: dict[str, Any]) -> np.ndarray:
-        """One env's observation dict as ``[A, D]`` float32 (absent agents zero)."""
-        row = np.zeros((self.num_agents, self.spaces.obs_dim), dtype=np.float32)
-        for j, agent in enumerate(self.agents):
-            if agent in obs:
-                flat = np.asarray(gym.spaces.flatten(self._obs_spaces[j], obs[agent]), dtype=np.float32)
-                row[j, : flat.size] = flat
-        return row
 
     def _alive_row(self, env: Any) -> np.ndarray:
         live = set(env.agents)
@@ -253,7 +262,7 @@ class MultiAgentVectorEnv:
         rows = []
         for i, env in enumerate(self.envs):
             obs, _ = env.reset(seed=None if seed is None else seed + i)
-            rows.append(self._obs_row(obs))
+            rows.append(self.rows.obs_row(obs))
         return np.stack(rows), self.alive(), self.state()
 
     def alive(self) -> np.ndarray:
@@ -281,9 +290,9 @@ class MultiAgentVectorEnv:
         next_state = np.empty((N, self.spaces.state_dim), dtype=np.float32) if with_state else None
         state = np.empty_like(next_state) if with_state else None
         for i, env in enumerate(self.envs):
-            sent = {a: self._action(j, actions[i, j]) for j, a in enumerate(self.agents) if alive[i, j]}
+            sent = {a: self.rows.env_action(j, actions[i, j]) for j, a in enumerate(self.agents) if alive[i, j]}
             obs, rew, te, tr, _ = env.step(sent)
-            next_obs[i] = self._obs_row(obs)
+            next_obs[i] = self.rows.obs_row(obs)
             for j, agent in enumerate(self.agents):
                 if alive[i, j]:
                     reward[i, j] = rew.get(agent, 0.0)
@@ -297,7 +306,7 @@ class MultiAgentVectorEnv:
             if not env.agents:
                 ended[i] = True
                 obs, _ = env.reset()
-                obs_next[i], now = self._obs_row(obs), self._alive_row(env)
+                obs_next[i], now = self.rows.obs_row(obs), self._alive_row(env)
             else:
                 obs_next[i] = next_obs[i]
             alive_next[i] = now

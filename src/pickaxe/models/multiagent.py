@@ -123,6 +123,14 @@ class MultiAgentActorCritic(nn.Module):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Actions of every agent, ``[..., A]`` ints or ``[..., A, d]`` floats (a Gaussian's sample, unclipped), with
         their ``logprob`` and ``value``; greedy (the categorical's mode, the Gaussian's mean) when ``deterministic``."""
+        action, logprob = self._sample(obs, deterministic)
+        return action, {"logprob": logprob, "value": self.value(obs, state)}
+
+    def actions(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+        """``act``'s actions alone: no value, so no global state needed (acting outside training)."""
+        return self._sample(obs, deterministic)[0]
+
+    def _sample(self, obs: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
         rows, agent = self._flat(obs)
         out = self.logits_rows(rows, agent)
         shape = obs.shape[:-1]
@@ -136,7 +144,7 @@ class MultiAgentActorCritic(nn.Module):
             action = logp.argmax(-1) if deterministic else torch.multinomial(logp.exp(), 1).squeeze(-1)
             logprob = logp.gather(-1, action.unsqueeze(-1)).squeeze(-1)
             action = action.view(shape)
-        return action, {"logprob": logprob.view(shape), "value": self.value(obs, state)}
+        return action, logprob.view(shape)
 
 
 class MultiAgentQNetwork(nn.Module):
@@ -176,3 +184,7 @@ class MultiAgentQNetwork(nn.Module):
             explore = torch.rand(action.shape, device=obs.device) < self.epsilon
             action = torch.where(explore, torch.randint_like(action, self.n_actions), action)
         return action.view(obs.shape[:-1]), {}
+
+    def actions(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+        """``act``'s actions alone."""
+        return self.act(obs, deterministic=deterministic)[0]

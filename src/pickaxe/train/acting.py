@@ -76,11 +76,12 @@ class ClassicPolicy:
         """``config``'s networks (the run's ``config.json``) with the weights of ``checkpoint`` of ``run_dir``
         (``"final"``, ``"latest"``, ``"best"`` or an env step, as :func:`pickaxe.runs.model.load_model` takes it),
         verified, on ``device``. A missing or damaged weights file is a one-line ``PickaxeError``, and so is a
-        multi-agent run (its policies act for several agents at once)."""
+        multi-agent run (its policies act for several agents at once: ``pickaxe.load`` gives a
+        ``MultiAgentPolicy``)."""
         if is_multiagent(config.algo):
             raise PickaxeError(
-                f"{config.algo_name()} is a multi-agent run: its evaluations (total and per agent, with CIs) come from "
-                "`pickaxe eval RUN` and `pickaxe eval RUN --checkpoints all`; pickaxe.load takes single-agent runs"
+                f"{config.algo_name()} is a multi-agent run: load it with pickaxe.load (a MultiAgentPolicy, acting "
+                "for every agent at once), not ClassicPolicy.load"
             )
         run_dir = Path(run_dir)
         which = checkpoint_choice(checkpoint)
