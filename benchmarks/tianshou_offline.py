@@ -16,8 +16,10 @@ actions, BCQ's threshold 0.3 and logit penalty 0.01, 1-step TD targets); setting
 examples' (``test/offline/test_*.py``); ``DIFFERENCES`` lists every place the two methods differ.
 
 Each (algorithm, seed) runs pickaxe then Tianshou in this process, one at a time, torch one thread. Recorded: the
-final policy's return over 10 deterministic episodes and its normalised score (the references ``collect`` stored),
-wall and process-CPU seconds from the start of a run (dataset read and checked, networks built) to the end of its
+final policy's return over 10 deterministic episodes and its normalised score (the references ``collect`` stored);
+Tianshou's final policy also on the very episodes pickaxe's run of the same seed evaluated on (its eval envs and
+seed), so that each seed's two scores can be compared on the same start states (the paired table); wall and
+process-CPU seconds from the start of a run (dataset read and checked, networks built) to the end of its
 last evaluation, and the training seconds alone (the gradient steps with their dataset sampling, no evaluation:
 pickaxe's ``time/collect_s`` plus ``time/update_s``, Tianshou's trainer's ``train_time_update``), in wall and in
 process-CPU seconds (pickaxe's ``time/update_cpu_s``; Tianshou's update calls timed around). The whole-run figures
@@ -204,9 +206,46 @@ def tianshou_algorithm(algo: str, env: Any) -> Any:
     )
 
 
-def run_tianshou(algo: str, env_id: str, data: Path, seed: int, steps: int) -> dict[str, Any]:
+class TianshouActing:
+    """A trained Tianshou policy behind pickaxe's ``act(obs, deterministic)``, so pickaxe's evaluation plays it: its
+    deterministic action (greedy, or the actor's output) mapped to the env's units."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+
+    def act(self, obs: torch.Tensor, deterministic: bool = True) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Actions of a batch of observations (deterministic only), in env units."""
+        from tianshou.data import Batch
+
+        with torch.no_grad():
+            act = self.policy(Batch(obs=obs.cpu().numpy(), info={})).act
+        act = act.cpu().numpy() if isinstance(act, torch.Tensor) else np.asarray(act)
+        return torch.as_tensor(self.policy.map_action(act)), {}
+
+
+def common_return(policy: Any, run: Path) -> float:
+    """The mean return of Tianshou's final ``policy`` on the very episodes pickaxe's run ``run`` evaluated on (its
+    eval envs and seed, its episode count), so both libraries' scores of a seed come from the same start states."""
+    from pickaxe.api import run_config
+    from pickaxe.train.build import run_eval_envs
+    from pickaxe.train.evaluate import evaluate
+
+    cfg = run_config(run)
+    envs = run_eval_envs(cfg)
+    try:
+        policy.eval()
+        returns, _ = evaluate(TianshouActing(policy), envs, cfg.trainer.eval_episodes)
+    finally:
+        envs.close()
+    return float(returns.mean())
+
+
+def run_tianshou(
+    algo: str, env_id: str, data: Path, seed: int, steps: int, common: Path | None = None
+) -> dict[str, Any]:
     """One Tianshou offline run on the same dataset: ``steps`` gradient steps in 5 epochs with a 10-episode test
-    after each; its final policy's return (10 more episodes, untimed), wall and CPU seconds."""
+    after each; its final policy's return (10 more episodes of its own, untimed), and with ``common`` (pickaxe's run
+    of the same seed) its return on that run's evaluation episodes; wall and CPU seconds."""
     import gymnasium as gym
     from tianshou.data import Collector, ReplayBuffer
     from tianshou.env import DummyVectorEnv
@@ -257,8 +296,11 @@ def run_tianshou(algo: str, env_id: str, data: Path, seed: int, steps: int) -> d
     # the trainer's sum over its gradient steps of each one's sampling, batch processing and update (its train_time
     # is the rest of the run after the last test only, so it still holds the earlier tests)
     train = float(info.timing.train_time_update)
-    return {"eval_return": float(np.mean(stats.returns)), "wall_s": wall, "cpu_s": cpu, "train_s": train,
-            "train_cpu_s": train_cpu[0]}  # fmt: skip
+    out = {"eval_return": float(np.mean(stats.returns)), "wall_s": wall, "cpu_s": cpu, "train_s": train,
+           "train_cpu_s": train_cpu[0]}  # fmt: skip
+    if common is not None:
+        out["common_return"] = common_return(algorithm.policy, common)
+    return out
 
 
 def spread(xs: list[float]) -> dict[str, float]:
@@ -276,6 +318,16 @@ def score_cis(scores: list[float]) -> dict[str, float]:
     i_lo, i_hi = stratified_bootstrap_ci(x, statistic=iqm)
     return {"mean": float(x.mean()), "mean_low": m_lo, "mean_high": m_hi,
             "iqm": float(iqm(x[:, None])), "iqm_low": i_lo, "iqm_high": i_hi}  # fmt: skip
+
+
+def paired(pickaxe: list[float], tianshou: list[float]) -> dict[str, Any]:
+    """Both libraries' seeds scored on the same evaluation episodes (pickaxe's): Tianshou's mean with its 95% CI and
+    the mean paired difference pickaxe - Tianshou with its 95% bootstrap CI over seeds."""
+    from pickaxe.eval.stats import mean, stratified_bootstrap_ci
+
+    diff = np.asarray(pickaxe, dtype=np.float64) - np.asarray(tianshou, dtype=np.float64)
+    low, high = stratified_bootstrap_ci(diff, statistic=mean)
+    return {"tianshou": score_cis(tianshou), "difference": {"mean": float(diff.mean()), "low": low, "high": high}}
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -296,6 +348,11 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         p, t = scores["pickaxe"], scores["tianshou"]
         low, high = probability_of_improvement_ci(p, t)
         entry["p_improvement"] = {"value": probability_of_improvement(p, t), "low": low, "high": high}
+        pairs = {r["seed"]: r for r in rows if r["algo"] == algo and r["lib"] == "tianshou"}
+        same = [(r["score"], pairs[r["seed"]].get("common_score")) for r in rows
+                if r["algo"] == algo and r["lib"] == "pickaxe" and r["seed"] in pairs]  # fmt: skip
+        if same and all(c is not None for _, c in same):
+            entry["same_episodes"] = paired([a for a, _ in same], [c for _, c in same])
         for k in ("wall_s", "cpu_s", "train_s", "train_cpu_s"):
             entry[f"{k[:-2]}_ratio"] = entry["pickaxe"][k]["median"] / entry["tianshou"][k]["median"]
         entry["seeds"] = len([r for r in rows if r["algo"] == algo and r["lib"] == "pickaxe"])
@@ -338,6 +395,21 @@ def table(result: dict[str, Any]) -> str:
             f"| {algo} | {e['seeds']} | {ci(p, 'mean')} | {ci(t, 'mean')} | {ci(p, 'iqm')} | {ci(t, 'iqm')} | "
             f"{poi['value']:.2f} [{poi['low']:.2f}, {poi['high']:.2f}] |"
         )
+    same = {algo: e for algo, e in result.items() if "same_episodes" in e}
+    if same:
+        lines += [
+            "",
+            "| algorithm | seeds | pickaxe mean [95% CI] | Tianshou on pickaxe's episodes, mean [95% CI] "
+            "| paired difference pickaxe - Tianshou [95% CI] |",
+            "|---|---|---|---|---|",
+        ]
+        for algo, e in same.items():
+            p, t, d = e["pickaxe"]["score_ci"], e["same_episodes"]["tianshou"], e["same_episodes"]["difference"]
+            lines.append(
+                f"| {algo} | {e['seeds']} | {p['mean']:.1f} [{p['mean_low']:.1f}, {p['mean_high']:.1f}] | "
+                f"{t['mean']:.1f} [{t['mean_low']:.1f}, {t['mean_high']:.1f}] | "
+                f"{d['mean']:.1f} [{d['low']:.1f}, {d['high']:.1f}] |"
+            )
     return "\n".join(lines)
 
 
@@ -392,11 +464,13 @@ def cli(argv: list[str] | None = None) -> None:
         meta = read(data).metadata
         env_id = "CartPole-v1" if env == "cartpole" else "Pendulum-v1"
         for seed in range(args.seeds):
-            p = run_pickaxe(recipe, data, seed, out / env / f"{algo}-s{seed}", args.steps, tuple(FLAGS.get(algo, ())))
-            t = run_tianshou(algo, env_id, data, seed, args.steps)
+            run = out / env / f"{algo}-{args.dataset}-s{seed}"
+            p = run_pickaxe(recipe, data, seed, run, args.steps, tuple(FLAGS.get(algo, ())))
+            t = run_tianshou(algo, env_id, data, seed, args.steps, common=run)
             for lib, r in (("pickaxe", p), ("tianshou", t)):
                 score = normalised(r["eval_return"], meta)
-                rows.append({"algo": algo, "lib": lib, "seed": seed, **r, "score": score})
+                common = score if lib == "pickaxe" else normalised(r["common_return"], meta)
+                rows.append({"algo": algo, "lib": lib, "seed": seed, **r, "score": score, "common_score": common})
                 print(json.dumps(rows[-1]), flush=True)
     result = summary(rows)
     print(table(result))

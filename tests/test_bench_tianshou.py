@@ -51,6 +51,8 @@ def test_offline_from_logs_summarises_earlier_runs(
             for lib, score in (("pickaxe", base + 40 + seed), ("tianshou", base + 10 + seed)):
                 run = {"algo": algo, "lib": lib, "seed": seed, "eval_return": -200.0, "wall_s": 2.0, "cpu_s": 2.0,
                        "train_s": 1.0, "train_cpu_s": 1.0 if lib == "pickaxe" else 2.0, "score": score}  # fmt: skip
+                if algo == "cql":  # Tianshou's policy also on pickaxe's episodes: 5 points above its own, per seed
+                    run["common_score"] = score if lib == "pickaxe" else score + 5.0
                 lines.append(json.dumps(run))
         log = tmp_path / f"run{part}.log"
         log.write_text("\n".join(lines) + "\n")
@@ -63,6 +65,10 @@ def test_offline_from_logs_summarises_earlier_runs(
     assert ci["mean"] == pytest.approx(92.0) and ci["mean_low"] <= 92.0 <= ci["mean_high"]
     assert cql["p_improvement"] == {"value": 1.0, "low": 1.0, "high": 1.0}
     assert cql["train_cpu_ratio"] == pytest.approx(0.5) and cql["seeds"] == 5
+    # scored on the same episodes, the difference is paired seed by seed: 30 - 5 on every seed, so its CI is a point
+    same = cql["same_episodes"]
+    assert same["difference"] == {"mean": pytest.approx(25.0), "low": pytest.approx(25.0), "high": pytest.approx(25.0)}
+    assert same["tianshou"]["mean"] == pytest.approx(67.0) and "same_episodes" not in result["algos"]["bc"]
     (tmp_path / "empty.log").write_text("load average 0.10\n")
     with pytest.raises(SystemExit, match="no runs found"):
         bench.cli(["--from-logs", str(tmp_path / "empty.log")])
