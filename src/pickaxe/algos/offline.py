@@ -171,32 +171,28 @@ class BC(OfflineAlgorithm):
         return {"actor": self.actor}
 
 
-def actor_for(obs_space: gym.Space, action_space: gym.Space, model: Any) -> nn.Module:
-    """A likelihood policy for ``action_space``: ``CategoricalActor`` (Discrete) or ``GaussianActor`` (Box, bounded)."""
+def actor_for(obs_space: gym.Space, action_space: gym.Space, model: Any, regression: bool = False) -> nn.Module:
+    """A likelihood policy for ``action_space``: ``CategoricalActor`` (Discrete) or ``GaussianActor`` (Box, bounded);
+    with ``regression`` (Box actions) a ``DeterministicActor`` instead."""
     hidden, activation = tuple(model.hidden), model.activation
     if isinstance(action_space, gym.spaces.Discrete):
         return CategoricalActor(obs_space, int(action_space.n), hidden, activation)
     dim = box_action_dim(action_space)
     ActionScale(action_space)  # refuses unbounded Boxes before anything is built
-    return GaussianActor(obs_space, dim, hidden, activation)
+    return (DeterministicActor if regression else GaussianActor)(obs_space, dim, hidden, activation)
 
 
 def build_bc(config: BCConfig, envs: Any, model: Any, device: torch.device, seed: int) -> BC:
     """Behaviour cloning sized from ``envs``' spaces (or a dataset sampler's) with ``model``'s hidden sizes: the
     likelihood policy of ``actor_for``, or with ``box_loss mse`` a ``DeterministicActor`` (Box actions only)."""
     obs_space, action_space = single_spaces(envs)
-    if config.box_loss == "mse":
-        if not isinstance(action_space, gym.spaces.Box):
-            raise ConfigError(
-                f"--algo.box-loss mse regresses Box actions; this dataset's are {type(action_space).__name__}; fix: "
-                "drop --algo.box-loss (Discrete actions are cloned by their likelihood)"
-            )
-        ActionScale(action_space)  # refuses unbounded Boxes before anything is built
-        actor: nn.Module = DeterministicActor(
-            obs_space, box_action_dim(action_space), tuple(model.hidden), model.activation
+    regression = config.box_loss == "mse"
+    if regression and not isinstance(action_space, gym.spaces.Box):
+        raise ConfigError(
+            f"--algo.box-loss mse regresses Box actions; this dataset's are {type(action_space).__name__}; fix: "
+            "drop --algo.box-loss (Discrete actions are cloned by their likelihood)"
         )
-    else:
-        actor = actor_for(obs_space, action_space, model)
+    actor = actor_for(obs_space, action_space, model, regression)
     normalized_inputs(config, obs_space, actor)
     return BC(actor.to(device), action_space, config)
 
