@@ -166,8 +166,13 @@ def test_a_sharded_reward_model_run_logs_the_single_learner_rewards_and_weights(
     one, two = records["none"], records["fsdp"]
     assert len(one) == len(two)
     proxy = [r["rollout/reward/proxy"] for r in one if "rollout/reward/proxy" in r]
-    assert len(proxy) == 2 and proxy == [r["rollout/reward/proxy"] for r in two if "rollout/reward/proxy" in r]
-    assert [r.get("eval/reward/proxy") for r in one] == [r.get("eval/reward/proxy") for r in two]
+    # the same weights score the same rows, but each learner scores its share in batches of its own: a CPU's matmul
+    # kernels may round differently by batch shape (seen: 2.6e-8 relative on an AMD EPYC, nothing on another CPU)
+    assert len(proxy) == 2
+    assert proxy == pytest.approx([r["rollout/reward/proxy"] for r in two if "rollout/reward/proxy" in r], rel=1e-6)
+    evals = [(a.get("eval/reward/proxy"), b.get("eval/reward/proxy")) for a, b in zip(one, two, strict=True)]
+    assert any(a is not None for a, _ in evals)
+    assert all(b == (a if a is None else pytest.approx(a, rel=1e-6)) for a, b in evals)
     assert any(r.get("grad_norm", 0.0) > 0 for r in one)
     for a, b in zip(one, two, strict=True):
         for key, value in a.items():
