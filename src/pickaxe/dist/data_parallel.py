@@ -14,6 +14,7 @@ re-exports them. No Ray here.
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import gc
 import os
@@ -40,6 +41,7 @@ __all__ = [
 ]
 
 _CONTROL: list[Any] = []  # the gloo group for host-side messages (one per process group), once created
+_EXIT_COLLECT: list[bool] = []  # whether collect_at_exit is registered
 
 
 def rank() -> int:
@@ -90,6 +92,19 @@ def init(
         world_size=world,
         timeout=datetime.timedelta(seconds=timeout_s),
     )
+    if not _EXIT_COLLECT:
+        atexit.register(collect_at_exit)
+        _EXIT_COLLECT.append(True)
+
+
+def collect_at_exit() -> None:
+    """Collect the garbage once more before the interpreter shuts down (registered by :func:`init`, once).
+
+    A sharded model sits in reference cycles (FSDP's hooks and states) that outlive the run's functions. Left to
+    the interpreter's own last collection, they are freed after Python has stopped other threads from taking the
+    GIL, and a gloo thread releasing one of their tensors then aborts the process ("terminate called without an
+    active exception", SIGABRT): seen at the exit of 2 of 30 finished sharded runs under torchrun."""
+    gc.collect()
 
 
 def init_from_env(device: str | torch.device = "cpu") -> bool:
