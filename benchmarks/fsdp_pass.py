@@ -28,7 +28,6 @@ from typing import Any
 
 LEARNER = r"""
 import gc, json, os, resource, sys, torch
-import torch.distributed as dist
 from pickaxe.models.lm import tiny_lm
 from pickaxe.models.shapes import get_shape
 torch.set_num_threads(1)
@@ -37,8 +36,9 @@ s = get_shape(shape)
 model = tiny_lm(s.vocab, s.arch, s.hidden, s.layers, s.heads, s.kv_heads, s.intermediate, max_positions=tokens + 1,
                 tied=s.tied).train()
 if sharded:
+    from pickaxe.dist import data_parallel
     from pickaxe.models.sharding import shard_model
-    dist.init_process_group("gloo")
+    data_parallel.init_from_env()
     shard_model(model)
 ids = torch.randint(0, s.vocab, (1, tokens), generator=torch.Generator().manual_seed(0))
 
@@ -59,8 +59,7 @@ with open(os.path.join(out, os.environ.get("RANK", "0") + ".json"), "w") as f:  
 if sharded:  # the sharded model (and the gloo work it holds) freed while the interpreter is alive: left to its
     del model  # finalisation, a gloo thread releasing a tensor then aborts the process (SIGABRT, ~6% of runs)
     gc.collect()
-    dist.destroy_process_group()
-    gc.collect()
+    data_parallel.shutdown()
 """
 
 
