@@ -7,12 +7,16 @@ check, in thread CPU seconds (one torch thread).
 * ``--time``: per algorithm, the minimum over ``--rounds`` rounds of ``--steps`` gradient steps of thread CPU ms per
   step (after one warm-up iteration);
 * ``--hash``: per algorithm, the sha256 of its weights, optimizer state and every metric ``update`` returned over
-  ``--steps`` steps: a change that must not change a number keeps every hash.
+  ``--steps`` steps: a change that must not change a number keeps every hash;
+* ``--plain``: for BCQ and BC by regression (``PLAIN``), the same gradient steps written as plain eager PyTorch
+  (``F.linear`` on the weights, the losses of ``torch.nn.functional``, ``zero_grad``, ``backward``, a fused Adam's
+  ``step``; no guard, no metrics), timed in rounds alternating with pickaxe's on the same batches, and pickaxe's
+  ms per step over the plain loop's: how much of a step is pickaxe's and how much PyTorch's own work.
 
 Run it in fresh processes alternately for two source trees to compare them (``PYTHONPATH=A/src python
 benchmarks/offline_step.py --time``, then B, then A, ...). ``bc-box-mse`` is BC by regression (Tianshou's BC method on
 Box actions), ``FLAGS``. Usage: ``python benchmarks/offline_step.py [--time]
-[--hash] [--steps 80] [--rounds 3] [--algos bc-box,bcq,...]``; the last line printed is one JSON object.
+[--hash] [--plain] [--steps 80] [--rounds 3] [--algos bc-box,bcq,...]``; the last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -20,12 +24,15 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from pickaxe.algos.base import all_finite
 from pickaxe.recipes import get_recipe
@@ -142,20 +149,132 @@ def hash_case(case: str, steps: int) -> str:
     return digest.hexdigest()
 
 
+PLAIN = ("bcq", "bc-box-mse")
+"""The cases ``--plain`` writes as plain PyTorch: the cheapest steps, where the library's share would show most."""
+
+
+def _mlp(params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """A relu MLP from its ``[weight, bias, ...]`` list (the layers of ``pickaxe.models.mlp.mlp`` in order)."""
+    last = len(params) // 2 - 1
+    for i in range(0, len(params), 2):
+        x = F.linear(x, params[i], params[i + 1])
+        if i // 2 < last:
+            x = torch.relu_(x)
+    return x
+
+
+def plain_step(case: str, algo: Any) -> tuple[Callable[[dict[str, torch.Tensor]], torch.Tensor], list[torch.Tensor]]:
+    """``case``'s gradient step on one minibatch as plain eager PyTorch (the same computation as ``algo.update``'s,
+    without its guard and metrics; the step returns its loss), and the weights it trains: copies of ``algo``'s
+    current trained parameters, in ``algo.learned``'s order."""
+    cfg = algo.config
+
+    def copies(module: torch.nn.Module, grad: bool) -> list[torch.Tensor]:
+        return [p.detach().clone().requires_grad_(grad) for p in module.parameters()]
+
+    if case == "bcq":
+        q, im, target = copies(algo.qnet, True), copies(algo.imitation, True), copies(algo.target, False)
+        opt = torch.optim.Adam(q + im, lr=cfg.lr, fused=True)
+
+        def bcq(mb: dict[str, torch.Tensor]) -> torch.Tensor:
+            obs, next_obs, action = mb["obs"], mb["next_obs"], mb["action"]
+            with torch.no_grad():
+                next_logprobs = F.log_softmax(_mlp(im, next_obs), dim=-1)
+                ratio = (next_logprobs - next_logprobs.max(dim=-1, keepdim=True).values).exp()
+                masked = torch.where(ratio >= cfg.threshold, _mlp(q, next_obs), torch.finfo(torch.float32).min)
+                next_value = _mlp(target, next_obs).gather(-1, masked.argmax(-1, keepdim=True)).squeeze(-1)
+                y = mb["reward"] + cfg.gamma * (1.0 - mb["terminated"].float()) * next_value
+            logits = _mlp(im, obs)
+            q_data = _mlp(q, obs).gather(-1, action.unsqueeze(-1)).squeeze(-1)
+            loss = F.smooth_l1_loss(q_data, y) + F.cross_entropy(logits, action)
+            loss = loss + cfg.imitation_penalty * logits.pow(2).mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            with torch.no_grad():
+                torch._foreach_lerp_(target, q, cfg.tau)
+            return loss.detach()
+
+        return bcq, q + im
+    if case == "bc-box-mse":
+        actor = copies(algo.actor, True)
+        opt = torch.optim.Adam(actor, lr=cfg.lr, fused=True)
+        scale = algo.policy.scale
+
+        def bc(mb: dict[str, torch.Tensor]) -> torch.Tensor:
+            unit = ((mb["action"] - scale.center) / scale.half_range).clamp(-1.0, 1.0)
+            loss = F.mse_loss(torch.tanh(_mlp(actor, mb["obs"])), unit)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        return bc, actor
+    raise ValueError(f"no plain PyTorch step for {case!r}; choose from {', '.join(PLAIN)}")
+
+
+def minibatches(batch: Any, size: int) -> list[dict[str, torch.Tensor]]:
+    """``batch``'s fields cut into consecutive minibatches of ``size`` (as ``OfflineAlgorithm.update`` cuts them)."""
+    parts = {k: v.split(size) for k, v in batch.items()}
+    return [{k: parts[k][i] for k in parts} for i in range(len(next(iter(parts.values()))))]
+
+
+def time_plain(case: str, steps: int, rounds: int) -> tuple[float, float]:
+    """``(pickaxe, plain)``: the minimum over ``rounds`` of thread CPU ms per gradient step of each, rounds
+    alternating (pickaxe's as ``time_case`` times it; the plain loop's with the same cutting into minibatches)."""
+    algo, batches = build(case)
+    step = plain_step(case, algo)[0]
+    size = algo.config.batch_size
+    per_iteration = batches[0].batch_size[0] // size
+    iterations = max(steps // per_iteration, 1)
+    iteration(algo, batches[0])  # warm-up, both
+    for mb in minibatches(batches[0], size):
+        step(mb)
+    best = [float("inf"), float("inf")]
+    for _ in range(rounds):
+        for which in (0, 1):
+            start = time.thread_time()
+            for i in range(iterations):
+                if which == 0:
+                    iteration(algo, batches[i % len(batches)])
+                else:
+                    for mb in minibatches(batches[i % len(batches)], size):
+                        step(mb)
+            best[which] = min(best[which], (time.thread_time() - start) * 1e3 / (iterations * per_iteration))
+    return best[0], best[1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--time", action="store_true")
     parser.add_argument("--hash", action="store_true")
+    parser.add_argument("--plain", action="store_true", help=f"time {' and '.join(PLAIN)} beside plain PyTorch")
     parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--algos", default=",".join(CASES))
+    parser.add_argument("--algos", default=None, help="comma-separated cases (default: all; with --plain, PLAIN's)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    cases = args.algos.split(",")
+    cases = args.algos.split(",") if args.algos else list(PLAIN if args.plain else CASES)
+    unknown = [c for c in cases if c not in CASES]
+    unplain = [c for c in cases if c not in PLAIN] if args.plain else []
+    if unknown or unplain:
+        print(
+            f"unknown case {unknown[0]!r}; fix: --algos from {','.join(CASES)}"
+            if unknown
+            else f"--plain times {', '.join(PLAIN)}, not {unplain[0]}; fix: --algos {','.join(PLAIN)}",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
     out: dict[str, Any] = {}
     if args.hash:
         out["hash"] = {case: hash_case(case, args.steps) for case in cases}
-    if args.time or not args.hash:
+    if args.plain:
+        timed = {case: time_plain(case, args.steps, args.rounds) for case in cases}
+        out["plain"] = {
+            case: {"pickaxe_ms": round(p, 3), "plain_ms": round(q, 3), "ratio": round(p / q, 3)}
+            for case, (p, q) in timed.items()
+        }
+    if args.time or not (args.hash or args.plain):
         out["ms_per_step"] = {case: round(time_case(case, args.steps, args.rounds), 3) for case in cases}
     print(json.dumps(out))
 

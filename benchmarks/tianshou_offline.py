@@ -51,6 +51,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from offline import check_exit, make_dataset
+from offline_step import build as build_step_case
+from offline_step import minibatches, plain_step
 
 from pickaxe.cli import main
 from pickaxe.offline.dataset import read
@@ -69,6 +71,9 @@ ALGOS: dict[str, tuple[str, str]] = {
     "bcq": ("cartpole", "cartpole-bcq"),
     "cql-discrete": ("cartpole", "cartpole-cql"),
 }
+
+PLAIN: dict[str, str] = {"bcq": "bcq", "bc-mse": "bc-box-mse"}
+"""Algorithm -> its ``benchmarks/offline_step.py`` case, for the algorithms also timed as plain PyTorch."""
 
 FLAGS: dict[str, list[str]] = {"bc-mse": ["--algo.box-loss", "mse"]}
 """pickaxe's flags on top of the recipe, per algorithm."""
@@ -117,6 +122,31 @@ def run_pickaxe(
     train_cpu = sum(r.get("time/update_cpu_s", 0.0) for r in records)
     return {"eval_return": float(last["eval/return_mean"]), "wall_s": wall, "cpu_s": cpu, "train_s": train,
             "train_cpu_s": train_cpu}  # fmt: skip
+
+
+def run_plain(algo: str, data: Path, seed: int, steps: int) -> dict[str, Any]:
+    """``steps`` gradient steps of ``algo`` as plain PyTorch (``PLAIN``) on ``data``'s transitions, drawn as pickaxe's
+    sampler draws them (epochs of a seeded permutation, 2,048 per iteration, cut into minibatches of 256): the
+    process-CPU seconds of the steps alone (the draws are made before the clock starts, as pickaxe's training CPU
+    excludes its sampling)."""
+    case = PLAIN[algo]
+    torch.manual_seed(seed)
+    algorithm = build_step_case(case)[0]
+    step = plain_step(case, algorithm)[0]
+    arrays = read(data).arrays
+    fields = {k: torch.as_tensor(np.ascontiguousarray(arrays[k])) for k in ("obs", "action", "reward", "terminated")}
+    fields["next_obs"] = torch.as_tensor(np.ascontiguousarray(arrays["next_obs"]))
+    size, per_iteration = algorithm.config.batch_size, 8
+    gen = torch.Generator().manual_seed(seed)
+    need, n = steps * size, len(fields["reward"])
+    order = torch.cat([torch.randperm(n, generator=gen) for _ in range(need // n + 1)])
+    batches = [{k: v[order[i : i + size * per_iteration]] for k, v in fields.items()}
+               for i in range(0, need, size * per_iteration)]  # fmt: skip
+    start = time.process_time()
+    for batch in batches:
+        for mb in minibatches(batch, size):
+            step(mb)
+    return {"train_cpu_s": time.process_time() - start}
 
 
 def tianshou_algorithm(algo: str, env: Any) -> Any:
@@ -355,6 +385,12 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             entry["same_episodes"] = paired([a for a, _ in same], [c for _, c in same])
         for k in ("wall_s", "cpu_s", "train_s", "train_cpu_s"):
             entry[f"{k[:-2]}_ratio"] = entry["pickaxe"][k]["median"] / entry["tianshou"][k]["median"]
+        plain = [r["train_cpu_s"] for r in rows if r["algo"] == algo and r["lib"] == "plain"]
+        if plain:
+            entry["plain"] = {"train_cpu_s": spread(plain)}
+            median = entry["plain"]["train_cpu_s"]["median"]
+            entry["pickaxe_over_plain"] = entry["pickaxe"]["train_cpu_s"]["median"] / median
+            entry["plain_over_tianshou"] = median / entry["tianshou"]["train_cpu_s"]["median"]
         entry["seeds"] = len([r for r in rows if r["algo"] == algo and r["lib"] == "pickaxe"])
         entry["differences"] = DIFFERENCES[algo]
         out[algo] = entry
@@ -395,6 +431,15 @@ def table(result: dict[str, Any]) -> str:
             f"| {algo} | {e['seeds']} | {ci(p, 'mean')} | {ci(t, 'mean')} | {ci(p, 'iqm')} | {ci(t, 'iqm')} | "
             f"{poi['value']:.2f} [{poi['low']:.2f}, {poi['high']:.2f}] |"
         )
+    plain = {algo: e for algo, e in result.items() if "plain" in e}
+    if plain:
+        lines += [
+            "",
+            "| algorithm | plain PyTorch training CPU s | pickaxe / plain PyTorch | plain PyTorch / Tianshou |",
+            "|---|---|---|---|",
+        ]
+        lines += [f"| {algo} | {fmt(e['plain']['train_cpu_s'], 2)} | {e['pickaxe_over_plain']:.2f} | "
+                  f"{e['plain_over_tianshou']:.2f} |" for algo, e in plain.items()]  # fmt: skip
     same = {algo: e for algo, e in result.items() if "same_episodes" in e}
     if same:
         lines += [
@@ -471,6 +516,9 @@ def cli(argv: list[str] | None = None) -> None:
                 score = normalised(r["eval_return"], meta)
                 common = score if lib == "pickaxe" else normalised(r["common_return"], meta)
                 rows.append({"algo": algo, "lib": lib, "seed": seed, **r, "score": score, "common_score": common})
+                print(json.dumps(rows[-1]), flush=True)
+            if algo in PLAIN:
+                rows.append({"algo": algo, "lib": "plain", "seed": seed, **run_plain(algo, data, seed, args.steps)})
                 print(json.dumps(rows[-1]), flush=True)
     result = summary(rows)
     print(table(result))

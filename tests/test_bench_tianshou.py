@@ -30,8 +30,12 @@ def test_offline_bcq_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str], m
     bcq = result["algos"]["bcq"]
     assert bcq["seeds"] == 1 and min(bcq[k] for k in ("wall_ratio", "cpu_ratio", "train_ratio", "train_cpu_ratio")) > 0
     for run in result["runs"]:  # the gradient steps alone: part of the whole run, which also evaluates
-        assert 0 < run["train_s"] < run["wall_s"] and 0 < run["train_cpu_s"] < run["cpu_s"]
-    assert {r["lib"] for r in result["runs"]} == {"pickaxe", "tianshou"}
+        if run["lib"] != "plain":
+            assert 0 < run["train_s"] < run["wall_s"] and 0 < run["train_cpu_s"] < run["cpu_s"]
+    assert [r["lib"] for r in result["runs"]] == ["pickaxe", "tianshou", "plain"]
+    # the same steps as plain PyTorch: timed, and set against both libraries' training CPU
+    assert result["runs"][2]["train_cpu_s"] > 0 and bcq["plain"]["train_cpu_s"]["median"] > 0
+    assert bcq["pickaxe_over_plain"] > 0 and bcq["plain_over_tianshou"] > 0
     for lib in ("pickaxe", "tianshou"):
         assert 0 < bcq[lib]["eval_return"]["median"] <= 500
         assert bcq[lib]["score"]["median"] is not None
@@ -54,12 +58,17 @@ def test_offline_from_logs_summarises_earlier_runs(
                 if algo == "cql":  # Tianshou's policy also on pickaxe's episodes: 5 points above its own, per seed
                     run["common_score"] = score if lib == "pickaxe" else score + 5.0
                 lines.append(json.dumps(run))
+            if algo == "bc":  # the same steps as plain PyTorch: 0.8 s
+                lines.append(json.dumps({"algo": algo, "lib": "plain", "seed": seed, "train_cpu_s": 0.8}))
         log = tmp_path / f"run{part}.log"
         log.write_text("\n".join(lines) + "\n")
         logs.append(str(log))
     bench.cli(["--from-logs", *logs])
     result = _last_json(capsys.readouterr().out)
-    assert set(result["algos"]) == {"bc", "cql"} and len(result["runs"]) == 20
+    assert set(result["algos"]) == {"bc", "cql"} and len(result["runs"]) == 25
+    bc = result["algos"]["bc"]
+    assert bc["pickaxe_over_plain"] == pytest.approx(1.25) and bc["plain_over_tianshou"] == pytest.approx(0.4)
+    assert "plain" not in result["algos"]["cql"]
     cql = result["algos"]["cql"]
     ci = cql["pickaxe"]["score_ci"]
     assert ci["mean"] == pytest.approx(92.0) and ci["mean_low"] <= 92.0 <= ci["mean_high"]
