@@ -137,3 +137,25 @@ def test_image_actor_critic_shares_one_cnn_torso() -> None:
 def test_vector_actor_critic_keeps_separate_mlps() -> None:
     ac = ActorCritic.for_env(gym.make("CartPole-v1"))
     assert ac.torso is None and {n.split(".")[0] for n, _ in ac.named_parameters()} == {"actor", "critic"}
+
+
+def test_a_flat_batch_skips_the_flat_encoder_only_where_that_changes_nothing() -> None:
+    """``encode``: a [B, F] float32 batch is its own encoding (the same tensor, no module call); other dtypes and
+    shapes still go through the encoder (converted, flattened), and so does an encoder with a hook, which must run."""
+    from pickaxe.models.encoders import FlatEncoder, encode
+
+    encoder = FlatEncoder(6)
+    flat = torch.randn(5, 6)
+    assert encode(encoder, flat) is flat
+    doubles = torch.randn(5, 6, dtype=torch.float64)
+    assert encode(encoder, doubles).dtype == torch.float32
+    torch.testing.assert_close(encode(encoder, doubles), doubles.float())
+    assert encode(encoder, torch.randn(5, 2, 3)).shape == (5, 6)
+    seen: list[tuple[int, ...]] = []
+    encoder.register_forward_hook(lambda module, args, out: seen.append(tuple(out.shape)))
+    encode(encoder, flat)
+    assert seen == [(5, 6)]
+    # the networks that use it compute what they computed through the module
+    torch.manual_seed(0)
+    q = QNetwork(gym.spaces.Box(-1.0, 1.0, (6,), np.float32), 3, (16,))
+    torch.testing.assert_close(q(flat), q.net(encoder(flat)), rtol=0, atol=0)

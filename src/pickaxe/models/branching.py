@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pickaxe.models.encoders import encoder_for
+from pickaxe.models.encoders import encode, encoder_for
 from pickaxe.models.mlp import ACTIVATIONS, mlp, single_spaces
 
 
@@ -54,7 +54,7 @@ class BranchingQNetwork(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """``Q_d(s, a_d)``: ``[B, D, max(nvec)]``, ``-inf`` where ``a_d`` is past dimension ``d``'s choices."""
-        h = self.torso(self.encoder(obs))
+        h = self.torso(encode(self.encoder, obs))
         value = self.value(h)  # [B, 1]
         most = self.valid.shape[1]
         rows = []

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pickaxe.models.encoders import encoder_for
+from pickaxe.models.encoders import encode, encoder_for
 from pickaxe.models.mlp import ACTIVATIONS, IN_PLACE, functional, mlp
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -85,7 +85,7 @@ class DeterministicActor(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """``[B, *obs_shape]`` -> ``[B, A]`` in ``[-1, 1]``."""
-        return torch.tanh(self.net(self.encoder(obs)))
+        return torch.tanh(self.net(encode(self.encoder, obs)))
 
 
 class SquashedGaussianActor(nn.Module):
@@ -108,7 +108,7 @@ class SquashedGaussianActor(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(mean, log_std)`` of the pre-tanh Gaussian, each ``[B, A]``."""
-        mean, log_std = self.net(self.encoder(obs)).chunk(2, dim=-1)
+        mean, log_std = self.net(encode(self.encoder, obs)).chunk(2, dim=-1)
         return mean, log_std.clamp(self.log_std_min, self.log_std_max)
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -144,7 +144,7 @@ class GaussianActor(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(mean [B, A], log_std [A])``."""
-        return torch.tanh(self.net(self.encoder(obs))), self.log_std.clamp(self.log_std_min, self.log_std_max)
+        return torch.tanh(self.net(encode(self.encoder, obs))), self.log_std.clamp(self.log_std_min, self.log_std_max)
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A sample clipped to ``[-1, 1]^A`` and the Gaussian log-density of the unclipped sample, ``[B]``."""
@@ -193,7 +193,7 @@ class QEnsemble(nn.Module):
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor | None = None) -> torch.Tensor:
         """``[n, B]`` values of ``(obs, action)``, or ``[n, B, outputs]`` for discrete critics (no action)."""
-        x = self.encoder(obs)
+        x = encode(self.encoder, obs)
         if action is not None:
             x = torch.cat([x, action.reshape(action.shape[0], -1)], dim=-1)
         h = x.unsqueeze(0).expand(self.n, *x.shape)
@@ -217,7 +217,7 @@ class CategoricalActor(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Log-probabilities of every action, ``[B, n]``."""
-        return torch.log_softmax(self.net(self.encoder(obs)), dim=-1)
+        return torch.log_softmax(self.net(encode(self.encoder, obs)), dim=-1)
 
 
 @contextlib.contextmanager

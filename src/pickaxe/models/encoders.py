@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from pickaxe.envs.spaces import GoalBox
+from pickaxe.models.mlp import hooked
 
 
 def is_image_space(space: gym.Space) -> bool:
@@ -36,6 +37,15 @@ class FlatEncoder(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """``[B, *shape]`` -> ``[B, features]`` float32."""
         return obs.flatten(1).float()
+
+
+def encode(encoder: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+    """``encoder(obs)``, where a hook-free ``FlatEncoder`` given a batch that is already ``[B, features]`` float32
+    returns the batch itself without a module call (what its forward returns there: flatten and float are the
+    identity). A learner calls a Q-network several times a step, and the call costs more than the identity."""
+    if type(encoder) is FlatEncoder and obs.dim() == 2 and obs.dtype == torch.float32 and not hooked(encoder):
+        return obs
+    return encoder(obs)
 
 
 class GoalEncoder(nn.Module):

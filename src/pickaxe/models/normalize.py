@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from pickaxe.errors import ConfigError
-from pickaxe.models.encoders import is_image_space
+from pickaxe.models.encoders import encode, is_image_space
 from pickaxe.models.policy import ActFn, rollout_act
 
 
@@ -133,7 +133,7 @@ class NormalizedEncoder(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """The encoder's features of the normalised observations."""
-        return self.encoder(self.norm(obs))
+        return encode(self.encoder, self.norm(obs))
 
 
 def frozen_obs_norm(obs_space: gym.Space, *nets: nn.Module) -> None:

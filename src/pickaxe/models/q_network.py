@@ -10,7 +10,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from pickaxe.models.encoders import FlatEncoder, encoder_for
+from pickaxe.models.encoders import FlatEncoder, encode, encoder_for
 from pickaxe.models.mlp import ACTIVATIONS, mlp, single_spaces
 
 DISTRIBUTIONAL = ("none", "c51", "qr")
@@ -138,7 +138,7 @@ class QNetwork(nn.Module):
 
     def dist(self, obs: torch.Tensor) -> torch.Tensor:
         """The head's output, ``[B, n_actions, atoms]``: Q-values (atoms = 1), C51 logits or QR quantiles."""
-        h = self.net(self.encoder(obs))
+        h = self.net(encode(self.encoder, obs))
         if not self.dueling:
             return h.view(-1, self.n_actions, self.atoms)
         value = self.value(h).view(-1, 1, self.atoms)
@@ -155,7 +155,7 @@ class QNetwork(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Q-values, shape ``[B, n_actions]``."""
         if self.distributional == "none" and not self.dueling:
-            return self.net(self.encoder(obs))
+            return self.net(encode(self.encoder, obs))
         return self.q_values(self.dist(obs))
 
 

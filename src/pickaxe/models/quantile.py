@@ -11,7 +11,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from pickaxe.models.encoders import encoder_for
+from pickaxe.models.encoders import encode, encoder_for
 from pickaxe.models.mlp import ACTIVATIONS, mlp, single_spaces
 
 
@@ -66,7 +66,7 @@ class ImplicitQuantileNetwork(nn.Module):
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         """``psi(s)``: ``[B, width]``."""
-        return self.torso(self.encoder(obs))
+        return self.torso(encode(self.encoder, obs))
 
     def quantiles(self, features: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
         """``Z_tau(s, a)`` at fractions ``tau`` ``[B, N]`` of each row: ``[B, N, n_actions]``."""

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from pickaxe.models.actor_critic import gaussian_entropy, gaussian_logprob
-from pickaxe.models.encoders import encoder_for
+from pickaxe.models.encoders import encode, encoder_for
 from pickaxe.models.mlp import ACTIVATIONS, single_spaces
 from pickaxe.models.normalize import RunningMeanStd
 
@@ -57,7 +57,7 @@ class RecurrentStream(nn.Module):
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         """Torso features of ``[B, *obs_shape]`` observations."""
-        return self.torso(self.encoder(obs))
+        return self.torso(encode(self.encoder, obs))
 
     def core(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         """One LSTM step on features ``[B, F]``: ``(output [B, H], new state)``."""
