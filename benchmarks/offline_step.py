@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from pickaxe.algos.base import all_finite
+from pickaxe.algos.offline import split_minibatches
 from pickaxe.recipes import get_recipe
 from pickaxe.train.build import build_algorithm
 
@@ -213,12 +214,6 @@ def plain_step(case: str, algo: Any) -> tuple[Callable[[dict[str, torch.Tensor]]
     raise ValueError(f"no plain PyTorch step for {case!r}; choose from {', '.join(PLAIN)}")
 
 
-def minibatches(batch: Any, size: int) -> list[dict[str, torch.Tensor]]:
-    """``batch``'s fields cut into consecutive minibatches of ``size`` (as ``OfflineAlgorithm.update`` cuts them)."""
-    parts = {k: v.split(size) for k, v in batch.items()}
-    return [{k: parts[k][i] for k in parts} for i in range(len(next(iter(parts.values()))))]
-
-
 def time_plain(case: str, steps: int, rounds: int) -> tuple[float, float]:
     """``(pickaxe, plain)``: the minimum over ``rounds`` of thread CPU ms per gradient step of each, rounds
     alternating (pickaxe's as ``time_case`` times it; the plain loop's with the same cutting into minibatches)."""
@@ -227,19 +222,20 @@ def time_plain(case: str, steps: int, rounds: int) -> tuple[float, float]:
     size = algo.config.batch_size
     per_iteration = batches[0].batch_size[0] // size
     iterations = max(steps // per_iteration, 1)
-    iteration(algo, batches[0])  # warm-up, both
-    for mb in minibatches(batches[0], size):
-        step(mb)
+
+    def plain(batch: Any) -> None:
+        for mb in split_minibatches(batch, size):
+            step(mb)
+
+    runs = (lambda batch: iteration(algo, batch), plain)
     best = [float("inf"), float("inf")]
+    for run in runs:  # warm-up, both
+        run(batches[0])
     for _ in range(rounds):
-        for which in (0, 1):
+        for which, run in enumerate(runs):
             start = time.thread_time()
             for i in range(iterations):
-                if which == 0:
-                    iteration(algo, batches[i % len(batches)])
-                else:
-                    for mb in minibatches(batches[i % len(batches)], size):
-                        step(mb)
+                run(batches[i % len(batches)])
             best[which] = min(best[which], (time.thread_time() - start) * 1e3 / (iterations * per_iteration))
     return best[0], best[1]
 

@@ -52,10 +52,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from offline import check_exit, make_dataset
 from offline_step import build as build_step_case
-from offline_step import minibatches, plain_step
+from offline_step import plain_step
 
+from pickaxe.algos.offline import split_minibatches
 from pickaxe.cli import main
 from pickaxe.offline.dataset import read
+from pickaxe.offline.sampler import DatasetSampler
 from pickaxe.runs.run import read_metrics
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # Tianshou's per-update progress bars
@@ -125,26 +127,22 @@ def run_pickaxe(
 
 
 def run_plain(algo: str, data: Path, seed: int, steps: int) -> dict[str, Any]:
-    """``steps`` gradient steps of ``algo`` as plain PyTorch (``PLAIN``) on ``data``'s transitions, drawn as pickaxe's
-    sampler draws them (epochs of a seeded permutation, 2,048 per iteration, cut into minibatches of 256): the
-    process-CPU seconds of the steps alone (the draws are made before the clock starts, as pickaxe's training CPU
-    excludes its sampling)."""
+    """``steps`` gradient steps of ``algo`` as plain PyTorch (``PLAIN``) on ``data``'s transitions, drawn by pickaxe's
+    own dataset sampler (2,048 per iteration, cut into minibatches of 256): the process-CPU seconds of the steps alone
+    (the draws are made before the clock starts, as pickaxe's training CPU excludes its sampling)."""
     case = PLAIN[algo]
     torch.manual_seed(seed)
     algorithm = build_step_case(case)[0]
     step = plain_step(case, algorithm)[0]
-    arrays = read(data).arrays
-    fields = {k: torch.as_tensor(np.ascontiguousarray(arrays[k])) for k in ("obs", "action", "reward", "terminated")}
-    fields["next_obs"] = torch.as_tensor(np.ascontiguousarray(arrays["next_obs"]))
-    size, per_iteration = algorithm.config.batch_size, 8
-    gen = torch.Generator().manual_seed(seed)
-    need, n = steps * size, len(fields["reward"])
-    order = torch.cat([torch.randperm(n, generator=gen) for _ in range(need // n + 1)])
-    batches = [{k: v[order[i : i + size * per_iteration]] for k, v in fields.items()}
-               for i in range(0, need, size * per_iteration)]  # fmt: skip
+    size = algorithm.config.batch_size
+    sampler = DatasetSampler(read(data), 8 * size, seed)
+    batches, left = [], steps * size
+    while left > 0:
+        batches.append(sampler.collect(min(8 * size, left)))
+        left -= 8 * size
     start = time.process_time()
     for batch in batches:
-        for mb in minibatches(batch, size):
+        for mb in split_minibatches(batch, size):
             step(mb)
     return {"train_cpu_s": time.process_time() - start}
 

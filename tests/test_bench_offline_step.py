@@ -8,6 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_modules import load_benchmark
+from pickaxe.algos.offline import split_minibatches
 
 
 def test_every_case_builds_and_the_hash_repeats() -> None:
@@ -26,7 +27,7 @@ def test_the_plain_pytorch_steps_compute_what_pickaxe_computes() -> None:
     for case in bench.PLAIN:
         algo, batches = bench.build(case)
         step, weights = bench.plain_step(case, algo)
-        losses = [float(step(mb)) for mb in bench.minibatches(batches[0], algo.config.batch_size)]
+        losses = [float(step(mb)) for mb in split_minibatches(batches[0], algo.config.batch_size)]
         metrics = bench.iteration(algo, batches[0])
         total = metrics["loss/td"] + metrics["loss/imitation"] if case == "bcq" else metrics["loss/policy"]
         assert abs(sum(losses) / len(losses) - total) < 1e-5 * max(1.0, abs(total)), case
